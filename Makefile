@@ -1,0 +1,44 @@
+# One way to do each thing. `make run` and `make test` are the README's two commands.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv run test lint typecheck unit generate clean
+
+$(STAMP): pyproject.toml trainer-image/pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,trainer]' -e ./trainer-image
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job on an embedded default: no GKE account needed.
+run: $(STAMP)
+	$(BIN)/tpujob run examples/digits-local.yaml --local
+
+lint: $(STAMP)
+	$(BIN)/ruff check operator trainer-image tests
+	$(BIN)/ruff format --check operator trainer-image tests
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy operator/tpujob/api operator/tpujob/tpu.py operator/tpujob/render
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+# Everything CI proves: lint, types, and every test (unit, e2e on the test bed, trainer, chart).
+test: lint typecheck
+	$(BIN)/pytest -q -ra
+
+# Generated files: the CRD and the chart's copy of it. tests/unit/test_generated.py checks drift.
+generate: $(STAMP)
+	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
+	mkdir -p charts/tpujob-operator/crds
+	cp crds/tpujob.dev_tpujobs.yaml charts/tpujob-operator/crds/tpujob.dev_tpujobs.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,51 @@
+"""Every name the operator shares with the cluster, defined once."""
+
+from typing import Final
+
+GROUP: Final = "tpujob.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "TPUJob"
+PLURAL: Final = "tpujobs"
+SINGULAR: Final = "tpujob"
+SHORT_NAMES: Final = ("tj",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# Labels on every pod, Service and node pool the operator makes.
+LABEL_JOB_NAME: Final = f"{GROUP}/job-name"
+LABEL_SLICE: Final = f"{GROUP}/slice"
+LABEL_WORKER: Final = f"{GROUP}/worker"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "tpujob-operator"
+
+# GKE node pool labels (GCE label rules: lowercase, digits, '-', '_'; at most 63 characters; no dots).
+POOL_LABEL_MANAGED_BY: Final = "tpujob-managed-by"
+POOL_LABEL_NAMESPACE: Final = "tpujob-namespace"
+POOL_LABEL_JOB: Final = "tpujob-job"
+POOL_LABEL_JOB_UID: Final = "tpujob-job-uid"
+POOL_LABEL_SLICE: Final = "tpujob-slice"
+
+FINALIZER: Final = f"{GROUP}/cleanup"
+ANNOTATION_PREFIX: Final = f"kopf.{GROUP}"
+# The attempt a pod belongs to: a restart recreates every pod with the next attempt.
+ANNOTATION_ATTEMPT: Final = f"{GROUP}/attempt"
+
+# GKE / TPU names on nodes and pods.
+NODE_LABEL_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
+NODE_LABEL_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
+NODE_LABEL_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
+NODE_LABEL_SPOT: Final = "cloud.google.com/gke-spot"
+TPU_RESOURCE: Final = "google.com/tpu"
+TPU_TAINT_KEY: Final = "google.com/tpu"
+SPOT_TAINT_KEY: Final = "cloud.google.com/gke-spot"
+
+# Ports (reference/gke-tpu.md).
+PORT_TPU_ICI: Final = 8471
+PORT_MEGASCALE: Final = 8080
+PORT_TF_WORKER: Final = 8470
+PORT_TPU_RUNTIME_METRICS: Final = 8431
+PORT_TRAINER_METRICS: Final = 9090
+
+# The trainer's exit code for "stopped by SIGTERM after saving a checkpoint" (spot reclaim,
+# maintenance): the operator reads it as an infrastructure cause, not an application failure.
+EXIT_CODE_PREEMPTED: Final = 143

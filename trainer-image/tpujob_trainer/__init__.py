@@ -1,0 +1,1 @@
+"""The TensorFlow trainer run on every TPU host."""
