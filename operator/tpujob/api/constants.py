@@ -28,7 +28,7 @@ POOL_LABEL_SLICE: Final = "tpujob-slice"
 FINALIZER: Final = f"{GROUP}/cleanup"
 ANNOTATION_PREFIX: Final = f"kopf.{GROUP}"
 # The attempt a pod belongs to: a restart recreates every pod with the next attempt.
-ANNOTATION_ATTEMPT: Final = f"{GROUP}/attempt"
+LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 
 # GKE / TPU names on nodes and pods.
 NODE_LABEL_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"

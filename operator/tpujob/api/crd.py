@@ -1,0 +1,139 @@
+"""The TPUJob CustomResourceDefinition, generated from the pydantic models.
+
+pydantic emits JSON Schema (with $refs, anyOf-null and titles); Kubernetes wants a structural
+OpenAPI v3 schema (inline, every node typed). `structural()` does that translation.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from tpujob.api import constants as c
+from tpujob.api.models import MAX_JOB_NAME_LENGTH, ApiModel, TPUJobSpec, TPUJobStatus
+
+_DROPPED_KEYS = {"title"}
+
+
+def _cel_rules_by_model() -> dict[str, list[dict[str, str]]]:
+    """$defs name (the class name) -> x-kubernetes-validations for every model that has CEL rules."""
+    found: dict[str, list[dict[str, str]]] = {}
+    pending: list[type[ApiModel]] = [ApiModel]
+    while pending:
+        model = pending.pop()
+        pending.extend(model.__subclasses__())
+        if model.cel_rules:
+            found[model.__name__] = [{"rule": rule, "message": msg} for rule, msg in model.cel_rules]
+    return found
+
+
+def structural(schema: dict[str, Any]) -> dict[str, Any]:
+    """Inline $refs, fold Optional (anyOf with null) and attach CEL rules: a structural schema."""
+    defs = schema.get("$defs", {})
+    cel = _cel_rules_by_model()
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, list):
+            return [convert(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            target = convert(copy.deepcopy(defs[name]))
+            if name in cel:
+                target["x-kubernetes-validations"] = cel[name]
+            extra = {k: convert(v) for k, v in node.items() if k != "$ref" and k not in _DROPPED_KEYS}
+            return {**target, **extra}
+        if "anyOf" in node:
+            options = [o for o in node["anyOf"] if o.get("type") != "null"]
+            if len(options) == 1:
+                rest = {k: v for k, v in node.items() if k != "anyOf" and k not in _DROPPED_KEYS}
+                if rest.get("default", "") is None:
+                    del rest["default"]
+                return {**convert(options[0]), **{k: convert(v) for k, v in rest.items()}}
+        # additionalProperties: false beside properties is not structural; the API server prunes
+        # unknown fields instead, and kubectl's schema validation reports them.
+        if node.get("additionalProperties") is False:
+            node = {k: v for k, v in node.items() if k != "additionalProperties"}
+        return {k: convert(v) for k, v in node.items() if k not in _DROPPED_KEYS and k != "$defs"}
+
+    result = convert(schema)
+    assert isinstance(result, dict)
+    return result
+
+
+def openapi_schema() -> dict[str, Any]:
+    spec = structural(TPUJobSpec.model_json_schema(by_alias=True, mode="validation"))
+    status = structural(TPUJobStatus.model_json_schema(by_alias=True, mode="serialization"))
+    status.pop("required", None)  # the operator fills status in stages
+    return {
+        "type": "object",
+        "description": "A TPU training job on GKE: TPU slices, capacity, trainer and failure policy.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.metadata.name.size() <= {MAX_JOB_NAME_LENGTH}",
+                "message": (
+                    f"metadata.name must be at most {MAX_JOB_NAME_LENGTH} characters "
+                    "(pod hostnames add a suffix and must fit in a DNS label)"
+                ),
+            }
+        ],
+    }
+
+
+PRINTER_COLUMNS = [
+    {"name": "Type", "type": "string", "jsonPath": ".spec.tpu.type", "description": "TPU generation"},
+    {"name": "Topology", "type": "string", "jsonPath": ".spec.tpu.topology", "description": "Slice topology"},
+    {"name": "Slices", "type": "integer", "jsonPath": ".spec.tpu.slices", "description": "Number of slices"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Life-cycle phase"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "All restarts"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": c.CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "tpujob-operator", "app.kubernetes.io/part-of": "tpujob"},
+        },
+        "spec": {
+            "group": c.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": c.KIND,
+                "listKind": f"{c.KIND}List",
+                "plural": c.PLURAL,
+                "singular": c.SINGULAR,
+                "shortNames": list(c.SHORT_NAMES),
+                "categories": ["all", "tpu"],
+            },
+            "versions": [
+                {
+                    "name": c.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = "# GENERATED by `tpujob crd` (make generate) from operator/tpujob/api/models.py. Do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)

@@ -1,0 +1,315 @@
+"""The TPUJob API as pydantic models: the one source of truth for the CRD, validation and docs.
+
+Field names are camelCase on the wire (Kubernetes style) and snake_case in Python.
+Cross-field rules that need the TPU catalog live in validation.py; the CEL rules here repeat the
+ones a cluster can enforce at apply time.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from tpujob.api.constants import API_VERSION, KIND
+
+# GCE resource names (node pools, reservations, resource policies): RFC 1035 labels.
+GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$"
+# Longest TPUJob name: pod hostnames append "-s<slice>-w<worker>" and must stay a 63-character label.
+MAX_JOB_NAME_LENGTH = 48
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, unknown fields rejected (a typo must not pass silently)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+    # CEL rules for this object, copied into the CRD as x-kubernetes-validations.
+    cel_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+
+class TPUType(enum.StrEnum):
+    v4 = "v4"
+    v5e = "v5e"
+    v5p = "v5p"
+    v6e = "v6e"
+    tpu7x = "tpu7x"
+
+
+class CapacityMode(enum.StrEnum):
+    on_demand = "onDemand"
+    spot = "spot"
+    reservation = "reservation"
+
+
+class NodePoolPolicy(enum.StrEnum):
+    create = "create"
+    existing = "existing"
+
+
+class TPUSpec(ApiModel):
+    """Which TPUs: one slice is one node pool of `hosts` VMs; several slices make a multislice job."""
+
+    type: TPUType = Field(description="TPU generation: v4, v5e, v5p, v6e or tpu7x.")
+    topology: str = Field(
+        description=(
+            "Chips of one slice as a torus: AxB for v5e and v6e (e.g. 2x2, 4x4), AxBxC for v4, v5p "
+            "and tpu7x (e.g. 2x2x1, 2x2x4). Sets the number of hosts (VMs) per slice."
+        ),
+        pattern=r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$",
+        max_length=20,
+    )
+    slices: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Number of slices (node pools). More than one needs multi-host slices (Multislice).",
+    )
+    machine_type: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9-]+$",
+        max_length=40,
+        description=(
+            "GKE machine type where a generation offers a choice (v5e: ct5lp-hightpu-1t|4t|8t, "
+            "v6e: ct6e-standard-1t|4t|8t). Default: a single host when one VM holds the slice, "
+            "else 4-chip VMs."
+        ),
+    )
+
+    cel_rules = (
+        (
+            "self.type in ['v5e', 'v6e'] ? self.topology.matches('^[0-9]+x[0-9]+$')"
+            " : self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$')",
+            "topology must be AxB for v5e and v6e, AxBxC for v4, v5p and tpu7x",
+        ),
+    )
+
+
+class CapacitySpec(ApiModel):
+    """Where the TPUs come from: on-demand, spot VMs (cheaper, reclaimable) or a reservation."""
+
+    mode: CapacityMode = Field(
+        default=CapacityMode.on_demand,
+        description="onDemand, spot or reservation.",
+    )
+    reservation: str | None = Field(
+        default=None,
+        pattern=GCE_NAME_PATTERN,
+        max_length=63,
+        description="Name of the Compute Engine reservation to consume; required when mode is reservation.",
+    )
+
+    cel_rules = (
+        (
+            "self.mode == 'reservation' ? has(self.reservation) : !has(self.reservation)",
+            "reservation is required when mode is reservation, and only then",
+        ),
+    )
+
+
+class NodePoolSpec(ApiModel):
+    """Who makes the TPU node pools."""
+
+    policy: NodePoolPolicy = Field(
+        default=NodePoolPolicy.create,
+        description=(
+            "create: the operator makes one GKE node pool per slice and deletes it when the job ends. "
+            "existing: pods go to TPU nodes someone else made (or node auto-provisioning makes)."
+        ),
+    )
+    zone: str | None = Field(
+        default=None,
+        pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$",
+        description="Zone of the node pools (create policy). Default: the operator's configured zone.",
+    )
+    workload_policy: str | None = Field(
+        default=None,
+        pattern=GCE_NAME_PATTERN,
+        max_length=63,
+        description=(
+            "Name of the workload (resource) policy that places multi-host tpu7x pools; GKE uses it "
+            "instead of a TPU topology for Ironwood."
+        ),
+    )
+
+
+class EnvVar(ApiModel):
+    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=256, description="Variable name.")
+    value: str = Field(default="", description="Variable value.")
+
+
+class ResourceRequirements(ApiModel):
+    """CPU and memory of the trainer container besides the TPU chips (the operator sets those)."""
+
+    requests: dict[str, Annotated[str, Field(pattern=QUANTITY_PATTERN)]] = Field(
+        default_factory=dict, description="Requests, e.g. {cpu: '8', memory: 64Gi}."
+    )
+    limits: dict[str, Annotated[str, Field(pattern=QUANTITY_PATTERN)]] = Field(
+        default_factory=dict, description="Limits, e.g. {memory: 128Gi}."
+    )
+
+
+class TrainerSpec(ApiModel):
+    """The container that runs on every TPU host."""
+
+    image: str = Field(min_length=1, max_length=512, description="Trainer container image.")
+    image_pull_policy: str | None = Field(
+        default=None,
+        pattern=r"^(Always|IfNotPresent|Never)$",
+        description="Always, IfNotPresent or Never. Default: the cluster's default for the tag.",
+    )
+    command: list[str] = Field(default_factory=list, description="Entrypoint; empty keeps the image's.")
+    args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="CPU and memory besides the TPU chips."
+    )
+    checkpoint_dir: str | None = Field(
+        default=None,
+        max_length=1024,
+        description=(
+            "Durable checkpoint location (gs://bucket/path or a mounted path), passed to the trainer as "
+            "TPUJOB_CHECKPOINT_DIR so a restart resumes from the last checkpoint."
+        ),
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+        description="Kubernetes ServiceAccount of the pods (e.g. one bound to a Google service account).",
+    )
+    host_network: bool = Field(
+        default=False,
+        description="Use the host network for faster DCN traffic. Breaks Workload Identity; off by default.",
+    )
+
+
+class RunPolicy(ApiModel):
+    """How the job behaves on failure, over time and when it ends."""
+
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description=(
+            "Restarts of the whole job after application failures (a non-zero exit). Preemption, "
+            "maintenance and node loss restart the job without counting."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Fail the job (DeadlineExceeded) after this many seconds from start."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the TPUJob this many seconds after it succeeded or failed."
+    )
+    suspend: bool = Field(
+        default=False, description="true: remove the pods and node pools and hold; false: run or resume."
+    )
+
+
+class TPUJobSpec(ApiModel):
+    tpu: TPUSpec = Field(description="Which TPUs, in which shape.")
+    capacity: CapacitySpec = Field(
+        default_factory=CapacitySpec, description="On-demand, spot or reservation."
+    )
+    node_pool: NodePoolSpec = Field(default_factory=NodePoolSpec, description="Who makes the node pools.")
+    trainer: TrainerSpec = Field(description="The container that runs on every TPU host.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadline, TTL, suspend.")
+
+
+class ConditionStatus(enum.StrEnum):
+    true = "True"
+    false = "False"
+    unknown = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description="Ready, Provisioned, Running, Succeeded, Failed, Suspended, ...")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(default=None, description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(default=None, description="spec generation this is based on.")
+
+
+class NodePoolStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(description="GKE node pool name.")
+    slice: int = Field(description="Slice index the pool holds.")
+    state: str = Field(description="GKE state (PROVISIONING, RUNNING, ERROR, ...) or Deleted.")
+    message: str = Field(default="", description="GKE's last message about the pool.")
+
+
+class WorkerCounts(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    expected: int = Field(default=0, description="Pods the job runs (hosts x slices).")
+    pending: int = Field(default=0, description="Pods created, not yet running.")
+    running: int = Field(default=0, description="Pods running.")
+    succeeded: int = Field(default=0, description="Pods that exited 0 in this attempt.")
+    failed: int = Field(default=0, description="Pods that failed in this attempt.")
+
+
+class TPUJobStatus(ApiModel):
+    """Written by the operator only."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: str | None = Field(
+        default=None,
+        description="Pending, Provisioning, Starting, Running, Restarting, Succeeded, Failed or Suspended.",
+    )
+    reason: str | None = Field(default=None, description="Why the job is in this phase.")
+    message: str | None = Field(default=None, description="Details for a human.")
+    conditions: list[Condition] = Field(default_factory=list, description="Latest observations.")
+    observed_generation: int | None = Field(default=None, description="spec generation last acted on.")
+    node_pools: list[NodePoolStatus] = Field(default_factory=list, description="One entry per slice.")
+    workers: WorkerCounts = Field(default_factory=WorkerCounts, description="Pods of the current attempt.")
+    attempt: int = Field(default=0, description="Current attempt; each restart recreates all pods.")
+    restarts: int = Field(default=0, description="All restarts, whatever the cause.")
+    application_restarts: int = Field(
+        default=0, description="Restarts caused by the application; these count against maxRestarts."
+    )
+    restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
+    start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
+    running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
+    completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")
+
+
+class ObjectMeta(BaseModel):
+    """The metadata fields the operator reads; the API server owns the rest."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, alias_generator=to_camel)
+
+    name: str = Field(default="", max_length=MAX_JOB_NAME_LENGTH, pattern=r"^([a-z]([-a-z0-9]*[a-z0-9])?)?$")
+    namespace: str = Field(default="default")
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TPUJob(ApiModel):
+    """A TPU training job: TPU slices, capacity, the trainer and how to behave on failure."""
+
+    api_version: str = Field(default=API_VERSION, pattern=f"^{API_VERSION}$")
+    kind: str = Field(default=KIND, pattern=f"^{KIND}$")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TPUJobSpec
+    status: TPUJobStatus | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

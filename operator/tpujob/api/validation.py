@@ -1,0 +1,202 @@
+"""Turn an untrusted manifest into a TPUJob, or into problems that name the field and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from tpujob import tpu
+from tpujob.api.constants import TPU_RESOURCE
+from tpujob.api.models import (
+    GCE_NAME_PATTERN,
+    MAX_JOB_NAME_LENGTH,
+    QUANTITY_PATTERN,
+    ApiModel,
+    CapacityMode,
+    NodePoolPolicy,
+    TPUJob,
+)
+
+# Env the operator sets on every worker; a user value would silently break the slice wiring.
+RESERVED_ENV = frozenset(
+    {
+        "TPU_WORKER_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "MEGASCALE_COORDINATOR_ADDRESS",
+        "MEGASCALE_NUM_SLICES",
+        "MEGASCALE_SLICE_ID",
+        "MEGASCALE_PORT",
+    }
+)
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with a manifest: where (a field path) and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class InvalidTPUJob(ValueError):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def parse_tpujob(manifest: Any) -> TPUJob:
+    """Validate a manifest (a dict as read from YAML or the API server) into a TPUJob."""
+    if not isinstance(manifest, Mapping):
+        raise InvalidTPUJob([Problem("(document)", "a TPUJob must be a mapping with apiVersion, kind, spec")])
+    body = {k: v for k, v in manifest.items() if k != "status"}  # status is the operator's, not input
+    try:
+        job = TPUJob.model_validate(body)
+    except pydantic.ValidationError as error:
+        raise InvalidTPUJob(sorted(set(_from_pydantic(error)))) from None
+    problems = sorted(semantic_problems(job))
+    if problems:
+        raise InvalidTPUJob(problems)
+    return job
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(document)"
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[ApiModel] | None:
+    """The model class that owns the field at loc (to list valid field names for a typo)."""
+    model: Any = TPUJob
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for name, f in model.model_fields.items() if part in (name, f.alias)),
+            None,
+        )
+        if field is None:
+            return None
+        annotation = field.annotation
+        inner = getattr(annotation, "__args__", None) or (annotation,)
+        model = next((a for a in inner if isinstance(a, type) and issubclass(a, ApiModel)), None)
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, ApiModel) else None
+
+
+def _from_pydantic(error: pydantic.ValidationError) -> Iterator[Problem]:
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        kind = item["type"]
+        given = item.get("input")
+        if kind == "extra_forbidden":
+            owner = _model_at(loc[:-1])
+            names = ", ".join(f.alias or n for n, f in owner.model_fields.items()) if owner else ""
+            yield Problem(_path(loc), f"unknown field; valid fields here: {names}")
+        elif kind == "missing":
+            yield Problem(_path(loc), "required field is missing")
+        elif kind == "enum":
+            allowed = item.get("ctx", {}).get("expected", "")
+            allowed = allowed.replace(" or ", ", ").replace("'", "")
+            yield Problem(_path(loc), f"{given!r} is not allowed; valid: {allowed}")
+        elif kind == "string_pattern_mismatch":
+            yield Problem(_path(loc), _pattern_message(loc, given, item["ctx"]["pattern"]))
+        elif kind == "string_too_long" and loc[-1] == "name" and loc[0] == "metadata":
+            yield Problem(
+                _path(loc),
+                f"{given!r} is longer than {MAX_JOB_NAME_LENGTH} characters; pod hostnames add a suffix "
+                "and must fit in a 63-character DNS label",
+            )
+        else:
+            yield Problem(_path(loc), f"{item['msg']} (got {given!r})")
+
+
+def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> str:
+    field = loc[-1]
+    if field == "topology":
+        return f"{given!r} is not a topology; write dimensions joined by 'x', e.g. 2x2 or 2x2x4"
+    if field == "apiVersion":
+        return f"{given!r} is not served here; use {pattern.strip('^$')}"
+    if field == "kind":
+        return f"{given!r} is not handled here; use {pattern.strip('^$')}"
+    if field == "name" and loc[0] == "metadata":
+        return f"{given!r} must be a DNS label: lowercase letters, digits and '-', starting with a letter"
+    if pattern == QUANTITY_PATTERN:
+        return f"{given!r} does not match {pattern}: not a Kubernetes quantity; write e.g. 8, 500m or 64Gi"
+    if pattern == GCE_NAME_PATTERN:
+        return f"{given!r} does not match {pattern}: a GCE name is lowercase letters, digits and '-'"
+    return f"{given!r} does not match {pattern}"
+
+
+def semantic_problems(job: TPUJob) -> Iterator[Problem]:
+    """Rules across fields and against the TPU catalog (the schema alone cannot express them)."""
+    spec = job.spec
+    shape: tpu.SliceShape | None = None
+    try:
+        shape = tpu.resolve_slice(spec.tpu.type, spec.tpu.topology, spec.tpu.machine_type)
+    except tpu.CatalogError as error:
+        yield Problem(f"spec.tpu.{error.field}", error.message)
+
+    if shape is not None and spec.tpu.slices > 1 and not shape.multi_host:
+        yield Problem(
+            "spec.tpu.slices",
+            f"{spec.tpu.slices} slices need multi-host slices, but {spec.tpu.topology} is one "
+            f"{shape.machine_type.name} host; use a larger topology or slices: 1",
+        )
+
+    capacity = spec.capacity
+    if capacity.mode == CapacityMode.reservation and not capacity.reservation:
+        yield Problem("spec.capacity.reservation", "required when mode is reservation: the reservation name")
+    if capacity.mode != CapacityMode.reservation and capacity.reservation:
+        yield Problem(
+            "spec.capacity.reservation",
+            f"only used when mode is reservation (mode is {capacity.mode}); "
+            "remove it or set mode: reservation",
+        )
+
+    pool = spec.node_pool
+    if pool.policy == NodePoolPolicy.existing and pool.zone:
+        yield Problem("spec.nodePool.zone", "only used with policy create; remove it")
+    needs_policy = (
+        shape is not None
+        and shape.multi_host
+        and shape.generation.multi_host_needs_workload_policy
+        and pool.policy == NodePoolPolicy.create
+    )
+    if needs_policy and not pool.workload_policy:
+        yield Problem(
+            "spec.nodePool.workloadPolicy",
+            f"multi-host {spec.tpu.type} pools are placed by a workload policy: name one "
+            "(gcloud compute resource-policies create workload-policy ... --type=HIGH_THROUGHPUT)",
+        )
+    if pool.workload_policy and shape is not None and not needs_policy:
+        yield Problem(
+            "spec.nodePool.workloadPolicy",
+            "only used for multi-host tpu7x pools made by the operator (policy create); remove it",
+        )
+
+    trainer = spec.trainer
+    for section, quantities in (
+        ("requests", trainer.resources.requests),
+        ("limits", trainer.resources.limits),
+    ):
+        if TPU_RESOURCE in quantities:
+            yield Problem(
+                f"spec.trainer.resources.{section}",
+                f"{TPU_RESOURCE} is set by the operator from the topology; remove it",
+            )
+    seen: set[str] = set()
+    for index, var in enumerate(trainer.env):
+        if var.name in RESERVED_ENV:
+            yield Problem(f"spec.trainer.env[{index}].name", f"{var.name} is set by the operator; remove it")
+        if var.name in seen:
+            yield Problem(f"spec.trainer.env[{index}].name", f"{var.name} is set twice; keep one")
+        seen.add(var.name)

@@ -1,0 +1,138 @@
+"""The `tpujob` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpujob import __version__, tpu
+from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api.crd import crd_yaml
+from tpujob.render import Cluster, render_plan
+
+
+def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
+    """(label for messages, document) for every YAML document in a file."""
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    for index, document in enumerate(documents):
+        label = str(path) if len(documents) == 1 else f"{path} (document {index + 1})"
+        yield label, document
+
+
+def _problems_in(path: Path) -> Iterator[str]:
+    try:
+        documents = list(load_documents(path))
+    except OSError as error:
+        yield f"{path}: cannot read: {error.strerror}"
+        return
+    except yaml.YAMLError as error:
+        yield f"{path}: not valid YAML: {error}".replace("\n", " ")
+        return
+    if not documents:
+        yield f"{path}: no TPUJob in the file"
+    for label, document in documents:
+        try:
+            parse_tpujob(document)
+        except InvalidTPUJob as invalid:
+            yield from (f"{label}: {problem}" for problem in invalid.problems)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    problems = [line for path in args.files for line in _problems_in(path)]
+    for line in problems:
+        print(line, file=sys.stderr)
+    if not problems:
+        print(f"{len(args.files)} file(s) valid")
+    return 1 if problems else 0
+
+
+def load_one_job(path: Path) -> TPUJob:
+    """The single TPUJob in a file, or SystemExit(1) after printing every problem."""
+    problems = list(_problems_in(path))
+    if not problems:
+        documents = list(load_documents(path))
+        if len(documents) == 1:
+            return parse_tpujob(documents[0][1])
+        problems = [f"{path}: holds {len(documents)} documents; give one TPUJob per file"]
+    for line in problems:
+        print(line, file=sys.stderr)
+    raise SystemExit(1)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    job = load_one_job(args.file)
+    cluster = Cluster(project=args.project, location=args.location, cluster=args.cluster, zone=args.zone)
+    plan = render_plan(job, cluster).to_dict()
+    if args.output == "json":
+        print(json.dumps(plan, indent=2))
+    else:
+        print(yaml.safe_dump(plan, sort_keys=False), end="")
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    print(crd_yaml(), end="")
+    return 0
+
+
+def catalog_table() -> str:
+    header = ("TYPE", "ACCELERATOR LABEL", "TOPOLOGY", "CHIPS", "HOSTS", "MACHINE TYPE")
+    rows = [header, *[tuple(str(v) for v in row) for row in tpu.catalog_rows()]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    notes = [
+        "",
+        "3D generations (v4, v5p, tpu7x) also take larger AxBxC shapes with every dimension a multiple of 4,",
+        "up to "
+        + ", ".join(f"{g.type}: {g.max_chips}" for g in tpu.GENERATIONS.values() if g.dimensions == 3)
+        + " chips. Multislice (slices > 1) needs multi-host slices.",
+    ]
+    return "\n".join(lines + notes)
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    print(catalog_table())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tpujob", description="TPU training jobs on GKE.")
+    parser.add_argument("--version", action="version", version=f"tpujob {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check TPUJob manifests; one line per problem")
+    validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate.set_defaults(func=cmd_validate)
+
+    render = commands.add_parser("render", help="print the node pools and manifests a TPUJob becomes")
+    render.add_argument("file", type=Path, metavar="FILE")
+    render.add_argument("--output", "-o", choices=("json", "yaml"), default="yaml")
+    defaults = Cluster()
+    render.add_argument("--project", default=defaults.project, help="GKE project")
+    render.add_argument("--location", default=defaults.location, help="GKE cluster location")
+    render.add_argument("--cluster", default=defaults.cluster, help="GKE cluster name")
+    render.add_argument("--zone", default=defaults.zone, help="zone of the TPU node pools")
+    render.set_defaults(func=cmd_render)
+
+    crd = commands.add_parser("crd", help="print the TPUJob CustomResourceDefinition")
+    crd.set_defaults(func=cmd_crd)
+
+    catalog = commands.add_parser("catalog", help="TPU generations, topologies, hosts and machine types")
+    catalog.set_defaults(func=cmd_catalog)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

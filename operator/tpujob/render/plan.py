@@ -1,0 +1,316 @@
+"""Render a validated TPUJob into what the operator creates: GKE node pools, pods, a Service.
+
+Pure and deterministic: plain dicts, in a fixed order, from the job and the cluster settings alone.
+Node pools are GKE REST JSON (camelCase, as `container_v1.NodePool.from_json` reads them); the rest
+are Kubernetes manifests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob import tpu
+from tpujob.api import constants as c
+from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJob
+from tpujob.render import naming
+
+# Env the trainer reads besides the TPU/Megascale variables (see trainer-image/README).
+ENV_JOB_NAME = "TPUJOB_NAME"
+ENV_NAMESPACE = "TPUJOB_NAMESPACE"
+ENV_ATTEMPT = "TPUJOB_ATTEMPT"
+ENV_NUM_SLICES = "TPUJOB_NUM_SLICES"
+ENV_CHECKPOINT_DIR = "TPUJOB_CHECKPOINT_DIR"
+ENV_METRICS_PORT = "TPUJOB_METRICS_PORT"
+
+# Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
+TERMINATION_GRACE_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where node pools go. The operator's configuration; defaults match `tpujob sandbox`."""
+
+    project: str = "tpujob-sandbox"
+    location: str = "us-central2-b"
+    cluster: str = "sandbox"
+    zone: str = "us-central2-b"
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.location}/clusters/{self.cluster}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    node_pools: list[dict[str, Any]]
+    resources: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodePools": self.node_pools, "resources": self.resources}
+
+
+def slice_shape(job: TPUJob) -> tpu.SliceShape:
+    spec = job.spec.tpu
+    return tpu.resolve_slice(spec.type, spec.topology, spec.machine_type)
+
+
+def job_labels(job: TPUJob) -> dict[str, str]:
+    return {c.LABEL_JOB_NAME: job.metadata.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def owner_references(job: TPUJob) -> list[dict[str, Any]]:
+    """Owned children are garbage-collected with the job; none when the job has no UID (a file)."""
+    if not job.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "name": job.metadata.name,
+            "uid": job.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _metadata(job: TPUJob, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace, "labels": labels}
+    owners = owner_references(job)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+# --- GKE node pools ---------------------------------------------------------------------------
+
+
+def pool_ownership_labels(job: TPUJob, slice_index: int) -> dict[str, str]:
+    """GCE labels that mark a pool as ours, so a sweep can find pools whose job is gone."""
+    labels = {
+        c.POOL_LABEL_MANAGED_BY: c.MANAGED_BY,
+        c.POOL_LABEL_NAMESPACE: job.metadata.namespace[:63],
+        c.POOL_LABEL_JOB: job.metadata.name[:63],
+        c.POOL_LABEL_SLICE: str(slice_index),
+    }
+    if job.metadata.uid:
+        labels[c.POOL_LABEL_JOB_UID] = job.metadata.uid
+    return labels
+
+
+def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]:
+    """One slice's node pool as the GKE REST API's NodePool."""
+    shape = slice_shape(job)
+    capacity = job.spec.capacity
+    labels = pool_ownership_labels(job, slice_index)
+    config: dict[str, Any] = {
+        "machineType": shape.machine_type.name,
+        # Node labels and GCE resource labels: ownership on the nodes, and cost attribution in billing.
+        "labels": labels,
+        "resourceLabels": labels,
+    }
+    if capacity.mode == CapacityMode.spot:
+        config["spot"] = True
+    elif capacity.mode == CapacityMode.reservation:
+        config["reservationAffinity"] = {
+            "consumeReservationType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [capacity.reservation],
+        }
+    pool: dict[str, Any] = {
+        "name": naming.node_pool_name(job, slice_index),
+        "initialNodeCount": shape.hosts,
+        "locations": [job.spec.node_pool.zone or cluster.zone],
+        "config": config,
+        # Upgrades would recreate TPU VMs mid-training; repairs of a broken VM are welcome.
+        "management": {"autoUpgrade": False, "autoRepair": True},
+    }
+    # A single-host pool must not carry a topology; a multi-host pool is one compact slice.
+    if shape.multi_host:
+        if shape.generation.multi_host_needs_workload_policy:
+            pool["placementPolicy"] = {"policyName": job.spec.node_pool.workload_policy}
+        else:
+            pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": shape.topology}
+    return pool
+
+
+def node_pools(job: TPUJob, cluster: Cluster) -> list[dict[str, Any]]:
+    if job.spec.node_pool.policy != NodePoolPolicy.create:
+        return []
+    return [node_pool(job, cluster, s) for s in range(job.spec.tpu.slices)]
+
+
+# --- pods and the Service ---------------------------------------------------------------------
+
+
+def worker_env(
+    job: TPUJob,
+    slice_index: int,
+    worker_index: int,
+    *,
+    worker_hostnames: list[str],
+    coordinator_address: str,
+    attempt: int = 0,
+) -> list[dict[str, str]]:
+    """The env every worker gets: TPU identity, Multislice wiring, tpujob settings, then the user's.
+
+    worker_hostnames are this slice's hosts indexed by worker id; the operator passes the pods' DNS
+    names, `tpujob run --local` passes local addresses.
+    """
+    slices = job.spec.tpu.slices
+    env = [
+        {"name": "TPU_WORKER_ID", "value": str(worker_index)},
+        {"name": "TPU_WORKER_HOSTNAMES", "value": ",".join(worker_hostnames)},
+    ]
+    if slices > 1:
+        env += [
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_address},
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
+            {"name": "MEGASCALE_SLICE_ID", "value": str(slice_index)},
+            {"name": "MEGASCALE_PORT", "value": str(c.PORT_MEGASCALE)},
+        ]
+    env += [
+        {"name": ENV_JOB_NAME, "value": job.metadata.name},
+        {"name": ENV_NAMESPACE, "value": job.metadata.namespace},
+        {"name": ENV_NUM_SLICES, "value": str(slices)},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_METRICS_PORT, "value": str(c.PORT_TRAINER_METRICS)},
+    ]
+    if job.spec.trainer.checkpoint_dir:
+        env.append({"name": ENV_CHECKPOINT_DIR, "value": job.spec.trainer.checkpoint_dir})
+    env += [{"name": v.name, "value": v.value} for v in job.spec.trainer.env]
+    return env
+
+
+def _container_ports(multislice: bool) -> list[dict[str, Any]]:
+    ports = [
+        {"name": "tpu-ici", "containerPort": c.PORT_TPU_ICI, "protocol": "TCP"},
+        {"name": "tf-worker", "containerPort": c.PORT_TF_WORKER, "protocol": "TCP"},
+        {"name": "tpu-metrics", "containerPort": c.PORT_TPU_RUNTIME_METRICS, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": c.PORT_TRAINER_METRICS, "protocol": "TCP"},
+    ]
+    if multislice:
+        ports.append({"name": "megascale", "containerPort": c.PORT_MEGASCALE, "protocol": "TCP"})
+    return ports
+
+
+def _resources(job: TPUJob, chips: int) -> dict[str, Any]:
+    """TPU chips: requests = limits (extended resources allow nothing else)."""
+    user = job.spec.trainer.resources
+    tpu_chips = {c.TPU_RESOURCE: str(chips)}
+    return {"requests": {**user.requests, **tpu_chips}, "limits": {**user.limits, **tpu_chips}}
+
+
+def _node_selector(job: TPUJob, cluster: Cluster, shape: tpu.SliceShape, slice_index: int) -> dict[str, str]:
+    selector = {
+        c.NODE_LABEL_ACCELERATOR: shape.generation.accelerator,
+        c.NODE_LABEL_TOPOLOGY: shape.topology,
+    }
+    if job.spec.node_pool.policy == NodePoolPolicy.create:
+        # Pin each slice to its own pool: a slice's hosts must share one ICI domain.
+        selector[c.NODE_LABEL_NODEPOOL] = naming.node_pool_name(job, slice_index)
+    if job.spec.capacity.mode == CapacityMode.spot:
+        selector[c.NODE_LABEL_SPOT] = "true"
+    return selector
+
+
+def _tolerations(job: TPUJob) -> list[dict[str, str]]:
+    tolerations = [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    if job.spec.capacity.mode == CapacityMode.spot:
+        tolerations.append(
+            {"key": c.SPOT_TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        )
+    return tolerations
+
+
+def pod(
+    job: TPUJob, cluster: Cluster, slice_index: int, worker_index: int, attempt: int = 0
+) -> dict[str, Any]:
+    """One TPU host's pod."""
+    shape = slice_shape(job)
+    trainer = job.spec.trainer
+    hostnames = [naming.worker_address(job, slice_index, w) for w in range(shape.hosts)]
+    labels = {
+        **job_labels(job),
+        c.LABEL_SLICE: str(slice_index),
+        c.LABEL_WORKER: str(worker_index),
+        c.LABEL_ATTEMPT: str(attempt),
+    }
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": trainer.image,
+        "env": worker_env(
+            job,
+            slice_index,
+            worker_index,
+            worker_hostnames=hostnames,
+            coordinator_address=naming.worker_address(job, 0, 0),
+            attempt=attempt,
+        ),
+        "ports": _container_ports(job.spec.tpu.slices > 1),
+        "resources": _resources(job, shape.chips_per_host),
+        # Restrictive but working: TPU devices come from the device plugin (GKE >= 1.28), so no
+        # privilege is needed. runAsNonRoot stays the image's choice: many trainer images run as root.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if trainer.command:
+        container["command"] = list(trainer.command)
+    if trainer.args:
+        container["args"] = list(trainer.args)
+    if trainer.image_pull_policy:
+        container["imagePullPolicy"] = trainer.image_pull_policy
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the operator restarts whole slices, never one container
+        "hostname": naming.worker_hostname(job, slice_index, worker_index),
+        "subdomain": naming.service_name(job),
+        "nodeSelector": _node_selector(job, cluster, shape, slice_index),
+        "tolerations": _tolerations(job),
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [container],
+    }
+    if trainer.service_account_name:
+        spec["serviceAccountName"] = trainer.service_account_name
+    if trainer.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels),
+        "spec": spec,
+    }
+
+
+def pods(job: TPUJob, cluster: Cluster, attempt: int = 0) -> list[dict[str, Any]]:
+    hosts = slice_shape(job).hosts
+    return [pod(job, cluster, s, w, attempt) for s in range(job.spec.tpu.slices) for w in range(hosts)]
+
+
+def service(job: TPUJob) -> dict[str, Any]:
+    """Headless, publishing not-ready pods: workers must resolve each other before they are ready."""
+    ports = [
+        {"name": "tpu-ici", "port": c.PORT_TPU_ICI, "targetPort": c.PORT_TPU_ICI},
+        {"name": "tf-worker", "port": c.PORT_TF_WORKER, "targetPort": c.PORT_TF_WORKER},
+    ]
+    if job.spec.tpu.slices > 1:
+        ports.append({"name": "megascale", "port": c.PORT_MEGASCALE, "targetPort": c.PORT_MEGASCALE})
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, naming.service_name(job), job_labels(job)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {c.LABEL_JOB_NAME: job.metadata.name},
+            "ports": ports,
+        },
+    }
+
+
+def render_plan(job: TPUJob, cluster: Cluster, attempt: int = 0) -> Plan:
+    return Plan(node_pools=node_pools(job, cluster), resources=[service(job), *pods(job, cluster, attempt)])

@@ -1,0 +1,259 @@
+"""The TPU catalog: what GKE offers per TPU generation, and the shape of one slice.
+
+Pure data and arithmetic. Facts from GKE's "Plan TPUs in GKE" and Cloud TPU docs, xpk's system
+catalog and GKE's tpu-provisioner (see shared/reference/gke-tpu.md). Rules used:
+  chips = product of the topology's dimensions; hosts (VMs) = max(chips / chips per VM, 1).
+  2D generations take AxB, 3D generations take AxBxC, dimensions in ascending order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+
+class CatalogError(ValueError):
+    """A TPU request GKE cannot serve. `field` is the spec path to blame (relative to spec.tpu)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    chips_per_vm: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One TPU generation as GKE exposes it."""
+
+    type: str  # the name in our spec (spec.tpu.type)
+    accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
+    dimensions: int  # 2 (AxB torus) or 3 (AxBxC torus)
+    machine_types: tuple[MachineType, ...]
+    max_chips: int  # the largest slice GKE provisions as one node pool
+    # 2D generations: every topology GKE accepts. 3D generations: the small shapes; larger ones
+    # follow the rule "each dimension a multiple of 4" up to max_chips.
+    topologies: tuple[str, ...]
+    # Ironwood places multi-host pools with a workload policy instead of a tpuTopology field.
+    multi_host_needs_workload_policy: bool = False
+
+    def machine_type(self, name: str) -> MachineType | None:
+        return next((m for m in self.machine_types if m.name == name), None)
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """One TPU slice: what one node pool holds and what every pod of it asks for."""
+
+    generation: Generation
+    topology: str
+    machine_type: MachineType
+    chips: int
+    hosts: int
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.machine_type.chips_per_vm
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+_SMALL_3D: Final = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
+_TORUS_2D: Final = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
+
+GENERATIONS: Final[dict[str, Generation]] = {
+    g.type: g
+    for g in (
+        Generation(
+            type="v4",
+            accelerator="tpu-v4-podslice",
+            dimensions=3,
+            machine_types=(MachineType("ct4p-hightpu-4t", 4),),
+            max_chips=4096,
+            topologies=_SMALL_3D,
+        ),
+        Generation(
+            type="v5e",
+            accelerator="tpu-v5-lite-podslice",
+            dimensions=2,
+            machine_types=(
+                MachineType("ct5lp-hightpu-1t", 1),
+                MachineType("ct5lp-hightpu-4t", 4),
+                MachineType("ct5lp-hightpu-8t", 8),
+            ),
+            max_chips=256,
+            topologies=_TORUS_2D,
+        ),
+        Generation(
+            type="v5p",
+            accelerator="tpu-v5p-slice",
+            dimensions=3,
+            machine_types=(MachineType("ct5p-hightpu-4t", 4),),
+            max_chips=8960,
+            topologies=_SMALL_3D,
+        ),
+        Generation(
+            type="v6e",
+            accelerator="tpu-v6e-slice",
+            dimensions=2,
+            machine_types=(
+                MachineType("ct6e-standard-1t", 1),
+                MachineType("ct6e-standard-4t", 4),
+                MachineType("ct6e-standard-8t", 8),
+            ),
+            max_chips=256,
+            topologies=_TORUS_2D,
+        ),
+        Generation(
+            type="tpu7x",
+            accelerator="tpu7x",
+            dimensions=3,
+            machine_types=(MachineType("tpu7x-standard-4t", 4),),
+            max_chips=9216,
+            topologies=_SMALL_3D,
+            multi_host_needs_workload_policy=True,
+        ),
+    )
+}
+
+TPU_TYPES: Final = tuple(GENERATIONS)
+
+
+def parse_topology(topology: str) -> tuple[int, ...] | None:
+    """'2x2x4' -> (2, 2, 4); None when it is not positive integers joined by 'x'."""
+    parts = topology.split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def topology_chips(topology: str) -> int:
+    dims = parse_topology(topology)
+    if dims is None:
+        raise CatalogError("topology", f"{topology!r} is not a topology like 2x2 or 2x2x4")
+    return math.prod(dims)
+
+
+def describe_valid_topologies(generation: Generation) -> str:
+    """The 'valid: ...' part of an error message, short enough to read."""
+    listed = ", ".join(generation.topologies)
+    if generation.dimensions == 2:
+        return listed
+    return (
+        f"{listed}, or AxBxC with A<=B<=C each a multiple of 4 "
+        f"(4x4x4, 4x4x8, 4x8x8, 8x8x8, ...) up to {generation.max_chips} chips"
+    )
+
+
+def _topology_problem(generation: Generation, topology: str) -> str | None:
+    """Why GKE would refuse this topology for this generation, or None when it is valid."""
+    dims = parse_topology(topology)
+    valid = f"valid: {describe_valid_topologies(generation)}"
+    if dims is None:
+        return f"{topology!r} is not a topology; write it as dimensions joined by 'x'; {valid}"
+    if len(dims) != generation.dimensions:
+        shape = "AxB (2D)" if generation.dimensions == 2 else "AxBxC (3D)"
+        return f"{topology!r} is not a {generation.type} topology: {generation.type} takes {shape}; {valid}"
+    if topology in generation.topologies:
+        return None
+    chips = math.prod(dims)
+    if chips > generation.max_chips:
+        return (
+            f"{topology!r} has {chips} chips, more than the largest {generation.type} slice "
+            f"({generation.max_chips} chips); use more slices instead"
+        )
+    if list(dims) != sorted(dims):
+        ordered = "x".join(str(d) for d in sorted(dims))
+        return f"{topology!r} is not a {generation.type} topology: write the dimensions ascending ({ordered})"
+    if generation.dimensions == 3 and all(d % 4 == 0 for d in dims):
+        return None
+    return f"{topology!r} is not a {generation.type} topology; {valid}"
+
+
+def _machine_type_problem(machine_type: MachineType, chips: int, topology: str) -> str | None:
+    """Single-host machine types fit exactly one shape; the 4-chip ones tile larger slices."""
+    per_vm = machine_type.chips_per_vm
+    if per_vm == 1 and chips != 1:
+        return f"{machine_type.name} has 1 chip and serves only topology 1x1, not {topology}"
+    if per_vm == 8 and chips != 8:
+        return f"{machine_type.name} has 8 chips and serves only topology 2x4, not {topology}"
+    if per_vm == 4 and chips < 4:
+        return f"{machine_type.name} has 4 chips and cannot serve topology {topology}"
+    if chips % per_vm:
+        return f"topology {topology} ({chips} chips) is not a whole number of {machine_type.name} VMs"
+    return None
+
+
+def default_machine_type(generation: Generation, chips: int) -> MachineType:
+    """The machine type GKE users pick for a topology: a single host when one VM holds the slice."""
+    exact = next((m for m in generation.machine_types if m.chips_per_vm == chips), None)
+    if exact is not None:
+        return exact
+    # Multi-host slices are built from 4-chip VMs on every generation.
+    four = next(m for m in generation.machine_types if m.chips_per_vm == 4)
+    return four
+
+
+def resolve_slice(tpu_type: str, topology: str, machine_type: str | None = None) -> SliceShape:
+    """The slice GKE would build for this request, or CatalogError naming the field and the fix."""
+    generation = GENERATIONS.get(tpu_type)
+    if generation is None:
+        raise CatalogError("type", f"{tpu_type!r} is not a TPU type; valid: {', '.join(TPU_TYPES)}")
+    problem = _topology_problem(generation, topology)
+    if problem:
+        raise CatalogError("topology", problem)
+    chips = topology_chips(topology)
+    if machine_type is None:
+        chosen = default_machine_type(generation, chips)
+    else:
+        found = generation.machine_type(machine_type)
+        if found is None:
+            names = ", ".join(m.name for m in generation.machine_types)
+            raise CatalogError(
+                "machineType", f"{machine_type!r} is not a {generation.type} machine type; valid: {names}"
+            )
+        chosen = found
+    problem = _machine_type_problem(chosen, chips, topology)
+    if problem:
+        raise CatalogError("machineType", problem)
+    return SliceShape(
+        generation=generation,
+        topology=topology,
+        machine_type=chosen,
+        chips=chips,
+        hosts=max(chips // chosen.chips_per_vm, 1),
+    )
+
+
+def catalog_rows() -> list[tuple[str, str, str, int, int, str]]:
+    """(type, accelerator label, topology, chips, hosts, machine type) for every listed shape."""
+    rows = []
+    for generation in GENERATIONS.values():
+        shapes = list(generation.topologies)
+        if generation.dimensions == 3:
+            shapes += ["4x4x4", "4x4x8", "4x8x8", "8x8x8"]
+        for topology in shapes:
+            for machine in generation.machine_types:
+                try:
+                    shape = resolve_slice(generation.type, topology, machine.name)
+                except CatalogError:
+                    continue
+                rows.append(
+                    (
+                        generation.type,
+                        generation.accelerator,
+                        topology,
+                        shape.chips,
+                        shape.hosts,
+                        machine.name,
+                    )
+                )
+    return rows

@@ -1,0 +1,195 @@
+"""Manifests shared by the unit tests and the end-to-end tests: one valid base and the malformed table."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def base_job(name: str = "train", **spec_overrides: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "apiVersion": "tpujob.dev/v1alpha1",
+        "kind": "TPUJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "2x2"},
+            "trainer": {"image": "tpujob-trainer:test", "args": ["--steps", "10"]},
+        },
+    }
+    job["spec"].update(spec_overrides)
+    return job
+
+
+def with_change(path: str, value: Any, *, delete: bool = False) -> dict[str, Any]:
+    """base_job() with the field at a dotted path set (or deleted)."""
+    job = copy.deepcopy(base_job())
+    *parents, leaf = path.split(".")
+    node = job
+    for part in parents:
+        node = node.setdefault(part, {})
+    if delete:
+        node.pop(leaf)
+    else:
+        node[leaf] = value
+    return job
+
+
+# (id, manifest, field path the first problem must name, a fragment of the message saying what is allowed)
+MALFORMED: list[tuple[str, Any, str, str]] = [
+    ("unknown-tpu-type", with_change("spec.tpu.type", "v3"), "spec.tpu.type", "valid: v4, v5e"),
+    ("tpu-type-wrong-case", with_change("spec.tpu.type", "V5E"), "spec.tpu.type", "valid: v4, v5e"),
+    ("3d-topology-on-2d", with_change("spec.tpu.topology", "2x2x1"), "spec.tpu.topology", "v5e takes AxB"),
+    (
+        "2d-topology-on-3d",
+        with_change("spec.tpu", {"type": "v5p", "topology": "2x2"}),
+        "spec.tpu.topology",
+        "v5p takes AxBxC",
+    ),
+    ("nonexistent-topology", with_change("spec.tpu.topology", "3x3"), "spec.tpu.topology", "valid: 1x1, 2x2"),
+    (
+        "topology-too-big",
+        with_change("spec.tpu.topology", "16x32"),
+        "spec.tpu.topology",
+        "more than the largest",
+    ),
+    ("topology-garbage", with_change("spec.tpu.topology", "big"), "spec.tpu.topology", "e.g. 2x2 or 2x2x4"),
+    ("topology-not-string", with_change("spec.tpu.topology", 4), "spec.tpu.topology", "string"),
+    (
+        "topology-missing",
+        with_change("spec.tpu.topology", None, delete=True),
+        "spec.tpu.topology",
+        "required",
+    ),
+    ("slices-zero", with_change("spec.tpu.slices", 0), "spec.tpu.slices", "greater than or equal to 1"),
+    ("slices-negative", with_change("spec.tpu.slices", -2), "spec.tpu.slices", "greater than or equal to 1"),
+    ("slices-not-int", with_change("spec.tpu.slices", "two"), "spec.tpu.slices", "integer"),
+    (
+        "multislice-single-host",
+        with_change("spec.tpu.slices", 2),
+        "spec.tpu.slices",
+        "need multi-host slices",
+    ),
+    (
+        "machine-type-wrong-generation",
+        with_change("spec.tpu.machineType", "ct4p-hightpu-4t"),
+        "spec.tpu.machineType",
+        "valid: ct5lp-hightpu-1t",
+    ),
+    (
+        "machine-type-too-small",
+        with_change("spec.tpu.machineType", "ct5lp-hightpu-1t"),
+        "spec.tpu.machineType",
+        "serves only topology 1x1",
+    ),
+    (
+        "reservation-mode-without-name",
+        with_change("spec.capacity", {"mode": "reservation"}),
+        "spec.capacity.reservation",
+        "required when mode is reservation",
+    ),
+    (
+        "reservation-name-without-mode",
+        with_change("spec.capacity", {"mode": "spot", "reservation": "r1"}),
+        "spec.capacity.reservation",
+        "only used when mode is reservation",
+    ),
+    (
+        "unknown-capacity-mode",
+        with_change("spec.capacity", {"mode": "preemptible"}),
+        "spec.capacity.mode",
+        "spot",
+    ),
+    (
+        "reservation-bad-name",
+        with_change("spec.capacity", {"mode": "reservation", "reservation": "My_Res"}),
+        "spec.capacity.reservation",
+        "does not match",
+    ),
+    (
+        "unknown-pool-policy",
+        with_change("spec.nodePool", {"policy": "reuse"}),
+        "spec.nodePool.policy",
+        "existing",
+    ),
+    (
+        "zone-with-existing-pools",
+        with_change("spec.nodePool", {"policy": "existing", "zone": "us-east5-a"}),
+        "spec.nodePool.zone",
+        "only used with policy create",
+    ),
+    (
+        "tpu7x-multihost-without-workload-policy",
+        with_change("spec.tpu", {"type": "tpu7x", "topology": "2x2x2"}),
+        "spec.nodePool.workloadPolicy",
+        "workload policy",
+    ),
+    (
+        "deadline-negative",
+        with_change("spec.runPolicy", {"activeDeadlineSeconds": -5}),
+        "spec.runPolicy.activeDeadlineSeconds",
+        "greater than or equal to 1",
+    ),
+    (
+        "max-restarts-negative",
+        with_change("spec.runPolicy", {"maxRestarts": -1}),
+        "spec.runPolicy.maxRestarts",
+        "greater than or equal to 0",
+    ),
+    (
+        "ttl-negative",
+        with_change("spec.runPolicy", {"ttlSecondsAfterFinished": -1}),
+        "spec.runPolicy.ttlSecondsAfterFinished",
+        "greater than or equal to 0",
+    ),
+    (
+        "suspend-not-bool",
+        with_change("spec.runPolicy", {"suspend": "maybe"}),
+        "spec.runPolicy.suspend",
+        "boolean",
+    ),
+    ("image-missing", with_change("spec.trainer.image", None, delete=True), "spec.trainer.image", "required"),
+    ("image-empty", with_change("spec.trainer.image", ""), "spec.trainer.image", "at least 1 character"),
+    ("trainer-missing", with_change("spec.trainer", None, delete=True), "spec.trainer", "required"),
+    ("spec-missing", with_change("spec", None, delete=True), "spec", "required"),
+    (
+        "unknown-field-in-tpu",
+        with_change("spec.tpu.topolgy", "2x2"),
+        "spec.tpu.topolgy",
+        "valid fields here: type",
+    ),
+    ("unknown-field-in-spec", with_change("spec.replicas", 3), "spec.replicas", "valid fields here: tpu"),
+    (
+        "tpu-resource-set-by-user",
+        with_change("spec.trainer.resources", {"limits": {"google.com/tpu": "4"}}),
+        "spec.trainer.resources.limits",
+        "set by the operator",
+    ),
+    (
+        "bad-quantity",
+        with_change("spec.trainer.resources", {"requests": {"cpu": "lots"}}),
+        "spec.trainer.resources.requests.cpu",
+        "does not match",
+    ),
+    (
+        "reserved-env",
+        with_change("spec.trainer.env", [{"name": "TPU_WORKER_ID", "value": "3"}]),
+        "spec.trainer.env[0].name",
+        "set by the operator",
+    ),
+    ("env-not-list", with_change("spec.trainer.env", {"A": "1"}), "spec.trainer.env", "list"),
+    (
+        "command-not-list",
+        with_change("spec.trainer.command", "python train.py"),
+        "spec.trainer.command",
+        "list",
+    ),
+    ("wrong-kind", with_change("kind", "Job"), "kind", "use TPUJob"),
+    (
+        "wrong-api-version",
+        with_change("apiVersion", "tpujob.dev/v1"),
+        "apiVersion",
+        "use tpujob.dev/v1alpha1",
+    ),
+    ("name-too-long", with_change("metadata.name", "n" * 60), "metadata.name", "longer than 48 characters"),
+    ("not-a-mapping", ["a", "list"], "(document)", "must be a mapping"),
+]

@@ -1,0 +1,86 @@
+"""The `tpujob` CLI: validate, render, crd, catalog; and every example is valid."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.manifests import MALFORMED, base_job
+from tpujob.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def write(tmp_path, name, document):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_examples_exist_and_validate(capsys):
+    assert len(EXAMPLES) >= 4
+    assert main(["validate", *map(str, EXAMPLES)]) == 0
+    assert f"{len(EXAMPLES)} file(s) valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_every_example_renders(example, capsys):
+    assert main(["render", str(example), "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert set(plan) == {"nodePools", "resources"}
+    assert any(r["kind"] == "Pod" for r in plan["resources"])
+
+
+def test_validate_prints_one_line_per_problem_with_file_and_field(tmp_path, capsys):
+    bad = base_job()
+    bad["spec"]["tpu"]["type"] = "v3"
+    bad["spec"]["tpu"]["slices"] = 0
+    good = write(tmp_path, "good.yaml", base_job())
+    path = write(tmp_path, "bad.yaml", bad)
+    assert main(["validate", str(good), str(path)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"{path}: spec.tpu.slices: Input should be greater than or equal to 1 (got 0)",
+        f"{path}: spec.tpu.type: 'v3' is not allowed; valid: v4, v5e, v5p, v6e, tpu7x",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "field"), [(m[1], m[2]) for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
+def test_render_refuses_malformed_input_with_the_validate_messages(tmp_path, capsys, manifest, field):
+    path = write(tmp_path, "job.yaml", manifest)
+    with pytest.raises(SystemExit) as exited:
+        main(["render", str(path)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{path}: {field}: " in captured.err
+
+
+def test_multi_document_files_label_each_document(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    bad = base_job()
+    bad["spec"]["tpu"]["slices"] = 0
+    path.write_text(yaml.safe_dump(base_job()) + "---\n" + yaml.safe_dump(bad))
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path} (document 2): spec.tpu.slices:")
+
+
+def test_unreadable_and_unparsable_files(tmp_path, capsys):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spec: [unclosed")
+    assert main(["validate", str(tmp_path / "missing.yaml"), str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert "missing.yaml: cannot read" in err
+    assert "broken.yaml: not valid YAML" in err
+
+
+def test_crd_and_catalog_commands(capsys):
+    assert main(["crd"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["metadata"]["name"] == "tpujobs.tpujob.dev"
+    assert main(["catalog"]) == 0
+    table = capsys.readouterr().out
+    assert "v5p    tpu-v5p-slice         2x2x4     16     4      ct5p-hightpu-4t" in table

@@ -1,0 +1,226 @@
+"""Pure rendering: node pools, pods and the Service, table-tested without a cluster."""
+
+import json
+
+import pytest
+from google.cloud import container_v1
+
+from tests.manifests import base_job
+from tpujob.api import constants as c
+from tpujob.api import parse_tpujob
+from tpujob.render import Cluster, render_plan
+from tpujob.render.naming import MAX_POOL_NAME
+
+CLUSTER = Cluster(project="p", location="us-east5", cluster="c", zone="us-east5-b")
+
+
+def job(name="train", uid="1234", **spec):
+    manifest = base_job(name, **spec)
+    manifest["metadata"]["uid"] = uid
+    return parse_tpujob(manifest)
+
+
+def env_of(pod):
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def pods_of(plan):
+    return [r for r in plan.resources if r["kind"] == "Pod"]
+
+
+# (tpu spec) -> (pools, pods per pool, chips per pod, machine type, multi-host placement topology or None)
+SHAPES = [
+    ({"type": "v5e", "topology": "2x2"}, 1, 1, 4, "ct5lp-hightpu-4t", None),
+    ({"type": "v5e", "topology": "1x1"}, 1, 1, 1, "ct5lp-hightpu-1t", None),
+    ({"type": "v5e", "topology": "2x4"}, 1, 1, 8, "ct5lp-hightpu-8t", None),
+    (
+        {"type": "v5e", "topology": "2x4", "machineType": "ct5lp-hightpu-4t"},
+        1,
+        2,
+        4,
+        "ct5lp-hightpu-4t",
+        "2x4",
+    ),
+    ({"type": "v5p", "topology": "2x2x4"}, 1, 4, 4, "ct5p-hightpu-4t", "2x2x4"),
+    ({"type": "v4", "topology": "2x2x1"}, 1, 1, 4, "ct4p-hightpu-4t", None),
+    ({"type": "v6e", "topology": "4x4", "slices": 2}, 2, 4, 4, "ct6e-standard-4t", "4x4"),
+    ({"type": "v6e", "topology": "16x16", "slices": 3}, 3, 64, 4, "ct6e-standard-4t", "16x16"),
+]
+
+
+@pytest.mark.parametrize(("tpu_spec", "n_pools", "hosts", "chips", "machine", "placement"), SHAPES)
+def test_pools_and_pods_follow_the_slice_shape(tpu_spec, n_pools, hosts, chips, machine, placement):
+    plan = render_plan(job(tpu=tpu_spec), CLUSTER)
+    assert len(plan.node_pools) == n_pools
+    for pool in plan.node_pools:
+        assert pool["initialNodeCount"] == hosts
+        assert pool["config"]["machineType"] == machine
+        assert pool["locations"] == ["us-east5-b"]
+        assert pool["management"] == {"autoUpgrade": False, "autoRepair": True}
+        if placement:
+            assert pool["placementPolicy"] == {"type": "COMPACT", "tpuTopology": placement}
+        else:
+            assert "placementPolicy" not in pool  # never a topology on a single-host pool
+    pods = pods_of(plan)
+    assert len(pods) == n_pools * hosts
+    for pod in pods:
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["requests"][c.TPU_RESOURCE] == resources["limits"][c.TPU_RESOURCE] == str(chips)
+
+
+def test_node_pools_are_valid_gke_rest_json():
+    """The real client's NodePool type reads every field: camelCase names as GKE's REST API has them."""
+    for tpu_spec, *_ in SHAPES:
+        for pool in render_plan(job(tpu=tpu_spec, capacity={"mode": "spot"}), CLUSTER).node_pools:
+            parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+            assert parsed.name == pool["name"]
+            assert parsed.config.spot is True
+            assert parsed.initial_node_count == pool["initialNodeCount"]
+
+
+def test_reservation_affinity_and_ownership_labels():
+    plan = render_plan(job(capacity={"mode": "reservation", "reservation": "res-1"}), CLUSTER)
+    (pool,) = plan.node_pools
+    parsed = container_v1.NodePool.from_json(json.dumps(pool))
+    affinity = parsed.config.reservation_affinity
+    assert affinity.consume_reservation_type == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
+    assert affinity.key == "compute.googleapis.com/reservation-name"
+    assert list(affinity.values) == ["res-1"]
+    assert pool["config"]["labels"][c.POOL_LABEL_JOB_UID] == "1234"
+    assert pool["config"]["labels"][c.POOL_LABEL_MANAGED_BY] == c.MANAGED_BY
+    assert "spot" not in pool["config"]
+
+
+def test_pool_names_are_gke_valid_stable_and_distinct():
+    long_job = job(name="a" * 48, tpu={"type": "v6e", "topology": "4x4", "slices": 4})
+    names = [p["name"] for p in render_plan(long_job, CLUSTER).node_pools]
+    assert all(len(n) <= MAX_POOL_NAME for n in names)
+    assert len(set(names)) == 4
+    assert names == [p["name"] for p in render_plan(long_job, CLUSTER).node_pools]
+    other_uid = [
+        p["name"]
+        for p in render_plan(
+            job(name="a" * 48, uid="99", tpu=long_job.spec.tpu.model_dump()), CLUSTER
+        ).node_pools
+    ]
+    assert set(names).isdisjoint(other_uid)
+
+
+def test_pod_selectors_tolerations_and_identity():
+    plan = render_plan(job(tpu={"type": "v5p", "topology": "2x2x4"}, capacity={"mode": "spot"}), CLUSTER)
+    pool_name = plan.node_pools[0]["name"]
+    pods = pods_of(plan)
+    for worker, pod in enumerate(pods):
+        spec = pod["spec"]
+        assert spec["nodeSelector"] == {
+            c.NODE_LABEL_ACCELERATOR: "tpu-v5p-slice",
+            c.NODE_LABEL_TOPOLOGY: "2x2x4",
+            c.NODE_LABEL_NODEPOOL: pool_name,
+            c.NODE_LABEL_SPOT: "true",
+        }
+        assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+        assert {
+            "key": c.SPOT_TAINT_KEY,
+            "operator": "Equal",
+            "value": "true",
+            "effect": "NoSchedule",
+        } in spec["tolerations"]
+        assert spec["hostname"] == f"train-s0-w{worker}"
+        assert spec["subdomain"] == "train"
+        assert spec["restartPolicy"] == "Never"
+        env = env_of(pod)
+        assert env["TPU_WORKER_ID"] == str(worker)
+        assert env["TPU_WORKER_HOSTNAMES"].split(",") == [f"train-s0-w{w}.train" for w in range(4)]
+        assert not any(k.startswith("MEGASCALE") for k in env)
+        labels = pod["metadata"]["labels"]
+        assert (labels[c.LABEL_SLICE], labels[c.LABEL_WORKER], labels[c.LABEL_ATTEMPT]) == (
+            "0",
+            str(worker),
+            "0",
+        )
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == "1234"
+        security = spec["containers"][0]["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert "privileged" not in security
+
+
+def test_multislice_env_and_ports():
+    plan = render_plan(job(tpu={"type": "v6e", "topology": "4x4", "slices": 2}), CLUSTER)
+    pods = pods_of(plan)
+    assert len(pods) == 8
+    for pod in pods:
+        env = env_of(pod)
+        slice_id = int(pod["metadata"]["labels"][c.LABEL_SLICE])
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "train-s0-w0.train"
+        assert env["MEGASCALE_NUM_SLICES"] == "2"
+        assert env["MEGASCALE_SLICE_ID"] == str(slice_id)
+        assert env["MEGASCALE_PORT"] == str(c.PORT_MEGASCALE)
+        assert env["TPU_WORKER_HOSTNAMES"].split(",")[0] == f"train-s{slice_id}-w0.train"
+        ports = {p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+        assert {c.PORT_TPU_ICI, c.PORT_TF_WORKER, c.PORT_MEGASCALE} <= ports
+        assert pod["spec"]["nodeSelector"][c.NODE_LABEL_NODEPOOL] == plan.node_pools[slice_id]["name"]
+
+
+def test_existing_policy_renders_no_pools_and_no_pool_pin():
+    plan = render_plan(job(nodePool={"policy": "existing"}), CLUSTER)
+    assert plan.node_pools == []
+    (pod,) = pods_of(plan)
+    assert c.NODE_LABEL_NODEPOOL not in pod["spec"]["nodeSelector"]
+
+
+def test_headless_service_publishes_not_ready_workers():
+    plan = render_plan(job(), CLUSTER)
+    service = plan.resources[0]
+    assert service["kind"] == "Service"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {c.LABEL_JOB_NAME: "train"}
+
+
+def test_user_settings_reach_the_container():
+    manifest_job = job(
+        trainer={
+            "image": "img:1",
+            "command": ["python", "-m", "x"],
+            "args": ["--a"],
+            "env": [{"name": "FOO", "value": "bar"}],
+            "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+            "checkpointDir": "gs://b/ckpt",
+            "serviceAccountName": "trainer",
+            "hostNetwork": True,
+        }
+    )
+    (pod,) = pods_of(render_plan(manifest_job, CLUSTER))
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "x"]
+    assert container["args"] == ["--a"]
+    assert env_of(pod)["FOO"] == "bar"
+    assert env_of(pod)["TPUJOB_CHECKPOINT_DIR"] == "gs://b/ckpt"
+    assert container["resources"]["requests"] == {"cpu": "4", c.TPU_RESOURCE: "4"}
+    assert container["resources"]["limits"] == {"memory": "8Gi", c.TPU_RESOURCE: "4"}
+    assert pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_tpu7x_multihost_pool_uses_the_workload_policy():
+    plan = render_plan(
+        job(tpu={"type": "tpu7x", "topology": "2x2x2"}, nodePool={"workloadPolicy": "wp-1"}), CLUSTER
+    )
+    (pool,) = plan.node_pools
+    assert pool["placementPolicy"] == {"policyName": "wp-1"}
+    assert pool["initialNodeCount"] == 2
+
+
+def test_rendering_is_deterministic_byte_for_byte():
+    spec = {"tpu": {"type": "v6e", "topology": "4x4", "slices": 2}}
+    first = json.dumps(render_plan(job(**spec), CLUSTER).to_dict(), sort_keys=False)
+    second = json.dumps(render_plan(job(**spec), CLUSTER).to_dict(), sort_keys=False)
+    assert first == second
+
+
+def test_attempt_changes_pod_names_not_hostnames():
+    first = pods_of(render_plan(job(), CLUSTER, attempt=0))[0]
+    second = pods_of(render_plan(job(), CLUSTER, attempt=1))[0]
+    assert first["metadata"]["name"] != second["metadata"]["name"]
+    assert first["spec"]["hostname"] == second["spec"]["hostname"]
+    assert env_of(second)["TPUJOB_ATTEMPT"] == "1"

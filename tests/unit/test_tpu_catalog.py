@@ -1,0 +1,101 @@
+"""The TPU catalog against the facts in shared/reference/gke-tpu.md."""
+
+import pytest
+
+from tpujob import tpu
+
+# (type, topology, machine type or None for the default) -> (chips, hosts, machine type, accelerator)
+FACTS = [
+    ("v4", "2x2x1", None, 4, 1, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "2x2x2", None, 8, 2, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "2x2x4", None, 16, 4, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "2x4x4", None, 32, 8, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "4x4x4", None, 64, 16, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "4x4x8", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "16x16x16", None, 4096, 1024, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v5e", "1x1", None, 1, 1, "ct5lp-hightpu-1t", "tpu-v5-lite-podslice"),
+    ("v5e", "2x2", None, 4, 1, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "2x4", None, 8, 1, "ct5lp-hightpu-8t", "tpu-v5-lite-podslice"),
+    ("v5e", "2x4", "ct5lp-hightpu-4t", 8, 2, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "4x4", None, 16, 4, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "4x8", None, 32, 8, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "8x8", None, 64, 16, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "8x16", None, 128, 32, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5e", "16x16", None, 256, 64, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    ("v5p", "2x2x1", None, 4, 1, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v5p", "2x2x2", None, 8, 2, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v5p", "2x2x4", None, 16, 4, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v5p", "2x4x4", None, 32, 8, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v5p", "4x4x4", None, 64, 16, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v5p", "8x8x16", None, 1024, 256, "ct5p-hightpu-4t", "tpu-v5p-slice"),
+    ("v6e", "1x1", None, 1, 1, "ct6e-standard-1t", "tpu-v6e-slice"),
+    ("v6e", "2x2", None, 4, 1, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "2x4", None, 8, 1, "ct6e-standard-8t", "tpu-v6e-slice"),
+    ("v6e", "2x4", "ct6e-standard-4t", 8, 2, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "4x4", None, 16, 4, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "4x8", None, 32, 8, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "8x8", None, 64, 16, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "8x16", None, 128, 32, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("v6e", "16x16", None, 256, 64, "ct6e-standard-4t", "tpu-v6e-slice"),
+    ("tpu7x", "2x2x1", None, 4, 1, "tpu7x-standard-4t", "tpu7x"),
+    ("tpu7x", "2x2x2", None, 8, 2, "tpu7x-standard-4t", "tpu7x"),
+    ("tpu7x", "4x4x4", None, 64, 16, "tpu7x-standard-4t", "tpu7x"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "topology", "machine", "chips", "hosts", "expected_machine", "label"), FACTS
+)
+def test_slice_shape_matches_gke_facts(tpu_type, topology, machine, chips, hosts, expected_machine, label):
+    shape = tpu.resolve_slice(tpu_type, topology, machine)
+    assert (shape.chips, shape.hosts, shape.machine_type.name) == (chips, hosts, expected_machine)
+    assert shape.generation.accelerator == label
+    assert shape.hosts * shape.chips_per_host == shape.chips
+    assert shape.multi_host == (hosts > 1)
+
+
+def test_every_listed_topology_of_every_generation_resolves_consistently():
+    seen_types = set()
+    for generation in tpu.GENERATIONS.values():
+        for topology in generation.topologies:
+            shape = tpu.resolve_slice(generation.type, topology)
+            seen_types.add(generation.type)
+            assert shape.hosts * shape.chips_per_host == shape.chips == tpu.topology_chips(topology)
+            assert len(topology.split("x")) == generation.dimensions
+            assert generation.machine_type(shape.machine_type.name) is shape.machine_type
+    assert seen_types == {"v4", "v5e", "v5p", "v6e", "tpu7x"}
+
+
+def test_catalog_rows_cover_every_generation_and_are_consistent():
+    rows = tpu.catalog_rows()
+    assert {row[0] for row in rows} == set(tpu.TPU_TYPES)
+    for tpu_type, _label, topology, chips, hosts, machine in rows:
+        per_vm = tpu.GENERATIONS[tpu_type].machine_type(machine).chips_per_vm
+        assert hosts * per_vm == chips == tpu.topology_chips(topology)
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "topology", "machine", "field", "fragment"),
+    [
+        ("v3", "2x2", None, "type", "valid: v4, v5e, v5p, v6e, tpu7x"),
+        ("v5e", "3x3", None, "topology", "valid: 1x1, 2x2, 2x4, 4x4"),
+        ("v5e", "2x2x2", None, "topology", "v5e takes AxB (2D)"),
+        ("v4", "2x2", None, "topology", "v4 takes AxBxC (3D)"),
+        ("v5e", "32x32", None, "topology", "1024 chips, more than the largest v5e slice (256 chips)"),
+        ("v5p", "4x4x2", None, "topology", "write the dimensions ascending (2x4x4)"),
+        ("v5p", "4x4x6", None, "topology", "each a multiple of 4"),
+        ("v4", "16x16x32", None, "topology", "more than the largest v4 slice"),
+        ("v5e", "2x2", "ct5lp-hightpu-1t", "machineType", "serves only topology 1x1"),
+        ("v5e", "4x4", "ct5lp-hightpu-8t", "machineType", "serves only topology 2x4"),
+        ("v6e", "1x1", "ct6e-standard-4t", "machineType", "cannot serve topology 1x1"),
+        ("v5e", "2x2", "ct6e-standard-4t", "machineType", "not a v5e machine type"),
+        ("v5e", "axb", None, "topology", "not a topology"),
+    ],
+)
+def test_requests_gke_would_refuse_name_the_field_and_the_choices(
+    tpu_type, topology, machine, field, fragment
+):
+    with pytest.raises(tpu.CatalogError) as caught:
+        tpu.resolve_slice(tpu_type, topology, machine)
+    assert caught.value.field == field
+    assert fragment in caught.value.message
