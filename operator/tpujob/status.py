@@ -1,0 +1,491 @@
+"""The operator's brain, pure: what it observed -> what to do and what the status says.
+
+`decide()` takes a snapshot (the job, its last status, its pods, its node pools, the time) and
+returns a Decision: pools to create or delete, pods to create or delete, the new status, events,
+and when to look again. The handlers execute it. Being pure, every life-cycle rule is table-tested
+without a cluster, and a crash between any two API calls converges: the next snapshot shows what
+was done, and the same rules pick up from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+
+from tpujob import tpu
+from tpujob.api.constants import EXIT_CODE_PREEMPTED
+from tpujob.api.models import (
+    Condition,
+    ConditionStatus,
+    NodePoolPolicy,
+    NodePoolStatus,
+    TPUJob,
+    TPUJobStatus,
+    WorkerCounts,
+)
+from tpujob.render import naming
+
+# Phases (status.phase).
+PENDING = "Pending"
+PROVISIONING = "Provisioning"
+STARTING = "Starting"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
+
+# Reasons (status.reason, condition reasons, event reasons, restart reasons).
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
+REASON_DEADLINE = "DeadlineExceeded"
+REASON_WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
+REASON_PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
+REASON_NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
+REASON_POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
+REASON_STOCKOUT = "Stockout"
+REASON_QUOTA = "QuotaExceeded"
+REASON_GKE_BUSY = "IncompatibleOperation"
+REASON_GKE_UNAVAILABLE = "GKEUnavailable"
+REASON_PROVISIONING = "Provisioning"
+
+INFRASTRUCTURE_REASONS = frozenset({REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST})
+
+# Pod failure reasons a node going away leaves behind (kubelet graceful node shutdown, eviction,
+# node lifecycle / pod GC). A pod failing with one of these did nothing wrong itself.
+NODE_LOSS_POD_REASONS = frozenset(
+    {"Terminated", "NodeShutdown", "Shutdown", "NodeLost", "Evicted", "Preempting", "DeletionByPodGC"}
+)
+
+# GKE node pool states.
+POOL_MISSING = "MISSING"  # not found in GKE (not yet created, or gone)
+POOL_DELETED = "Deleted"
+POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
+POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
+
+# How long a pool may sit in ERROR before it is recreated: GKE's ERROR can be transient.
+POOL_ERROR_GRACE = dt.timedelta(seconds=60)
+POLL_PROVISIONING_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator needs to know of one of its pods."""
+
+    name: str
+    slice: int
+    worker: int
+    attempt: int
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    reason: str = ""  # pod.status.reason, else the container's terminated reason
+    exit_code: int | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One slice's node pool as GKE reported it in this pass."""
+
+    slice: int
+    name: str
+    state: str  # POOL_MISSING or a GKE status
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GKEError:
+    """The last failed GKE call for a slice, classified (see gke.classify_error)."""
+
+    reason: str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: TPUJob
+    now: dt.datetime
+    pods: tuple[PodView, ...] = ()
+    # None: GKE was not asked in this pass; the status' pool states stand.
+    pools: tuple[PoolView, ...] | None = None
+    gke_errors: dict[int, GKEError] = field(default_factory=dict)
+    service_exists: bool = False
+    # Pods created but not yet seen by the watch; they are not "missing".
+    pods_in_flight: frozenset[str] = frozenset()
+
+    @property
+    def status(self) -> TPUJobStatus:
+        return self.job.status or TPUJobStatus()
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: TPUJobStatus
+    create_pools: list[int] = field(default_factory=list)
+    delete_pools: list[str] = field(default_factory=list)
+    create_service: bool = False
+    create_pods: list[tuple[int, int]] = field(default_factory=list)  # (slice, worker) of status.attempt
+    delete_pods: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+
+    def requeue(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def timestamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(value: str) -> dt.datetime:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
+def set_condition(
+    conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: dt.datetime
+) -> list[Condition]:
+    """Kubernetes convention: lastTransitionTime moves only when the status flips."""
+    wanted = ConditionStatus.true if status else ConditionStatus.false
+    current = next((c for c in conditions if c.type == type_), None)
+    moved = current is None or current.status != wanted
+    updated = Condition(
+        type=type_,
+        status=wanted,
+        reason=reason,
+        message=message,
+        last_transition_time=timestamp(now) if moved or current is None else current.last_transition_time,
+    )
+    return [c for c in conditions if c.type != type_] + [updated]
+
+
+def expected_workers(job: TPUJob) -> list[tuple[int, int]]:
+    hosts = tpu.resolve_slice(job.spec.tpu.type, job.spec.tpu.topology, job.spec.tpu.machine_type).hosts
+    return [(s, w) for s in range(job.spec.tpu.slices) for w in range(hosts)]
+
+
+def is_infrastructure_failure(pod: PodView) -> bool:
+    """Preemption, maintenance or node loss, as opposed to the application failing."""
+    return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
+
+
+def classify_stockout(message: str) -> bool:
+    text = message.lower()
+    return any(
+        marker in text
+        for marker in ("lack of capacity", "resource is exhausted", "not have enough resources", "stockout")
+    )
+
+
+# --- the decision --------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Accumulates the decision; keeps decide() readable."""
+
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+        self.job = observed.job
+        self.now = observed.now
+        previous = observed.status
+        self.previous_phase = previous.phase
+        self.previous_workers = previous.workers
+        self.status = previous.model_copy(deep=True)
+        self.decision = Decision(status=self.status)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))
+
+    def set_phase(self, phase: str, reason: str, message: str) -> None:
+        changed = self.status.phase != phase or self.status.reason != reason
+        self.status.phase, self.status.reason, self.status.message = phase, reason, message
+        if changed:
+            warning = phase in (FAILED, RESTARTING) or reason in (REASON_STOCKOUT, REASON_QUOTA)
+            self.event("Warning" if warning else "Normal", reason or phase, message)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.status.conditions = set_condition(
+            self.status.conditions, type_, status, reason, message, self.now
+        )
+
+    def finish(self) -> Decision:
+        self.status.observed_generation = self.job.metadata.generation
+        return self.decision
+
+
+def decide(observed: Observed) -> Decision:
+    b = _Builder(observed)
+    status = b.status
+    if status.phase in TERMINAL_PHASES and status.reason != REASON_INVALID_SPEC:
+        _finished(b)
+        return b.finish()
+    if status.reason == REASON_INVALID_SPEC:  # the spec was fixed: start over
+        status.phase, status.reason, status.message = PENDING, "", ""
+        status.conditions = [c for c in status.conditions if c.type != "Failed"]
+    if b.job.spec.run_policy.suspend:
+        _suspend(b)
+        return b.finish()
+    if status.phase == SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
+        status.attempt += 1
+        status.start_time = None
+        b.condition("Suspended", False, "Resumed", "the job was resumed")
+    if status.start_time is None:
+        status.start_time = timestamp(b.now)
+        if status.phase is None:
+            b.set_phase(PENDING, "Created", "the operator accepted the job")
+    status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **_count(b, status.attempt))
+    if _deadline_passed(b):
+        return b.finish()
+    if not _pools_ready(b):
+        return b.finish()
+    _run_workers(b)
+    return b.finish()
+
+
+def _count(b: _Builder, attempt: int) -> dict[str, int]:
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for pod in b.observed.pods:
+        if pod.attempt == attempt and not pod.deleting:
+            key = pod.phase.lower() if pod.phase.lower() in counts else "pending"
+            counts[key] += 1
+    return counts
+
+
+def _release(b: _Builder, *, keep_finished_pods: bool) -> None:
+    """Delete what holds TPUs: live pods, and the pools the operator made."""
+    for pod in b.observed.pods:
+        if pod.deleting or (keep_finished_pods and pod.phase in ("Succeeded", "Failed")):
+            continue
+        b.decision.delete_pods.append(pod.name)
+    for pool in _known_pools(b):
+        if pool.state not in (POOL_MISSING, POOL_DELETED):
+            b.decision.delete_pools.append(pool.name)
+
+
+def _known_pools(b: _Builder) -> list[PoolView]:
+    """This pass' GKE view, else what the status last recorded."""
+    if b.observed.pools is not None:
+        return list(b.observed.pools)
+    return [PoolView(p.slice, p.name, p.state, p.message) for p in b.status.node_pools]
+
+
+def _record_pools(b: _Builder, pools: list[PoolView]) -> None:
+    b.status.node_pools = [
+        NodePoolStatus(name=p.name, slice=p.slice, state=p.state, message=p.message) for p in pools
+    ]
+
+
+def _finished(b: _Builder) -> None:
+    """Succeeded or Failed: give the TPUs back, keep finished pods for their logs, honour the TTL."""
+    _release(b, keep_finished_pods=True)
+    pools = _known_pools(b)
+    if b.observed.pools is not None:
+        _record_pools(
+            b, [dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p for p in pools]
+        )
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    ttl = b.job.spec.run_policy.ttl_seconds_after_finished
+    if ttl is not None and b.status.completion_time:
+        expires = parse_timestamp(b.status.completion_time) + dt.timedelta(seconds=ttl)
+        if b.now >= expires:
+            b.decision.delete_job = True
+        else:
+            b.decision.requeue((expires - b.now).total_seconds())
+
+
+def _fail(b: _Builder, reason: str, message: str) -> None:
+    b.status.completion_time = timestamp(b.now)
+    b.set_phase(FAILED, reason, message)
+    b.condition("Failed", True, reason, message)
+    b.condition("Running", False, reason, "the job failed")
+    _release(b, keep_finished_pods=True)
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+
+
+def _suspend(b: _Builder) -> None:
+    _release(b, keep_finished_pods=False)
+    b.set_phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
+    b.condition("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
+    b.condition("Running", False, "Suspended", "the job is suspended")
+    if b.observed.pools is not None:
+        _record_pools(
+            b,
+            [
+                dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p
+                for p in b.observed.pools
+            ],
+        )
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+
+
+def _deadline_passed(b: _Builder) -> bool:
+    deadline = b.job.spec.run_policy.active_deadline_seconds
+    if deadline is None or b.status.start_time is None:
+        return False
+    ends = parse_timestamp(b.status.start_time) + dt.timedelta(seconds=deadline)
+    if b.now < ends:
+        b.decision.requeue((ends - b.now).total_seconds())
+        return False
+    _fail(b, REASON_DEADLINE, f"the job ran longer than activeDeadlineSeconds ({deadline} s)")
+    return True
+
+
+def _pools_ready(b: _Builder) -> bool:
+    """Create policy: one RUNNING pool per slice before any pod. Returns True when pods may run."""
+    job = b.job
+    if job.spec.node_pool.policy != NodePoolPolicy.create:
+        b.condition(
+            "NodePoolsReady", True, "ExistingNodePools", "policy existing: pods use pools made elsewhere"
+        )
+        return True
+    pools = {p.slice: p for p in _known_pools(b)}
+    views: list[PoolView] = []
+    problems: list[tuple[str, str]] = []
+    for slice_index in range(job.spec.tpu.slices):
+        name = naming.node_pool_name(job, slice_index)
+        pool = pools.get(slice_index, PoolView(slice_index, name, POOL_MISSING))
+        error = b.observed.gke_errors.get(slice_index)
+        if pool.state in (POOL_MISSING, POOL_DELETED):
+            if error is None:
+                b.decision.create_pools.append(slice_index)
+                pool = dataclasses.replace(pool, state="PROVISIONING", message="create requested")
+            else:
+                problems.append((error.reason, error.message))
+                pool = dataclasses.replace(pool, state=POOL_MISSING, message=error.message)
+        elif pool.state == "ERROR":
+            if classify_stockout(pool.message) or _error_outlived_grace(b, slice_index, pool):
+                reason = REASON_STOCKOUT if classify_stockout(pool.message) else REASON_POOL_LOST
+                problems.append((reason, pool.message))
+                b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
+        elif pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
+            problems.append((REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}"))
+        views.append(pool)
+    if b.observed.pools is not None or b.decision.create_pools:
+        _record_pools(b, views)
+    ready = all(v.state in POOL_READY_STATES for v in views)
+    if ready:
+        b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
+        return True
+    reason, message = problems[0] if problems else (REASON_PROVISIONING, _pools_message(views))
+    b.condition("NodePoolsReady", False, reason, message)
+    b.set_phase(PROVISIONING, reason, message)
+    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    return False
+
+
+def _pools_message(views: list[PoolView]) -> str:
+    return ", ".join(f"{v.name}: {v.state}" for v in views)
+
+
+def _error_outlived_grace(b: _Builder, slice_index: int, pool: PoolView) -> bool:
+    """ERROR seen in the previous status too, for longer than the grace period."""
+    before = next((p for p in b.status.node_pools if p.slice == slice_index), None)
+    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    if before is None or before.state != "ERROR" or condition is None or not condition.last_transition_time:
+        return False
+    return b.now - parse_timestamp(condition.last_transition_time) >= POOL_ERROR_GRACE
+
+
+def _run_workers(b: _Builder) -> None:
+    """Pools are ready: Service, pods of the current attempt, and what their phases mean."""
+    status = b.status
+    if not b.observed.service_exists:
+        b.decision.create_service = True
+    # A crash after creating a new attempt's pods but before recording it: adopt that attempt.
+    newest = max((p.attempt for p in b.observed.pods), default=status.attempt)
+    if newest > status.attempt:
+        status.attempt = newest
+    for pod in b.observed.pods:
+        if pod.attempt < status.attempt and not pod.deleting:
+            b.decision.delete_pods.append(pod.name)
+    current = {
+        (p.slice, p.worker): p for p in b.observed.pods if p.attempt == status.attempt and not p.deleting
+    }
+    wanted = expected_workers(b.job)
+    failed = [p for p in current.values() if p.phase == "Failed"]
+    missing = [
+        key
+        for key in wanted
+        if key not in current
+        and naming.pod_name(b.job, key[0], key[1], status.attempt) not in b.observed.pods_in_flight
+    ]
+    if failed:
+        _restart(b, failed, lost=[])
+        return
+    # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
+    before = b.previous_workers
+    all_seen_before = before.pending + before.running + before.succeeded + before.failed == len(wanted)
+    if missing and all_seen_before and b.previous_phase in (STARTING, RUNNING):
+        _restart(b, [], lost=missing)
+        return
+    b.decision.create_pods = missing
+    status.workers = WorkerCounts(expected=len(wanted), **_count(b, status.attempt))
+    workers = status.workers
+    if workers.succeeded == len(wanted):
+        status.completion_time = timestamp(b.now)
+        b.set_phase(SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
+        b.condition("Succeeded", True, "Succeeded", f"all {len(wanted)} workers succeeded")
+        b.condition("Running", False, "Succeeded", "the job finished")
+        _release(b, keep_finished_pods=True)
+        if b.decision.delete_pools:
+            b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    elif not missing and workers.running + workers.succeeded == len(wanted):
+        if status.running_time is None:
+            status.running_time = timestamp(b.now)
+        b.set_phase(RUNNING, "Running", f"{workers.running} of {len(wanted)} workers running")
+        b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+    else:
+        b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+
+
+def _restart(b: _Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> None:
+    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job."""
+    status = b.status
+    infrastructure = bool(lost) or any(is_infrastructure_failure(p) for p in failed)
+    if lost:
+        reason = REASON_NODE_LOST
+        detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"
+    elif infrastructure:
+        pod = next(p for p in failed if is_infrastructure_failure(p))
+        reason = REASON_PREEMPTED
+        detail = (
+            f"pod {pod.name} stopped by the infrastructure ({pod.reason or f'exit code {pod.exit_code}'})"
+        )
+    else:
+        pod = failed[0]
+        reason = REASON_WORKER_FAILED
+        detail = f"pod {pod.name} failed (exit code {pod.exit_code}{', ' + pod.reason if pod.reason else ''})"
+    budget = b.job.spec.run_policy.max_restarts
+    if not infrastructure and status.application_restarts >= budget:
+        _fail(b, REASON_BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
+        return
+    status.restarts += 1
+    status.restarts_by_reason[reason] = status.restarts_by_reason.get(reason, 0) + 1
+    if not infrastructure:
+        status.application_restarts += 1
+    status.attempt += 1
+    status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
+    for pod in b.observed.pods:
+        if not pod.deleting and pod.name not in b.decision.delete_pods:
+            b.decision.delete_pods.append(pod.name)
+    counted = f"{status.application_restarts}/{budget} application restarts used"
+    b.set_phase(
+        RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
+    )
+    b.condition("Running", False, reason, detail)
+    # The next pass re-checks the pools (a lost node may have broken the slice) before new pods.
+    b.decision.requeue(1.0)

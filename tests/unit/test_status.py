@@ -1,0 +1,256 @@
+"""The life cycle, decided purely: snapshot in, actions and status out."""
+
+import datetime as dt
+
+import pytest
+
+from tests.manifests import base_job
+from tpujob import status as s
+from tpujob.api import parse_tpujob
+from tpujob.api.models import TPUJobStatus
+from tpujob.render import naming
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def make_job(status=None, **spec):
+    manifest = base_job("train", **spec)
+    manifest["metadata"].update(uid="u1", generation=1)
+    job = parse_tpujob(manifest)
+    return job.model_copy(update={"status": status}) if status is not None else job
+
+
+def pods(job, attempt, phase, n=None, **extra):
+    workers = s.expected_workers(job)[:n]
+    return tuple(
+        s.PodView(naming.pod_name(job, sl, w, attempt), sl, w, attempt, phase, **extra) for sl, w in workers
+    )
+
+
+def ready_pools(job):
+    return tuple(s.PoolView(i, naming.node_pool_name(job, i), "RUNNING") for i in range(job.spec.tpu.slices))
+
+
+def step(job, **observed):
+    observed.setdefault("now", NOW)
+    return s.decide(s.Observed(job=job, **observed))
+
+
+def advance(job, decision):
+    return job.model_copy(update={"status": decision.status})
+
+
+def test_new_job_creates_one_pool_per_slice_and_waits():
+    job = make_job(tpu={"type": "v6e", "topology": "4x4", "slices": 2})
+    decision = step(job, pools=(s.PoolView(0, naming.node_pool_name(job, 0), s.POOL_MISSING),))
+    assert decision.create_pools == [0, 1]
+    assert decision.create_pods == []
+    assert decision.status.phase == s.PROVISIONING
+    assert decision.requeue_after == s.POLL_PROVISIONING_SECONDS
+    assert [p.state for p in decision.status.node_pools] == ["PROVISIONING", "PROVISIONING"]
+    assert decision.status.start_time == "2026-11-21T12:00:00Z"
+
+
+def test_pools_running_creates_service_and_every_pod():
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    decision = step(job, pools=ready_pools(job))
+    assert decision.create_service
+    assert decision.create_pods == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert decision.status.phase == s.STARTING
+
+
+def test_pods_in_flight_are_not_created_twice():
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    in_flight = frozenset(naming.pod_name(job, 0, w, 0) for w in range(4))
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods_in_flight=in_flight)
+    assert decision.create_pods == []
+    assert not decision.create_service
+
+
+def test_all_running_then_all_succeeded_releases_the_pools():
+    job = make_job()
+    running = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
+    assert running.status.phase == s.RUNNING
+    assert running.status.running_time
+    job = advance(job, running)
+    done = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Succeeded"))
+    assert done.status.phase == s.SUCCEEDED
+    assert done.delete_pools == [naming.node_pool_name(job, 0)]
+    assert done.delete_pods == []  # finished pods stay for their logs
+    assert any(e.reason == "Succeeded" for e in done.events)
+    job = advance(job, done)
+    gone = step(job, pools=(s.PoolView(0, naming.node_pool_name(job, 0), s.POOL_MISSING),))
+    assert gone.delete_pools == []
+    assert gone.status.node_pools[0].state == s.POOL_DELETED
+    assert gone.status.phase == s.SUCCEEDED
+
+
+def test_application_failure_restarts_the_whole_group_and_counts():
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
+    observed = list(pods(job, 0, "Running"))
+    observed[2] = s.PodView(observed[2].name, 0, 2, 0, "Failed", reason="Error", exit_code=1)
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=tuple(observed))
+    assert decision.status.phase == s.RESTARTING
+    assert decision.status.reason == s.REASON_WORKER_FAILED
+    assert sorted(decision.delete_pods) == sorted(p.name for p in observed)
+    assert (decision.status.attempt, decision.status.restarts, decision.status.application_restarts) == (
+        1,
+        1,
+        1,
+    )
+    assert decision.status.restarts_by_reason == {s.REASON_WORKER_FAILED: 1}
+    assert any(e.type == "Warning" and e.reason == s.REASON_WORKER_FAILED for e in decision.events)
+    # next pass: old pods terminating, new attempt created
+    job = advance(job, decision)
+    terminating = tuple(s.PodView(p.name, p.slice, p.worker, 0, p.phase, deleting=True) for p in observed)
+    again = step(job, pools=ready_pools(job), service_exists=True, pods=terminating)
+    assert again.create_pods == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert again.status.phase == s.STARTING
+
+
+@pytest.mark.parametrize(
+    ("reason", "exit_code"),
+    [("Terminated", None), ("NodeShutdown", None), ("Evicted", None), ("", 143)],
+)
+def test_preemption_restarts_without_spending_the_budget(reason, exit_code):
+    job = make_job(runPolicy={"maxRestarts": 0})
+    job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
+    failed = pods(job, 0, "Failed", reason=reason, exit_code=exit_code)
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=failed)
+    assert decision.status.phase == s.RESTARTING
+    assert decision.status.reason == s.REASON_PREEMPTED
+    assert decision.status.application_restarts == 0
+    assert decision.status.restarts_by_reason == {s.REASON_PREEMPTED: 1}
+
+
+def test_vanished_pods_are_a_node_loss_restart():
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"}, runPolicy={"maxRestarts": 0})
+    job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running", n=3))
+    assert decision.status.reason == s.REASON_NODE_LOST
+    assert decision.status.application_restarts == 0
+
+
+def test_spent_budget_fails_with_backoff_limit_exceeded():
+    job = make_job(
+        runPolicy={"maxRestarts": 1},
+        status=TPUJobStatus(
+            phase=s.RUNNING, attempt=1, application_restarts=1, start_time="2026-11-21T11:59:00Z"
+        ),
+    )
+    failed = pods(job, 1, "Failed", exit_code=2)
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=failed)
+    assert decision.status.phase == s.FAILED
+    assert decision.status.reason == s.REASON_BACKOFF_LIMIT
+    assert decision.delete_pools == [naming.node_pool_name(job, 0)]
+    assert decision.status.completion_time
+
+
+def test_deadline_fails_the_job_and_releases_everything():
+    job = make_job(
+        runPolicy={"activeDeadlineSeconds": 60},
+        status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:58:00Z"),
+    )
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
+    assert (decision.status.phase, decision.status.reason) == (s.FAILED, s.REASON_DEADLINE)
+    assert decision.delete_pods == [naming.pod_name(job, 0, 0, 0)]
+    assert decision.delete_pools
+
+
+def test_deadline_not_reached_requeues_for_it():
+    job = make_job(
+        runPolicy={"activeDeadlineSeconds": 600},
+        status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:58:00Z"),
+    )
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
+    assert decision.status.phase == s.RUNNING
+    assert decision.requeue_after == 480
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (s.GKEError(s.REASON_QUOTA, "Quota 'TPU_V5P' exceeded"), s.REASON_QUOTA),
+        (s.GKEError(s.REASON_GKE_BUSY, "Cluster is running incompatible operation"), s.REASON_GKE_BUSY),
+    ],
+)
+def test_create_errors_show_their_reason_while_retrying(error, reason):
+    job = make_job()
+    decision = step(job, pools=(), gke_errors={0: error})
+    assert decision.create_pools == []
+    assert decision.status.phase == s.PROVISIONING
+    assert decision.status.reason == reason
+    assert decision.requeue_after is not None
+
+
+def test_stockout_pool_in_error_is_deleted_to_retry():
+    job = make_job()
+    pool = s.PoolView(
+        0, naming.node_pool_name(job, 0), "ERROR", "Requested resource is exhausted: lack of capacity"
+    )
+    decision = step(job, pools=(pool,))
+    assert decision.delete_pools == [pool.name]
+    assert decision.status.reason == s.REASON_STOCKOUT
+
+
+def test_transient_error_state_is_tolerated_within_the_grace():
+    job = make_job()
+    pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", "internal error")
+    first = step(job, pools=(pool,))
+    assert first.delete_pools == []
+    later = step(advance(job, first), pools=(pool,), now=NOW + s.POOL_ERROR_GRACE)
+    assert later.delete_pools == [pool.name]
+    assert later.status.reason == s.REASON_POOL_LOST
+
+
+def test_existing_policy_skips_pools():
+    job = make_job(nodePool={"policy": "existing"})
+    decision = step(job)
+    assert decision.create_pools == []
+    assert decision.create_pods == [(0, 0)]
+
+
+def test_suspend_releases_and_resume_starts_a_fresh_attempt():
+    job = make_job(
+        runPolicy={"suspend": True}, status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:00:00Z")
+    )
+    suspended = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
+    assert suspended.status.phase == s.SUSPENDED
+    assert suspended.delete_pods and suspended.delete_pools
+    resumed_job = make_job(status=suspended.status)
+    resumed = step(resumed_job, pools=(), service_exists=True)
+    assert resumed.status.attempt == 1
+    assert resumed.status.start_time == "2026-11-21T12:00:00Z"
+    assert resumed.create_pools == [0]
+    assert resumed.status.restarts == 0
+
+
+def test_ttl_deletes_the_finished_job_when_due():
+    done = TPUJobStatus(phase=s.SUCCEEDED, completion_time="2026-11-21T11:59:30Z")
+    job = make_job(runPolicy={"ttlSecondsAfterFinished": 60}, status=done)
+    early = step(job, pools=())
+    assert not early.delete_job and early.requeue_after == 30
+    assert step(job, pools=(), now=NOW + dt.timedelta(seconds=30)).delete_job
+
+
+def test_a_newer_attempt_found_on_the_cluster_is_adopted():
+    job = make_job(status=TPUJobStatus(phase=s.RESTARTING, attempt=0, start_time="2026-11-21T11:00:00Z"))
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 1, "Pending"))
+    assert decision.status.attempt == 1
+    assert decision.create_pods == []
+
+
+def test_fixed_invalid_spec_starts_over():
+    job = make_job(status=TPUJobStatus(phase=s.FAILED, reason=s.REASON_INVALID_SPEC))
+    decision = step(job, pools=())
+    assert decision.status.phase == s.PROVISIONING
+    assert decision.create_pools == [0]
+
+
+def test_condition_transition_time_moves_only_on_flip():
+    first = s.set_condition([], "Running", True, "A", "m", NOW)
+    later = s.set_condition(first, "Running", True, "B", "m2", NOW + dt.timedelta(minutes=5))
+    assert later[0].last_transition_time == first[0].last_transition_time
+    flipped = s.set_condition(later, "Running", False, "C", "m3", NOW + dt.timedelta(minutes=9))
+    assert flipped[0].last_transition_time == "2026-11-21T12:09:00Z"
