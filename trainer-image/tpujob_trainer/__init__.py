@@ -1,1 +1,1 @@
-"""The TensorFlow trainer run on every TPU host."""
+"""tpujob's TensorFlow trainer: `python -m tpujob_trainer` (see cli.py)."""

@@ -1,0 +1,5 @@
+import sys
+
+from tpujob_trainer.cli import main
+
+sys.exit(main())

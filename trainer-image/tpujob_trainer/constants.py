@@ -1,0 +1,33 @@
+"""Names the trainer shares with the operator.
+
+The image ships only this package, so these are copies of `tpujob.api.constants`;
+tests/trainer/test_contract.py fails when the two drift apart.
+"""
+
+from typing import Final
+
+# Exit codes: what the operator reads from the container's terminated state.
+EXIT_CODE_SUCCEEDED: Final = 0
+EXIT_CODE_FAILED: Final = 1  # training raised: an application failure
+EXIT_CODE_BAD_CONFIG: Final = 2  # missing or invalid settings: fix the manifest, do not retry
+EXIT_CODE_INTERRUPTED: Final = 130  # SIGINT (Ctrl-C in a local run), after saving a checkpoint
+# SIGTERM (spot reclaim, maintenance) after saving a checkpoint: "preempted", not the user's fault.
+EXIT_CODE_PREEMPTED: Final = 143
+
+PORT_TRAINER_METRICS: Final = 9090
+PORT_TF_WORKER: Final = 8470
+
+METRICS_PREFIX: Final = "tpujob_trainer_"
+
+# Environment the operator sets on every worker (reference/gke-tpu.md).
+ENV_WORKER_ID: Final = "TPU_WORKER_ID"
+ENV_WORKER_HOSTNAMES: Final = "TPU_WORKER_HOSTNAMES"
+ENV_MEGASCALE_NUM_SLICES: Final = "MEGASCALE_NUM_SLICES"
+ENV_MEGASCALE_SLICE_ID: Final = "MEGASCALE_SLICE_ID"
+ENV_MEGASCALE_COORDINATOR_ADDRESS: Final = "MEGASCALE_COORDINATOR_ADDRESS"
+ENV_MEGASCALE_PORT: Final = "MEGASCALE_PORT"
+ENV_TF_CONFIG: Final = "TF_CONFIG"
+
+# The trainer's own settings; each also has a command-line flag (see config.SETTINGS).
+ENV_PREFIX: Final = "TPUJOB_"
+ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"

@@ -1,0 +1,372 @@
+"""The training run: strategy, data, model, checkpoints, the step loop, evaluation, summary.
+
+The loop is ours rather than `model.fit`'s so that it can (1) stop at an exact step when
+SIGTERM arrives, agreed by every worker, and save a checkpoint there; (2) resume at that
+exact step; (3) measure the time spent waiting for input apart from compute. Each step
+still runs Keras's own `model.train_step`, so custom models behave as they do in `fit`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tpujob_trainer import constants as c
+from tpujob_trainer import data
+from tpujob_trainer.cluster import StrategyChoice, choose_strategy
+from tpujob_trainer.config import ConfigError, TrainerConfig, WorkerEnv
+from tpujob_trainer.metrics import TrainerMetrics
+from tpujob_trainer.models import build_model
+from tpujob_trainer.progress import Progress
+from tpujob_trainer.sources import DataSource, open_source
+from tpujob_trainer.strategy import build_strategy, detect_accelerators
+
+log = logging.getLogger(__name__)
+
+
+class StopSignal:
+    """Remembers the first SIGTERM or SIGINT; the step loop stops at the next step boundary."""
+
+    def __init__(self) -> None:
+        self.signal_number = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_number != 0
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signal_number: int, _frame: FrameType | None) -> None:
+        if self.signal_number == signal.SIGINT and signal_number == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C does not wait for the checkpoint
+        log.warning(
+            "received %s: stopping at the next step and saving a checkpoint",
+            signal.Signals(signal_number).name,
+        )
+        self.signal_number = signal_number
+
+
+@dataclass
+class Summary:
+    status: str = "failed"  # succeeded | preempted | interrupted | failed
+    exit_code: int = c.EXIT_CODE_FAILED
+    strategy: str = ""
+    strategy_reason: str = ""
+    worker_id: int = 0
+    workers: int = 1
+    replicas: int = 1
+    model: str = ""
+    data: str = ""
+    global_batch_size: int = 0
+    start_step: int = 0
+    final_step: int = 0
+    target_steps: int = 0
+    examples: int = 0
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    examples_per_second: float = 0.0
+    input_wait_seconds: float = 0.0
+    final_loss: float | None = None
+    test_accuracy: float | None = None
+    checkpoint: str | None = None
+    checkpoints_saved: int = 0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def target_steps(config: TrainerConfig, train_examples: int | None) -> int:
+    """--steps as given, or enough steps for --epochs passes over the training split."""
+    if config.steps is not None:
+        return config.steps
+    assert config.epochs is not None
+    if train_examples is None:
+        raise ConfigError(f"--epochs: the size of --data {config.data} is unknown; give --steps instead")
+    return math.ceil(config.epochs * train_examples / config.batch_size)
+
+
+def examples_fed_per_step(choice: StrategyChoice, global_batch_size: int, workers: WorkerEnv) -> int:
+    # MultiWorkerMirrored: every worker feeds its share. Otherwise one client feeds every replica.
+    return global_batch_size // workers.num_workers if choice.kind == "multi-worker" else global_batch_size
+
+
+class Checkpoints:
+    """Saves to checkpoint_dir and resumes from its latest checkpoint.
+
+    With MultiWorkerMirroredStrategy every worker must save (saving can run collectives);
+    only worker 0's copy is kept, the others write to a scratch directory and delete it.
+    """
+
+    def __init__(self, directory: str | None, checkpoint: tf.train.Checkpoint, workers: WorkerEnv) -> None:
+        self.directory = directory
+        self.checkpoint = checkpoint
+        self.manager: tf.train.CheckpointManager | None = None
+        self.saved = 0
+        self.last_path: str | None = None
+        self.scratch: str | None = None
+        if directory:
+            write_to = (
+                directory
+                if workers.worker_id == 0
+                else os.path.join(directory, f".worker-{workers.worker_id}")
+            )
+            self.scratch = None if workers.worker_id == 0 else write_to
+            self.manager = tf.train.CheckpointManager(
+                checkpoint, write_to, max_to_keep=3, checkpoint_name="ckpt"
+            )
+
+    def restore_latest(self) -> str | None:
+        latest = tf.train.latest_checkpoint(self.directory) if self.directory else None
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self.last_path = latest
+        return latest
+
+    def save(self, step: int, metrics: TrainerMetrics) -> None:
+        if self.manager is None:
+            return
+        started = time.perf_counter()
+        path = self.manager.save(checkpoint_number=step)
+        metrics.checkpoint_save_duration.observe(time.perf_counter() - started)
+        metrics.last_checkpoint_timestamp.set(time.time())
+        if self.scratch:
+            tf.io.gfile.rmtree(self.scratch)
+        else:
+            self.last_path = path
+        self.saved += 1
+        log.info("checkpoint at step %d: %s (%.2fs)", step, path, time.perf_counter() - started)
+
+
+def run(config: TrainerConfig, workers: WorkerEnv, metrics: TrainerMetrics, stop: StopSignal) -> Summary:
+    """Train to the target step or until stopped; returns the summary (the caller prints it)."""
+    started = time.time()
+    summary = Summary(
+        worker_id=workers.worker_id, workers=workers.num_workers, model=config.model, data=config.data
+    )
+    metrics.serve(config.metrics_port)
+
+    choice = choose_strategy(config.strategy, detect_accelerators(), workers)
+    log.info("strategy: %s, because %s", choice.kind, choice.reason)
+    strategy = build_strategy(choice, workers, config.worker_port)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise ConfigError(f"--batch-size: {config.batch_size} is not divisible by the {replicas} replicas")
+    summary.strategy, summary.strategy_reason, summary.replicas = choice.kind, choice.reason, replicas
+    summary.global_batch_size = config.batch_size
+    metrics.info.labels(strategy=choice.kind, model=config.model, data=config.data).set(1)
+
+    source = open_source(config)
+    total_steps = target_steps(config, source.train_examples)
+    with strategy.scope():
+        model = build_model(config.model, source.input_shape, source.num_classes, config.learning_rate)
+        # What fit() does before its first step: create metric and loss state outside the replica
+        # function, where tf.distribute allows variable creation.
+        per_replica = config.batch_size // replicas
+        model._symbolic_build(
+            data_batch=(
+                np.zeros((per_replica, *source.input_shape), np.float32),
+                np.zeros((per_replica,), np.int32),
+            )
+        )
+    checkpoints = Checkpoints(
+        config.checkpoint_dir, tf.train.Checkpoint(model=model, optimizer=model.optimizer), workers
+    )
+    if not config.checkpoint_dir:
+        log.warning("no checkpoint dir (--checkpoint-dir / %s): a restart starts over", c.ENV_CHECKPOINT_DIR)
+    resumed_from = checkpoints.restore_latest()
+    start_step = int(model.optimizer.iterations.numpy())
+    if resumed_from:
+        log.info("resumed from %s at step %d", resumed_from, start_step)
+    summary.start_step = summary.final_step = start_step
+    summary.target_steps = total_steps
+    metrics.target_steps.set(total_steps)
+    metrics.global_step.set(start_step)
+    log.info(
+        "training %s on %s: steps %d -> %d, global batch %d over %d replica(s)",
+        config.model,
+        source.description,
+        start_step,
+        total_steps,
+        config.batch_size,
+        replicas,
+    )
+
+    dataset = strategy.distribute_datasets_from_function(
+        lambda context: source.train(context, context.get_per_replica_batch_size(config.batch_size))
+    )
+    loop = StepLoop(model, strategy, metrics, examples_fed_per_step(choice, config.batch_size, workers))
+    progress = Progress(config.progress, is_chief=workers.worker_id == 0, every=config.log_every_steps)
+    step = loop.run(iter(dataset), start_step, total_steps, stop, checkpoints, config, progress)
+    progress.close()
+
+    summary.final_step = step
+    summary.examples = loop.examples
+    summary.train_seconds = round(loop.train_seconds, 3)
+    summary.input_wait_seconds = round(loop.input_wait_seconds, 3)
+    summary.examples_per_second = round(loop.examples / loop.train_seconds, 1) if loop.train_seconds else 0.0
+    summary.final_loss = loop.last_loss
+    if step > start_step or not resumed_from:
+        checkpoints.save(step, metrics)
+    summary.checkpoint, summary.checkpoints_saved = checkpoints.last_path, checkpoints.saved
+
+    if loop.stopped_by_signal:
+        interrupted = stop.signal_number == signal.SIGINT
+        summary.status = "interrupted" if interrupted else "preempted"
+        summary.exit_code = c.EXIT_CODE_INTERRUPTED if interrupted else c.EXIT_CODE_PREEMPTED
+    else:
+        if config.evaluate and source.test is not None and source.test_examples:
+            summary.test_accuracy = evaluate(model, strategy, source, config.batch_size, workers)
+            metrics.test_accuracy.set(summary.test_accuracy)
+            log.info("test accuracy: %.4f on %d examples", summary.test_accuracy, source.test_examples)
+        summary.status, summary.exit_code = "succeeded", c.EXIT_CODE_SUCCEEDED
+    summary.wall_seconds = round(time.time() - started, 3)
+    return summary
+
+
+class StepLoop:
+    def __init__(
+        self, model: Any, strategy: tf.distribute.Strategy, metrics: TrainerMetrics, examples_per_step: int
+    ) -> None:
+        self.metrics = metrics
+        self.model = model
+        self.examples_per_step = examples_per_step
+        self.examples = 0
+        self.train_seconds = 0.0
+        self.input_wait_seconds = 0.0
+        self.last_loss: float | None = None
+        self.stopped_by_signal = False
+        self._step = _distributed_train_step(model, strategy)
+
+    def run(
+        self,
+        iterator: Any,
+        step: int,
+        total_steps: int,
+        stop: StopSignal,
+        checkpoints: Checkpoints,
+        config: TrainerConfig,
+        progress: Progress,
+    ) -> int:
+        m = self.metrics
+        window_started, window_examples = time.perf_counter(), 0
+        while step < total_steps:
+            step_started = time.perf_counter()
+            batch = next(iterator)
+            input_ready = time.perf_counter()
+            logs, stop_votes = self._step(batch, tf.constant(1.0 if stop.requested else 0.0))
+            loss = float(logs["loss"])  # also waits for the step to finish, so the timing is honest
+            step_done = time.perf_counter()
+
+            step += 1
+            self.examples += self.examples_per_step
+            self.train_seconds += step_done - step_started
+            self.input_wait_seconds += input_ready - step_started
+            self.last_loss = loss
+            window_examples += self.examples_per_step
+            m.global_step.set(step)
+            m.steps.inc()
+            m.examples.inc(self.examples_per_step)
+            m.step_duration.observe(step_done - step_started)
+            m.input_wait.inc(input_ready - step_started)
+
+            if float(stop_votes) > 0:  # any worker was signalled: all stop at this same step
+                self.stopped_by_signal = True
+                break
+            if step % config.checkpoint_every_steps == 0 and step < total_steps:
+                checkpoints.save(step, m)
+            if step % config.log_every_steps == 0 or step == total_steps:
+                rate = window_examples / max(step_done - window_started, 1e-9)
+                m.examples_per_second.set(rate)
+                m.loss.set(loss)
+                progress.update(step, total_steps, loss=loss, examples_per_second=rate)
+                self.model.reset_metrics()  # the reported loss is the mean since the last report
+                window_started, window_examples = time.perf_counter(), 0
+        return step
+
+
+def _distributed_train_step(model: Any, strategy: tf.distribute.Strategy) -> Any:
+    def replica_step(batch: Any, stop_vote: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        logs = model.train_step(batch)
+        # Piggyback the stop decision on the step: a sum over every replica of every worker.
+        # (tf.identity: MultiWorkerMirrored cannot all-reduce the step function's argument itself.)
+        votes = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, tf.identity(stop_vote)
+        )
+        return logs, votes
+
+    # As fit() does: the whole distributed step is one function, with XLA when the model allows it.
+    @tf.function(reduce_retracing=True, jit_compile=bool(model.jit_compile))
+    @tf.autograph.experimental.do_not_convert
+    def step(batch: Any, stop_vote: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        per_replica = strategy.run(replica_step, args=(batch, stop_vote))
+        # Logging needs one value; the first local replica's is as good as any.
+        return tf.nest.map_structure(lambda value: strategy.experimental_local_results(value)[0], per_replica)
+
+    return step
+
+
+def evaluate(
+    model: Any,
+    strategy: tf.distribute.Strategy,
+    source: DataSource,
+    global_batch_size: int,
+    workers: WorkerEnv,
+) -> float:
+    assert source.test is not None and source.test_examples
+    num_pipelines = workers.num_workers
+    steps = data.evaluation_steps(source.test_examples, global_batch_size, num_pipelines)
+    local_replicas = strategy.num_replicas_in_sync // num_pipelines
+    test = source.test
+
+    def pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return data.evaluation_pipeline(
+            test(),
+            batch_size=context.get_per_replica_batch_size(global_batch_size),
+            batches=steps * local_replicas,
+            num_pipelines=context.num_input_pipelines,
+            pipeline_id=context.input_pipeline_id,
+        )
+
+    @tf.function
+    def eval_step(batch: Any) -> Any:
+        def replica_step(
+            images: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
+            predicted = tf.argmax(model(images, training=False), axis=-1, output_type=tf.int32)
+            correct = tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32)
+            return tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica_step, args=batch), axis=None)
+
+    correct = counted = 0.0
+    for batch in strategy.distribute_datasets_from_function(pipeline):
+        batch_correct, batch_counted = eval_step(batch)
+        correct += float(batch_correct)
+        counted += float(batch_counted)
+    return round(correct / counted, 4) if counted else 0.0
+
+
+def print_summary(summary: Summary, summary_file: str | None) -> None:
+    text = json.dumps(summary.as_dict(), sort_keys=True)
+    print(text, file=sys.stdout, flush=True)
+    if summary_file:
+        directory = os.path.dirname(summary_file)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        with open(summary_file, "w") as handle:
+            handle.write(text + "\n")
