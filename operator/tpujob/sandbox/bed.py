@@ -1,0 +1,84 @@
+"""The whole test bed in one object: control plane + simulated GKE + simulated kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tpujob.sandbox.binaries import Binaries, Progress, find_binaries, stderr_progress
+from tpujob.sandbox.controlplane import ControlPlane
+from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.kubelet_sim import KubeletSimulator
+
+INFO_FILE = "sandbox.json"
+
+
+@dataclass
+class Sandbox:
+    state_dir: Path
+    control_plane: ControlPlane
+    api_client: k8s.ApiClient
+    gke: GkeSimulator
+    kubelet: KubeletSimulator
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    def info(self) -> dict[str, Any]:
+        """What `sandbox.json` holds: how to reach the cluster and the simulated GKE, and who to stop."""
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "gkeEndpoint": self.gke.endpoint,
+            "project": self.gke.project,
+            "location": self.gke.location,
+            "cluster": self.gke.cluster,
+            "pid": os.getpid(),
+            "pids": self.control_plane.pids,
+            "logs": str(self.control_plane.logs),
+        }
+
+    def write_info(self) -> Path:
+        path = self.state_dir / INFO_FILE
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.info(), indent=2) + "\n")
+        partial.rename(path)  # atomic: readers never see half a file
+        return path
+
+    def stop(self) -> None:
+        """Simulators first (they talk to the API server), then the control plane."""
+        self.kubelet.stop()
+        self.gke.stop()
+        self.api_client.close()
+        self.control_plane.stop()
+
+
+def start_sandbox(
+    state_dir: Path,
+    *,
+    binaries: Binaries | None = None,
+    progress: Progress = stderr_progress,
+    provisioning_seconds: float = 1.0,
+    gke_port: int = 0,
+) -> Sandbox:
+    """Start everything; binaries are found (or built once) if not given. Stop with `Sandbox.stop()`."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
+    api_client = k8s_config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    gke = kubelet = None
+    try:
+        gke = GkeSimulator(api_client, provisioning_seconds=provisioning_seconds).start(gke_port)
+        kubelet = KubeletSimulator(api_client, state_dir).start()
+    except BaseException:
+        for part in (kubelet, gke):
+            if part:
+                part.stop()
+        control_plane.stop()
+        raise
+    return Sandbox(state_dir, control_plane, api_client, gke, kubelet)
