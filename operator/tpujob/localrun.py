@@ -1,0 +1,296 @@
+"""`tpujob run FILE --local`: a TPUJob's trainer on this machine, one process per TPU host.
+
+Each process gets the env the operator renders for its pod (`tpujob.render.worker_env`), with
+the workers' addresses on localhost instead of the pods' DNS names, so a manifest that trains
+here trains the same way on GKE. Worker 0 draws the progress; every worker serves its metrics;
+the chief's JSON summary is printed at the end and the exit code says whether training succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from tpujob.api import TPUJob
+from tpujob.api import constants as c
+from tpujob.render import worker_env
+from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, slice_shape
+
+ENV_SUMMARY_FILE = "TPUJOB_SUMMARY_FILE"
+ENV_PROGRESS = "TPUJOB_PROGRESS"
+DEFAULT_WORK_DIR = Path(".state/local")
+# Like the pod's terminationGracePeriodSeconds: time to save a checkpoint after SIGTERM.
+STOP_GRACE_SECONDS = 30.0
+
+
+def add_subcommand(subparsers: Any) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run a TPUJob's trainer here (--local), one process per TPU host",
+        description="Train a TPUJob locally with the env the operator would give each TPU host.",
+    )
+    run.add_argument("file", type=Path, metavar="FILE", help="a TPUJob manifest")
+    run.add_argument(
+        "--local", action="store_true", help="run on this machine (the only mode of this command)"
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=c.PORT_TRAINER_METRICS,
+        help="worker i serves Prometheus metrics on this port + i (default %(default)s)",
+    )
+    run.add_argument(
+        "--work-dir",
+        type=Path,
+        default=DEFAULT_WORK_DIR,
+        help="logs, summaries and local checkpoints go to WORK_DIR/<job> (default %(default)s)",
+    )
+    run.add_argument(
+        "--checkpoint-dir",
+        help="override spec.trainer.checkpointDir (default: the manifest's; a gs:// one becomes local)",
+    )
+    run.add_argument(
+        "--fresh", action="store_true", help="delete earlier local checkpoints: start from step 0"
+    )
+    run.set_defaults(func=run_local)
+
+
+@dataclass(frozen=True)
+class Worker:
+    index: int  # across slices: slice * hosts + host
+    command: list[str]
+    env: dict[str, str]
+    metrics_port: int
+    summary_file: Path
+    log_file: Path
+
+
+def local_hostnames(ports: list[int]) -> list[str]:
+    """What TPU_WORKER_HOSTNAMES lists locally: one localhost address per host, each its own port."""
+    return [f"localhost:{port}" for port in ports]
+
+
+def trainer_command(job: TPUJob, python: str) -> list[str]:
+    """The container's command and args, run with this Python (the image's entrypoint by default)."""
+    trainer = job.spec.trainer
+    command = list(trainer.command) or [python, "-m", "tpujob_trainer"]
+    if Path(command[0]).name in ("python", "python3"):
+        command[0] = python  # the image's python is this environment's here
+    return command + list(trainer.args)
+
+
+def local_checkpoint_dir(configured: str | None, override: str | None, job_dir: Path) -> str | None:
+    """A remote checkpointDir (gs://) needs cloud credentials: locally it becomes a local directory."""
+    if override:
+        return override
+    if configured and "://" in configured:
+        return str(job_dir / "checkpoints")
+    return configured
+
+
+def plan_workers(
+    job: TPUJob,
+    *,
+    python: str,
+    base_env: dict[str, str],
+    worker_ports: list[int],
+    metrics_port: int,
+    job_dir: Path,
+    checkpoint_dir: str | None,
+    progress_bar: bool,
+) -> list[Worker]:
+    """Pure: every local process, its command and its env (the operator's env plus local wiring)."""
+    hosts = slice_shape(job).hosts
+    hostnames = local_hostnames(worker_ports)
+    workers = []
+    for slice_index in range(job.spec.tpu.slices):
+        slice_hosts = hostnames[slice_index * hosts : (slice_index + 1) * hosts]
+        for host in range(hosts):
+            index = slice_index * hosts + host
+            rendered = worker_env(
+                job, slice_index, host, worker_hostnames=slice_hosts, coordinator_address=hostnames[0]
+            )
+            env = {**base_env, **{item["name"]: item["value"] for item in rendered}}
+            env[ENV_METRICS_PORT] = str(metrics_port + index)  # one host: one port each
+            if checkpoint_dir:
+                env[ENV_CHECKPOINT_DIR] = checkpoint_dir
+            env[ENV_SUMMARY_FILE] = str(job_dir / f"worker-{index}-summary.json")
+            if index == 0 and progress_bar:
+                env.setdefault(ENV_PROGRESS, "bar")
+            env["PYTHONUNBUFFERED"] = "1"
+            workers.append(
+                Worker(
+                    index=index,
+                    command=trainer_command(job, python),
+                    env=env,
+                    metrics_port=metrics_port + index,
+                    summary_file=job_dir / f"worker-{index}-summary.json",
+                    log_file=job_dir / f"worker-{index}.log",
+                )
+            )
+    return workers
+
+
+def overall_exit_code(exit_codes: list[int]) -> int:
+    """0 when every worker succeeded; else worker 0's code when it failed, else the first failure."""
+    failures = [code for code in exit_codes if code != 0]
+    if not failures:
+        return 0
+    return exit_codes[0] if exit_codes[0] != 0 else failures[0]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def run_local(args: argparse.Namespace) -> int:
+    from tpujob.cli import load_one_job  # the CLI imports this module: import at call time
+
+    if not args.local:
+        print(
+            "tpujob run: only --local is supported; on a cluster, `kubectl apply -f` the manifest",
+            file=sys.stderr,
+        )
+        return 2
+    job = load_one_job(args.file)
+    job_dir = (args.work_dir / job.metadata.name).resolve()
+    checkpoint_dir = local_checkpoint_dir(job.spec.trainer.checkpoint_dir, args.checkpoint_dir, job_dir)
+    if args.fresh and checkpoint_dir and "://" not in checkpoint_dir:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    hosts = slice_shape(job).hosts * job.spec.tpu.slices
+    workers = plan_workers(
+        job,
+        python=sys.executable,
+        base_env=dict(os.environ),
+        worker_ports=free_ports(hosts),
+        metrics_port=args.metrics_port,
+        job_dir=job_dir,
+        checkpoint_dir=checkpoint_dir,
+        progress_bar=sys.stderr.isatty(),
+    )
+    for worker in workers:
+        with contextlib.suppress(FileNotFoundError):
+            worker.summary_file.unlink()
+    _say(f"{job.metadata.name}: {hosts} local worker(s) for {job.spec.tpu.type} {job.spec.tpu.topology}")
+    _say(f"  command: {' '.join(workers[0].command)}")
+    _say(f"  checkpoints: {checkpoint_dir or '(none: spec.trainer.checkpointDir is not set)'}")
+    _say("  metrics: " + ", ".join(f"http://127.0.0.1:{w.metrics_port}/metrics" for w in workers))
+    _say(f"  logs: {job_dir}/worker-*.log")
+
+    started = time.monotonic()
+    exit_codes = LocalRun(workers).wait()
+    elapsed = time.monotonic() - started
+    code = overall_exit_code(exit_codes)
+    summary = _read_summary(workers[0].summary_file)
+    if summary is not None:
+        print(json.dumps(summary, indent=2, sort_keys=True), flush=True)
+    status = "succeeded" if code == 0 else f"failed (exit codes {exit_codes})"
+    accuracy = summary.get("test_accuracy") if summary else None
+    detail = f", test accuracy {accuracy}" if accuracy is not None else ""
+    _say(f"{job.metadata.name}: {status} in {elapsed:.1f}s{detail}")
+    return code
+
+
+class LocalRun:
+    """The worker processes: output relayed, signals forwarded, a failure stops the others."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.relays: list[threading.Thread] = []
+
+    def wait(self) -> list[int]:
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for worker in self.workers:
+                self._start(worker)
+            return self._wait_all()
+        finally:
+            for signal_number, handler in previous.items():
+                signal.signal(signal_number, handler)
+            for relay in self.relays:
+                relay.join(timeout=5)
+
+    def _start(self, worker: Worker) -> None:
+        # Own session: a terminal's Ctrl-C reaches us only, and we pass it on exactly once.
+        with worker.log_file.with_suffix(".out").open("wb") as stdout:
+            process = subprocess.Popen(
+                worker.command, env=worker.env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True
+            )
+        self.processes.append(process)
+        assert process.stderr is not None
+        relay = threading.Thread(target=_relay, args=(process.stderr, worker), daemon=True)
+        relay.start()
+        self.relays.append(relay)
+
+    def _wait_all(self) -> list[int]:
+        codes: dict[int, int] = {}
+        stopping_since: float | None = None
+        while len(codes) < len(self.processes):
+            for index, process in enumerate(self.processes):
+                if index in codes:
+                    continue
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    codes[index] = process.wait(timeout=0.2)
+                    if codes[index] != 0 and stopping_since is None:
+                        # Peers of a dead worker would wait for it forever in their collectives.
+                        _say(f"worker {index} exited with {codes[index]}: stopping the others")
+                        self._signal_all(signal.SIGTERM)
+                        stopping_since = time.monotonic()
+            if stopping_since is not None and time.monotonic() - stopping_since > STOP_GRACE_SECONDS:
+                self._signal_all(signal.SIGKILL)
+        return [codes[index] for index in range(len(self.processes))]
+
+    def _forward(self, signal_number: int, _frame: FrameType | None) -> None:
+        self._signal_all(signal_number)
+
+    def _signal_all(self, signal_number: int) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal_number)
+
+
+def _relay(stream: IO[bytes], worker: Worker) -> None:
+    """Worker 0's output goes through as is (its progress bar redraws in place); the others' lines
+    get a prefix. Everything also lands in the worker's log file."""
+    prefix = b"" if worker.index == 0 else f"[worker {worker.index}] ".encode()
+    with worker.log_file.open("wb") as log:
+        for chunk in iter(lambda: stream.read1(65536) if worker.index == 0 else stream.readline(), b""):  # type: ignore[attr-defined]
+            log.write(chunk)
+            log.flush()
+            sys.stderr.buffer.write(prefix + chunk)
+            sys.stderr.buffer.flush()
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def _say(message: str) -> None:
+    print(f"tpujob run: {message}", file=sys.stderr, flush=True)
