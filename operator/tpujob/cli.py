@@ -77,7 +77,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    print(crd_yaml(), end="")
+    print(crd_yaml(cel=not args.no_cel), end="")
     return 0
 
 
@@ -101,6 +101,29 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator in the foreground (kopf), configured by TPUJOB_* environment variables."""
+    import os
+
+    from tpujob.config import from_environment, sandbox_environment
+
+    if args.sandbox:
+        os.environ.update(sandbox_environment(args.sandbox))
+    config = from_environment()
+    import kopf
+
+    import tpujob.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(verbose=args.verbose)
+    kopf.run(
+        standalone=True,
+        clusterwide=config.namespace is None,
+        namespaces=[config.namespace] if config.namespace else [],
+        liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpujob", description="TPU training jobs on GKE.")
     parser.add_argument("--version", action="version", version=f"tpujob {__version__}")
@@ -121,10 +144,31 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=cmd_render)
 
     crd = commands.add_parser("crd", help="print the TPUJob CustomResourceDefinition")
+    crd.add_argument(
+        "--no-cel",
+        action="store_true",
+        help="leave out the CEL rules (x-kubernetes-validations) for API servers before 1.25",
+    )
     crd.set_defaults(func=cmd_crd)
 
     catalog = commands.add_parser("catalog", help="TPU generations, topologies, hosts and machine types")
     catalog.set_defaults(func=cmd_catalog)
+
+    run_operator = commands.add_parser(
+        "operator", help="run the operator (settings: TPUJOB_* environment variables, see README)"
+    )
+    run_operator.add_argument(
+        "--sandbox",
+        type=Path,
+        metavar="DIR",
+        help="use the `tpujob sandbox` in DIR (kubeconfig and simulated GKE)",
+    )
+    run_operator.add_argument("--verbose", action="store_true", help="log every kopf step")
+    run_operator.set_defaults(func=cmd_operator)
+
+    from tpujob.sandbox.cli import add_subcommand as add_sandbox
+
+    add_sandbox(commands)
     return parser
 
 

@@ -36,6 +36,20 @@ class ApiModel(BaseModel):
     # CEL rules for this object, copied into the CRD as x-kubernetes-validations.
     cel_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
 
+    def to_wire(self) -> dict[str, Any]:
+        """As the API server stores it: camelCase, no nulls and no empty strings (a 1.20 API server
+        validates an empty string as null and refuses it)."""
+        wire: dict[str, Any] = _drop_empty_strings(self.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        return wire
+
+
+def _drop_empty_strings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_empty_strings(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [_drop_empty_strings(v) for v in value]
+    return value
+
 
 class TPUType(enum.StrEnum):
     v4 = "v4"
@@ -310,6 +324,3 @@ class TPUJob(ApiModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: TPUJobSpec
     status: TPUJobStatus | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

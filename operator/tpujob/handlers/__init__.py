@@ -1,0 +1,237 @@
+"""kopf glue: which events start a reconcile pass, and kopf's settings. No decisions live here.
+
+Level-triggered, like Kubernetes' own controllers: every TPUJob event, every event of a pod the
+operator owns, a requeue the last pass asked for, and a periodic resync all run the same pass for
+the job (tpujob.reconciler), one at a time per job. The pass reads jobs, pods and Services from
+kopf's in-memory indexes (fed by watches), so a pass that finds nothing to do makes no API call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tpujob import gke
+from tpujob.api import constants as c
+from tpujob.config import OperatorConfig, from_environment
+from tpujob.reconciler import Reconciler, pod_view
+
+log = logging.getLogger(__name__)
+
+JOBS = (c.GROUP, c.VERSION, c.PLURAL)
+# Read at import: kopf fixes a timer's interval when the handler is registered.
+RESYNC_SECONDS = from_environment().resync_seconds
+OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+class Runtime:
+    """Per-process state shared by the handlers (kopf's memo)."""
+
+    def __init__(self, config: OperatorConfig, reconciler: Reconciler) -> None:
+        self.config = config
+        self.reconciler = reconciler
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.requeues: dict[str, asyncio.TimerHandle] = {}
+        self.sweeper: asyncio.Task[None] | None = None
+
+
+def _api_client() -> k8s.ApiClient:
+    try:
+        k8s_config.load_incluster_config()
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()
+    return k8s.ApiClient()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = from_environment()
+    # Our finalizer and annotation prefixes, so nothing the operator writes uses kopf's defaults.
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    # The operator posts its own events for every transition; kopf's log lines would be noise.
+    settings.posting.level = logging.WARNING
+    # Watches end server-side every few minutes and resume from their resourceVersion, so a silently
+    # broken connection is noticed; the client timeout is a backstop above the server's.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    # One replica with the Recreate strategy: no peering objects (and no RBAC for them) needed.
+    settings.peering.standalone = True
+    # Kubernetes and GKE calls are synchronous and run in these threads.
+    settings.execution.max_workers = config.workers
+    # A slow API server must not hang a pass.
+    settings.networking.request_timeout = 60
+    pools = None
+    if config.gke_configured:
+        pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
+    else:
+        log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
+    memo.runtime = Runtime(config, Reconciler(config.cluster, _api_client(), pools))
+
+
+@kopf.on.startup()
+async def start_sweeper(memo: kopf.Memo, tpujob_index: kopf.Index[Any, Any], **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    runtime.sweeper = asyncio.create_task(_sweep_forever(runtime, tpujob_index))
+
+
+@kopf.on.cleanup()
+async def stop_sweeper(memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    if runtime.sweeper:
+        runtime.sweeper.cancel()
+    for handle in runtime.requeues.values():
+        handle.cancel()
+
+
+async def _sweep_forever(runtime: Runtime, jobs: kopf.Index[Any, Any]) -> None:
+    """Delete node pools whose TPUJob is gone: at start (after a crash) and then periodically."""
+    loop = asyncio.get_running_loop()
+    while True:
+        live = {body["metadata"]["uid"] for key in list(jobs) for body in jobs.get(key, [])}
+        try:
+            deleted = await loop.run_in_executor(None, runtime.reconciler.sweep_orphans, live)
+            if deleted:
+                log.warning("orphan sweep deleted node pools: %s", ", ".join(deleted))
+        except Exception:
+            log.exception("orphan sweep failed; will retry")
+        await asyncio.sleep(runtime.config.sweep_seconds)
+
+
+# --- indexes: the watched state every pass reads without API calls ---------------------------------
+
+
+@kopf.index(*JOBS)
+def tpujob_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): dict(body)}
+
+
+@kopf.index("", "v1", "pods", labels=OWNED)
+def pod_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels.get(c.LABEL_JOB_NAME, "")): pod_view(body)}
+
+
+@kopf.index("", "v1", "services", labels=OWNED)
+def service_index(namespace: str, name: str, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): True}
+
+
+def _values(index: kopf.Index[Any, Any], key: Any) -> Iterator[Any]:
+    try:
+        yield from index[key]
+    except KeyError:
+        return
+
+
+# --- the pass -------------------------------------------------------------------------------------
+
+
+async def reconcile(
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    jobs: kopf.Index[Any, Any],
+    pods: kopf.Index[Any, Any],
+    services: kopf.Index[Any, Any],
+) -> None:
+    bodies = list(_values(jobs, (namespace, name)))
+    if not bodies:
+        return
+    uid = bodies[0]["metadata"]["uid"]
+    lock = runtime.locks.setdefault(uid, asyncio.Lock())
+    async with lock:
+        bodies = list(_values(jobs, (namespace, name)))  # the newest, after waiting for the lock
+        if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+            return
+        body = bodies[0]
+        job_pods = list(_values(pods, (namespace, name)))
+        service_exists = any(_values(services, (namespace, name)))
+        loop = asyncio.get_running_loop()
+        outcome = await loop.run_in_executor(
+            None, runtime.reconciler.reconcile, body, job_pods, service_exists
+        )
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    _schedule(
+        runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name, jobs, pods, services)
+    )
+
+
+def _schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> None:
+    """One pending requeue per job: the soonest asked for."""
+    previous = runtime.requeues.pop(uid, None)
+    if previous:
+        previous.cancel()
+    if delay is None:
+        return
+    loop = asyncio.get_running_loop()
+    runtime.requeues[uid] = loop.call_later(max(delay, 0.1), lambda: asyncio.ensure_future(again()))
+
+
+@kopf.on.event(*JOBS)
+async def on_tpujob_event(
+    type: str,
+    namespace: str,
+    name: str,
+    memo: kopf.Memo,
+    tpujob_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    service_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    if type == "DELETED":
+        return
+    await reconcile(memo.runtime, namespace, name, tpujob_index, pod_index, service_index)
+
+
+@kopf.on.event("", "v1", "pods", labels=OWNED)
+async def on_pod_event(
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    tpujob_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    service_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    job_name = labels.get(c.LABEL_JOB_NAME)
+    if job_name:
+        await reconcile(memo.runtime, namespace, job_name, tpujob_index, pod_index, service_index)
+
+
+@kopf.timer(*JOBS, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def resync(
+    namespace: str,
+    name: str,
+    memo: kopf.Memo,
+    tpujob_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    service_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    """A safety net: a lost watch event or a lost requeue is made good within the interval."""
+    await reconcile(memo.runtime, namespace, name, tpujob_index, pod_index, service_index)
+
+
+@kopf.on.delete(*JOBS)
+async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    """The finalizer: node pools go first; pods and the Service follow by garbage collection."""
+    runtime: Runtime = memo.runtime
+    handle = runtime.requeues.pop(uid, None)
+    if handle:
+        handle.cancel()
+    loop = asyncio.get_running_loop()
+    remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
+    if remaining:
+        raise kopf.TemporaryError(f"waiting for node pools to be deleted: {', '.join(remaining)}", delay=5)
+    runtime.locks.pop(uid, None)

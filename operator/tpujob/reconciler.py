@@ -1,0 +1,303 @@
+"""One reconcile pass for one TPUJob: observe, decide (status.py, pure), act.
+
+Synchronous I/O (Kubernetes and GKE clients), run by the kopf handlers in worker threads, one
+pass per job at a time. Idempotent: creating what exists and deleting what is gone are no-ops, so
+a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from tpujob import status as s
+from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api import constants as c
+from tpujob.api.models import NodePoolPolicy, TPUJobStatus
+from tpujob.gke import NodePools
+from tpujob.render import Cluster, naming
+from tpujob.render import plan as render
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What a pass did, for the kopf layer: events to post and when to look again."""
+
+    events: list[s.Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    phase: str | None = None
+
+
+def pod_view(pod: Any) -> s.PodView:
+    """A pod (kopf body or dict) -> PodView. Reads the container's exit code for failure causes."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    exit_code = None
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            exit_code = terminated.get("exitCode")
+            reason = reason or terminated.get("reason") or ""
+    return s.PodView(
+        name=meta["name"],
+        slice=int(labels.get(c.LABEL_SLICE, 0)),
+        worker=int(labels.get(c.LABEL_WORKER, 0)),
+        attempt=int(labels.get(c.LABEL_ATTEMPT, 0)),
+        phase=status.get("phase") or "Pending",
+        reason=reason,
+        exit_code=exit_code,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
+    """Ask GKE only while pools change; a running job's pools are watched through its pods."""
+    if job.spec.node_pool.policy != NodePoolPolicy.create:
+        return False
+    states = {p.state for p in status.node_pools}
+    settled_running = status.phase in (s.STARTING, s.RUNNING) and states <= s.POOL_READY_STATES and states
+    settled_gone = status.phase in (*s.TERMINAL_PHASES, s.SUSPENDED) and states <= {s.POOL_DELETED}
+    return not (settled_running or settled_gone)
+
+
+class Reconciler:
+    def __init__(self, cluster: Cluster, api: k8s.ApiClient, pools: NodePools | None) -> None:
+        self.cluster = cluster
+        self.core = k8s.CoreV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.pools = pools
+        # The status this operator last wrote, per job UID: the watch may not have delivered it yet,
+        # and deciding on an older one would, for example, count one restart twice.
+        self._written: dict[str, dict[str, Any]] = {}
+        # Pods created but maybe not yet seen by the watch, per job UID.
+        self._in_flight: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._written.pop(uid, None)
+            self._in_flight.pop(uid, None)
+
+    # --- observe ---------------------------------------------------------------------------------
+
+    def _current_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        uid = body["metadata"]["uid"]
+        with self._lock:
+            written = self._written.get(uid)
+        return written if written is not None else dict(body.get("status") or {})
+
+    def _pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
+        assert self.pools is not None
+        return tuple(self.pools.state(i, naming.node_pool_name(job, i)) for i in range(job.spec.tpu.slices))
+
+    def _in_flight_pods(self, uid: str, pods: Iterable[s.PodView]) -> frozenset[str]:
+        seen = {p.name for p in pods}
+        with self._lock:
+            pending = self._in_flight.get(uid, set()) - seen
+            self._in_flight[uid] = pending
+            return frozenset(pending)
+
+    # --- the pass --------------------------------------------------------------------------------
+
+    def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+        meta = body["metadata"]
+        uid = meta["uid"]
+        status_before = self._current_status(body)
+        try:
+            job = parse_tpujob({**body, "status": None})
+        except InvalidTPUJob as invalid:
+            return self._invalid(body, status_before, invalid)
+        job = job.model_copy(update={"status": TPUJobStatus.model_validate(status_before)})
+        now = dt.datetime.now(dt.UTC)
+        observed = s.Observed(
+            job=job,
+            now=now,
+            pods=tuple(pods),
+            pools=self._pool_views(job)
+            if self.pools and _needs_gke_look(job, job.status or TPUJobStatus())
+            else None,
+            service_exists=service_exists,
+            pods_in_flight=self._in_flight_pods(uid, pods),
+        )
+        if job.spec.node_pool.policy == NodePoolPolicy.create and self.pools is None:
+            observed = dataclasses.replace(
+                observed,
+                gke_errors={
+                    i: s.GKEError(s.REASON_GKE_UNAVAILABLE, "the operator has no GKE cluster configured")
+                    for i in range(job.spec.tpu.slices)
+                },
+                pools=(),
+            )
+        decision = s.decide(observed)
+        if decision.create_pools:
+            decision = self._create_pools(job, observed, decision)
+        self._act(job, decision)
+        status_after = decision.status.to_wire()
+        if status_after != status_before:
+            self._write_status(job, status_after)
+        if decision.delete_job:
+            self._delete_job(job)
+            self.forget(uid)
+        return Outcome(
+            events=decision.events, requeue_after=decision.requeue_after, phase=decision.status.phase
+        )
+
+    def _create_pools(self, job: TPUJob, observed: s.Observed, decision: s.Decision) -> s.Decision:
+        """Create the pools, then decide again knowing which creates GKE refused (and why)."""
+        assert self.pools is not None
+        errors: dict[int, s.GKEError] = {}
+        for slice_index in decision.create_pools:
+            error = self.pools.create(render.node_pool(job, self.cluster, slice_index))
+            if error is not None:
+                errors[slice_index] = error
+        views = {p.slice: p for p in observed.pools or ()}
+        for slice_index in decision.create_pools:
+            if slice_index not in errors:
+                name = naming.node_pool_name(job, slice_index)
+                views[slice_index] = s.PoolView(slice_index, name, "PROVISIONING", "create requested")
+        again = s.decide(
+            dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
+        )
+        again.events = decision.events + [e for e in again.events if e not in decision.events]
+        if errors:
+            again.requeue(s.POLL_PROVISIONING_SECONDS)
+        return again
+
+    def _act(self, job: TPUJob, decision: s.Decision) -> None:
+        namespace = job.metadata.namespace
+        for name in decision.delete_pods:
+            self._ignore(404, self.core.delete_namespaced_pod, name, namespace)
+        if self.pools is not None:
+            for name in decision.delete_pools:
+                error = self.pools.delete(name)
+                if error is not None:
+                    decision.requeue(s.POLL_PROVISIONING_SECONDS)
+        if decision.create_service:
+            self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
+        if decision.create_pods:
+            attempt = decision.status.attempt
+            uid = job.metadata.uid or ""
+            for slice_index, worker in decision.create_pods:
+                manifest = render.pod(job, self.cluster, slice_index, worker, attempt)
+                with self._lock:
+                    self._in_flight.setdefault(uid, set()).add(manifest["metadata"]["name"])
+                self._ignore(409, self.core.create_namespaced_pod, namespace, manifest)
+
+    def _invalid(
+        self, body: dict[str, Any], status_before: dict[str, Any], invalid: InvalidTPUJob
+    ) -> Outcome:
+        """Nothing is created for a spec the schema let through but the operator cannot run."""
+        message = "; ".join(str(p) for p in invalid.problems)
+        now = dt.datetime.now(dt.UTC)
+        status = TPUJobStatus.model_validate(status_before)
+        changed = status.reason != s.REASON_INVALID_SPEC or status.message != message
+        status.phase, status.reason, status.message = s.FAILED, s.REASON_INVALID_SPEC, message
+        status.conditions = s.set_condition(
+            status.conditions, "Failed", True, s.REASON_INVALID_SPEC, message, now
+        )
+        status.observed_generation = body["metadata"].get("generation")
+        wire = status.to_wire()
+        if wire != status_before:
+            self._patch_status(body["metadata"], wire)
+        events = [s.Event("Warning", s.REASON_INVALID_SPEC, message)] if changed else []
+        return Outcome(events=events, phase=s.FAILED)
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def _write_status(self, job: TPUJob, status: dict[str, Any]) -> None:
+        meta = job.metadata
+        self._patch_status({"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}, status)
+
+    def _patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                c.GROUP, c.VERSION, meta["namespace"], c.PLURAL, meta["name"], {"status": status}
+            )
+        except ApiException as error:
+            if error.status == 404:  # deleted meanwhile: nothing to record
+                return
+            raise
+        with self._lock:
+            self._written[meta["uid"]] = status
+
+    def _delete_job(self, job: TPUJob) -> None:
+        log.info("%s/%s: ttlSecondsAfterFinished passed, deleting", job.metadata.namespace, job.metadata.name)
+        self._ignore(
+            404,
+            self.custom.delete_namespaced_custom_object,
+            c.GROUP,
+            c.VERSION,
+            job.metadata.namespace,
+            c.PLURAL,
+            job.metadata.name,
+            body=k8s.V1DeleteOptions(propagation_policy="Background"),
+        )
+
+    @staticmethod
+    def _ignore(status_code: int, call: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            call(*args, **kwargs)
+        except ApiException as error:
+            if error.status != status_code:
+                raise
+
+    # --- deletion and the orphan sweep -----------------------------------------------------------
+
+    def release_pools(self, body: dict[str, Any]) -> list[str]:
+        """Start deleting every pool of a job being deleted; the names GKE still has."""
+        if self.pools is None:
+            return []
+        try:
+            job = parse_tpujob({**body, "status": None})
+        except InvalidTPUJob:
+            return []  # nothing was ever created for it
+        if job.spec.node_pool.policy != NodePoolPolicy.create:
+            return []
+        remaining = []
+        for view in self._pool_views(job):
+            if view.state == s.POOL_MISSING:
+                continue
+            remaining.append(view.name)
+            if view.state != "STOPPING":
+                self.pools.delete(view.name)
+        if not remaining:
+            self.forget(body["metadata"]["uid"])
+        return remaining
+
+    def sweep_orphans(self, live_uids: set[str]) -> list[str]:
+        """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs)."""
+        if self.pools is None:
+            return []
+        deleted = []
+        for pool in self.pools.owned():
+            if pool.job_uid in live_uids or pool.state == "STOPPING":
+                continue
+            if self._job_exists(pool.namespace, pool.job, pool.job_uid):
+                continue
+            log.warning(
+                "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
+            )
+            if self.pools.delete(pool.name) is None:
+                deleted.append(pool.name)
+        return deleted
+
+    def _job_exists(self, namespace: str, name: str, uid: str) -> bool:
+        try:
+            job = self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return bool(job["metadata"]["uid"] == uid)
