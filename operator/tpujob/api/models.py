@@ -39,7 +39,9 @@ class ApiModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """As the API server stores it: camelCase, no nulls and no empty strings (a 1.20 API server
         validates an empty string as null and refuses it)."""
-        wire: dict[str, Any] = _drop_empty_strings(self.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        wire: dict[str, Any] = _drop_empty_strings(
+            self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        )
         return wire
 
 
