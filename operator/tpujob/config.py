@@ -23,6 +23,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "TPUJOB_RESYNC_SECONDS": ("30", "look at every TPUJob at least this often"),
     "TPUJOB_SWEEP_SECONDS": ("300", "delete node pools whose TPUJob is gone this often"),
     "TPUJOB_WORKERS": ("16", "threads for Kubernetes and GKE calls"),
+    "TPUJOB_RESTART_BACKOFF_SECONDS": ("10", "first wait before an application restart; doubles, max 6 min"),
 }
 
 
@@ -36,6 +37,7 @@ class OperatorConfig:
     resync_seconds: float
     sweep_seconds: float
     workers: int
+    restart_backoff_seconds: float
 
     @property
     def gke_configured(self) -> bool:
@@ -63,6 +65,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> OperatorConfig:
         resync_seconds=float(get("TPUJOB_RESYNC_SECONDS")),
         sweep_seconds=float(get("TPUJOB_SWEEP_SECONDS")),
         workers=int(get("TPUJOB_WORKERS")),
+        restart_backoff_seconds=float(get("TPUJOB_RESTART_BACKOFF_SECONDS")),
     )
 
 

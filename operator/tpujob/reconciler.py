@@ -73,8 +73,15 @@ def _needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
 
 
 class Reconciler:
-    def __init__(self, cluster: Cluster, api: k8s.ApiClient, pools: NodePools | None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        api: k8s.ApiClient,
+        pools: NodePools | None,
+        restart_backoff_seconds: float = 10.0,
+    ) -> None:
         self.cluster = cluster
+        self.restart_backoff_seconds = restart_backoff_seconds
         self.core = k8s.CoreV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
         self.pools = pools
@@ -130,6 +137,7 @@ class Reconciler:
             else None,
             service_exists=service_exists,
             pods_in_flight=self._in_flight_pods(uid, pods),
+            restart_backoff_seconds=self.restart_backoff_seconds,
         )
         if job.spec.node_pool.policy == NodePoolPolicy.create and self.pools is None:
             observed = dataclasses.replace(

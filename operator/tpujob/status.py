@@ -65,6 +65,10 @@ POOL_DELETED = "Deleted"
 POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
 POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
 
+# Application restarts back off like Kubernetes Jobs: base, 2x base, 4x base ... up to the cap.
+# Infrastructure restarts do not wait: the cause is gone and the pods just queue for new nodes.
+RESTART_BACKOFF_CAP_SECONDS = 360.0
+
 # How long a pool may sit in ERROR before it is recreated: GKE's ERROR can be transient.
 POOL_ERROR_GRACE = dt.timedelta(seconds=60)
 POLL_PROVISIONING_SECONDS = 5.0
@@ -113,6 +117,7 @@ class Observed:
     service_exists: bool = False
     # Pods created but not yet seen by the watch; they are not "missing".
     pods_in_flight: frozenset[str] = frozenset()
+    restart_backoff_seconds: float = 10.0
 
     @property
     def status(self) -> TPUJobStatus:
@@ -432,6 +437,10 @@ def _run_workers(b: _Builder) -> None:
     if missing and all_seen_before and b.previous_phase in (STARTING, RUNNING):
         _restart(b, [], lost=missing)
         return
+    wait = _restart_backoff_left(b)
+    if missing and wait > 0:
+        b.decision.requeue(wait)
+        return
     b.decision.create_pods = missing
     status.workers = WorkerCounts(expected=len(wanted), **_count(b, status.attempt))
     workers = status.workers
@@ -450,6 +459,17 @@ def _run_workers(b: _Builder) -> None:
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
     else:
         b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+
+
+def _restart_backoff_left(b: _Builder) -> float:
+    """Seconds before the pods of an application restart may be created."""
+    status = b.status
+    if status.phase != RESTARTING or status.reason != REASON_WORKER_FAILED or not status.last_restart_time:
+        return 0.0
+    exponent = max(status.application_restarts - 1, 0)
+    backoff = min(b.observed.restart_backoff_seconds * 2**exponent, RESTART_BACKOFF_CAP_SECONDS)
+    elapsed = (b.now - parse_timestamp(status.last_restart_time)).total_seconds()
+    return max(backoff - elapsed, 0.0)
 
 
 def _restart(b: _Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> None:
@@ -478,6 +498,7 @@ def _restart(b: _Builder, failed: list[PodView], lost: list[tuple[int, int]]) ->
     if not infrastructure:
         status.application_restarts += 1
     status.attempt += 1
+    status.last_restart_time = timestamp(b.now)
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
     for pod in b.observed.pods:
         if not pod.deleting and pod.name not in b.decision.delete_pods:

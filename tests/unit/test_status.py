@@ -101,12 +101,35 @@ def test_application_failure_restarts_the_whole_group_and_counts():
     )
     assert decision.status.restarts_by_reason == {s.REASON_WORKER_FAILED: 1}
     assert any(e.type == "Warning" and e.reason == s.REASON_WORKER_FAILED for e in decision.events)
-    # next pass: old pods terminating, new attempt created
+    # next passes: old pods terminating; the new attempt waits out the backoff, then starts
     job = advance(job, decision)
     terminating = tuple(s.PodView(p.name, p.slice, p.worker, 0, p.phase, deleting=True) for p in observed)
-    again = step(job, pools=ready_pools(job), service_exists=True, pods=terminating)
+    early = step(
+        job, pools=ready_pools(job), service_exists=True, pods=terminating, now=NOW + dt.timedelta(seconds=4)
+    )
+    assert early.create_pods == []
+    assert early.requeue_after == 6
+    again = step(
+        job, pools=ready_pools(job), service_exists=True, pods=terminating, now=NOW + dt.timedelta(seconds=10)
+    )
     assert again.create_pods == [(0, 0), (0, 1), (0, 2), (0, 3)]
     assert again.status.phase == s.STARTING
+
+
+def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
+    restarting = TPUJobStatus(
+        phase=s.RESTARTING,
+        reason=s.REASON_WORKER_FAILED,
+        attempt=3,
+        application_restarts=3,
+        last_restart_time="2026-11-21T12:00:00Z",
+        start_time="2026-11-21T11:00:00Z",
+    )
+    job = make_job(status=restarting)
+    waiting = step(job, pools=ready_pools(job), service_exists=True, now=NOW + dt.timedelta(seconds=39))
+    assert waiting.create_pods == [] and waiting.requeue_after == 1  # 10 s x 2^2
+    preempted = make_job(status=restarting.model_copy(update={"reason": s.REASON_PREEMPTED}))
+    assert step(preempted, pools=ready_pools(job), service_exists=True).create_pods == [(0, 0)]
 
 
 @pytest.mark.parametrize(

@@ -301,6 +301,7 @@ class TPUJobStatus(ApiModel):
         default=0, description="Restarts caused by the application; these count against maxRestarts."
     )
     restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
+    last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")

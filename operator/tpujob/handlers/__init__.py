@@ -76,7 +76,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
     else:
         log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
-    memo.runtime = Runtime(config, Reconciler(config.cluster, _api_client(), pools))
+    reconciler = Reconciler(config.cluster, _api_client(), pools, config.restart_backoff_seconds)
+    memo.runtime = Runtime(config, reconciler)
 
 
 @kopf.on.startup()
