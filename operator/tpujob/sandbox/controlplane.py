@@ -126,6 +126,12 @@ def apiserver_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[st
         f"--tls-cert-file={pki.serving_cert}",
         f"--tls-private-key-file={pki.serving_key}",
         f"--client-ca-file={pki.ca_cert}",
+        # Front-proxy settings: unused, but without them every component logs a missing CA bundle forever.
+        f"--requestheader-client-ca-file={pki.ca_cert}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--token-auth-file={state / 'tokens.csv'}",
         "--authorization-mode=RBAC",
         f"--service-account-key-file={pki.service_account_public_key}",

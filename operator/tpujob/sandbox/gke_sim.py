@@ -94,6 +94,7 @@ class GkeError(Exception):
 
 
 # google.rpc.Code values used in Operation.error.
+CANCELLED = 1
 RESOURCE_EXHAUSTED = 8
 INTERNAL = 13
 
@@ -316,7 +317,7 @@ class GkeSimulator:
         self,
         api_client: k8s.ApiClient,
         *,
-        project: str = "sandbox-project",
+        project: str = "tpujob-sandbox",
         location: str = "us-central2-b",
         cluster: str = "sandbox",
         provisioning_seconds: float = 1.0,
@@ -423,6 +424,20 @@ class GkeSimulator:
         with self._lock:
             self.calls.clear()
             self.recorded.clear()
+
+    def remove_all_pools(self) -> None:
+        """Drop every pool and its nodes at once, outside the API (between tests; counts no calls)."""
+        with self._lock:
+            records = list(self._pools.values())
+            self._pools.clear()
+            running = (container_v1.Operation.Status.PENDING, container_v1.Operation.Status.RUNNING)
+            for operation in self._operations.values():
+                if operation.status in running:
+                    operation.status = container_v1.Operation.Status.DONE
+                    operation.error.code, operation.error.message = CANCELLED, "The node pool was removed."
+        for record in records:
+            for name in record.node_names:
+                self._drain_and_remove(name)
 
     def node_pools(self) -> dict[str, container_v1.NodePool]:
         with self._lock:

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 EXIT_CODE_ANNOTATION = "sandbox.tpujob.dev/exit-code"
 EXIT_MESSAGE_ANNOTATION = "sandbox.tpujob.dev/exit-message"
 DEFAULT_TRAINER_IMAGES = ("tpujob-trainer",)
+# The trainer image's ENTRYPOINT: what runs when a pod gives only args.
+DEFAULT_TRAINER_ENTRYPOINT = ("python", "-m", "tpujob_trainer")
 SHUTDOWN_REASON = "Terminated"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 EXIT_CODE_SIGTERM = 143
@@ -104,11 +106,13 @@ def _expand(text: str, env: dict[str, str]) -> str:
     return text
 
 
-def container_argv(container: dict[str, Any], env: dict[str, str], python: str) -> list[str]:
-    """command + args with $(VAR) expanded; `python`/`python3` run this interpreter (it has the trainer)."""
-    argv = [_expand(part, env) for part in (container.get("command") or []) + (container.get("args") or [])]
-    if not argv:
-        raise ValueError(f"container {container['name']}: no command (image entrypoints are not simulated)")
+def container_argv(
+    container: dict[str, Any], env: dict[str, str], python: str, entrypoint: tuple[str, ...]
+) -> list[str]:
+    """command (else the image's entrypoint) + args, $(VAR) expanded; `python`/`python3` run this
+    interpreter, which has the trainer installed."""
+    command = container.get("command") or list(entrypoint)
+    argv = [_expand(part, env) for part in command + (container.get("args") or [])]
     if argv[0] in ("python", "python3"):
         argv[0] = python
     return argv
@@ -223,6 +227,7 @@ class KubeletSimulator:
         state_dir: Path,
         *,
         trainer_images: tuple[str, ...] = DEFAULT_TRAINER_IMAGES,
+        trainer_entrypoint: tuple[str, ...] = DEFAULT_TRAINER_ENTRYPOINT,
         python: str = sys.executable,
         extra_env: dict[str, str] | None = None,
         shutdown_grace_seconds: float = 30.0,
@@ -231,6 +236,7 @@ class KubeletSimulator:
         self.core = k8s.CoreV1Api(api_client)
         self.state_dir = state_dir
         self.trainer_images = trainer_images
+        self.trainer_entrypoint = trainer_entrypoint
         self.python = python
         # Passed to local processes on top of PATH/HOME/LANG and the pod's env (e.g. PYTHONPATH).
         self.extra_env = dict(extra_env or {})
@@ -439,7 +445,7 @@ class KubeletSimulator:
 
     def _spawn(self, pod: dict[str, Any], container: dict[str, Any]) -> subprocess.Popen[bytes]:
         env = container_env(pod, container)
-        argv = container_argv(container, env, self.python)
+        argv = container_argv(container, env, self.python, self.trainer_entrypoint)
         base = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
         workdir = self.state_dir / "pods" / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
         workdir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,300 @@
+"""The simulated GKE, driven by the real google-cloud-container client (REST), with the real API server."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from google.api_core import exceptions as google_errors
+from google.cloud import container_v1
+
+from tests.manifests import base_job
+from tpujob.api import constants as c
+from tpujob.api import parse_tpujob
+from tpujob.render import Cluster, render_plan
+from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.waiting import wait_for
+
+DONE = container_v1.Operation.Status.DONE
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def cluster_of(gke: GkeSimulator) -> Cluster:
+    return Cluster(project=gke.project, location=gke.location, cluster=gke.cluster, zone=gke.location)
+
+
+# Not the trainer image: the kubelet simulation only reports these pods Running, it runs nothing.
+PLAIN_IMAGE = "registry.example/sleeper:1"
+
+
+def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
+    manifest = base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
+    manifest["metadata"].update(namespace=namespace, uid="0f3c9a55-2d2b-4f59-9f59-3a4f3e0c8d11")
+    return render_plan(parse_tpujob(manifest), cluster_of(gke))
+
+
+def pool_request(**fields) -> container_v1.NodePool:
+    pool = {"name": "pool", "initialNodeCount": 1, "config": {"machineType": "ct5lp-hightpu-4t"}, **fields}
+    return container_v1.NodePool.from_json(json.dumps(pool))
+
+
+def wait_operation(client: container_v1.ClusterManagerClient, gke: GkeSimulator, operation, timeout=30):
+    name = f"projects/{gke.project}/locations/{gke.location}/operations/{operation.name}"
+    return wait_for(
+        lambda: (op := client.get_operation(name=name)).status == DONE and op,
+        timeout=timeout,
+        what=f"operation {operation.name}",
+    )
+
+
+def create_pool(gke: GkeSimulator, pool: container_v1.NodePool) -> container_v1.Operation:
+    client = gke.client()
+    operation = client.create_node_pool(parent=gke.parent, node_pool=pool)
+    return wait_operation(client, gke, operation)
+
+
+def nodes_of(core, pool: str):
+    return core.list_node(label_selector=f"{c.NODE_LABEL_NODEPOOL}={pool}").items
+
+
+def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_pods_to(gke, core, namespace):
+    plan = rendered(gke, namespace, tpu={"type": "v5e", "topology": "4x4"})
+    (pool_json,) = plan.node_pools
+    client = gke.client()
+
+    operation = client.create_node_pool(
+        parent=gke.parent, node_pool=container_v1.NodePool.from_json(json.dumps(pool_json))
+    )
+    assert operation.operation_type == container_v1.Operation.Type.CREATE_NODE_POOL
+    pool_name = pool_json["name"]
+    assert client.get_node_pool(name=f"{gke.parent}/nodePools/{pool_name}").status == (
+        container_v1.NodePool.Status.PROVISIONING
+    )
+    finished = wait_operation(client, gke, operation)
+    assert not finished.error.message
+    pool = client.get_node_pool(name=f"{gke.parent}/nodePools/{pool_name}")
+    assert pool.status == container_v1.NodePool.Status.RUNNING
+    assert [p.name for p in client.list_node_pools(parent=gke.parent).node_pools] == [pool_name]
+
+    nodes = nodes_of(core, pool_name)
+    assert len(nodes) == 4  # 4x4 = 16 chips on 4-chip VMs
+    for node in nodes:
+        labels = node.metadata.labels
+        assert labels[c.NODE_LABEL_ACCELERATOR] == "tpu-v5-lite-podslice"
+        assert labels[c.NODE_LABEL_TOPOLOGY] == "4x4"
+        assert labels["node.kubernetes.io/instance-type"] == "ct5lp-hightpu-4t"
+        assert labels["topology.kubernetes.io/zone"] == gke.location
+        assert labels["kubernetes.io/hostname"] == node.metadata.name
+        assert labels[c.POOL_LABEL_MANAGED_BY] == c.MANAGED_BY  # config.labels become node labels
+        taints = {(t.key, t.value, t.effect) for t in node.spec.taints}
+        assert taints == {(c.TPU_TAINT_KEY, "present", "NoSchedule")}
+        assert node.status.capacity[c.TPU_RESOURCE] == node.status.allocatable[c.TPU_RESOURCE] == "4"
+        assert {cond.type: cond.status for cond in node.status.conditions}["Ready"] == "True"
+
+    pods = [r for r in plan.resources if r["kind"] == "Pod"]
+    for pod in pods:
+        core.create_namespaced_pod(namespace, pod)
+
+    def bound_nodes():
+        listed = core.list_namespaced_pod(namespace).items
+        names = [p.spec.node_name for p in listed if p.status.phase == "Running"]
+        return len(names) == len(pods) and names
+
+    bound = wait_for(bound_nodes, timeout=30, what="the rendered pods to run")
+    assert sorted(bound) == sorted(n.metadata.name for n in nodes)  # one TPU pod per host
+
+    delete = client.delete_node_pool(name=f"{gke.parent}/nodePools/{pool_name}")
+    wait_operation(client, gke, delete)
+    wait_for(lambda: not nodes_of(core, pool_name), timeout=30, what="the pool's nodes to go")
+    wait_for(lambda: not core.list_namespaced_pod(namespace).items, timeout=30, what="the drained pods to go")
+    with pytest.raises(google_errors.NotFound):
+        client.get_node_pool(name=f"{gke.parent}/nodePools/{pool_name}")
+    assert gke.calls["CreateNodePool"] == 1
+    assert gke.calls["DeleteNodePool"] == 1
+
+
+def test_a_pod_without_the_tpu_toleration_is_not_scheduled_on_tpu_nodes(gke, core, namespace):
+    create_pool(gke, pool_request(name="untolerated"))
+    pod = rendered(gke, namespace, name="untolerated").resources[1]
+    pod["spec"]["tolerations"] = []
+    core.create_namespaced_pod(namespace, pod)
+
+    def unschedulable():
+        conditions = core.read_namespaced_pod(pod["metadata"]["name"], namespace).status.conditions or []
+        return any(cond.reason == "Unschedulable" for cond in conditions)
+
+    wait_for(unschedulable, timeout=30, what="the scheduler to refuse the pod")
+    assert core.read_namespaced_pod(pod["metadata"]["name"], namespace).spec.node_name is None
+
+
+def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gke, core):
+    create_pool(
+        gke,
+        pool_request(
+            name="spot", initialNodeCount=2, config={"machineType": "ct6e-standard-8t", "spot": True}
+        ),
+    )
+    nodes = nodes_of(core, "spot")
+    assert len(nodes) == 2  # single-host: each VM is its own slice
+    for node in nodes:
+        assert node.metadata.labels[c.NODE_LABEL_SPOT] == "true"
+        assert node.metadata.labels[c.NODE_LABEL_TOPOLOGY] == "2x4"
+        assert node.status.allocatable[c.TPU_RESOURCE] == "8"
+        assert NOT_READY_TAINT not in {t.key for t in node.spec.taints}
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        (
+            {"config": {"machineType": "ct5lp-hightpu-8t"}, "placementPolicy": {"tpuTopology": "2x4"}},
+            "single-host TPU machine type",
+        ),
+        (
+            {"placementPolicy": {"type": "COMPACT", "tpuTopology": "2x2"}},
+            "single-host slice",
+        ),
+        (
+            {"initialNodeCount": 3, "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"}},
+            "needs exactly 4 nodes",
+        ),
+        ({"placementPolicy": {"type": "COMPACT", "tpuTopology": "2x2x2"}}, "expected the form AxB"),
+        ({"placementPolicy": {"type": "COMPACT", "tpuTopology": "32x32"}}, "at most 256"),
+        ({"name": "Bad_Name"}, "Invalid node pool name"),
+        ({"name": "a" * 41}, "at most 40 characters"),
+        ({"config": {"machineType": "ct5lp-hightpu-3t"}}, "Invalid machine type"),
+        ({"locations": ["europe-west4-a"]}, "must be within"),
+    ],
+    ids=["topology-on-single-host-type", "single-host-topology", "count-mismatch", "3d-on-2d", "too-big",
+         "bad-name", "long-name", "unknown-machine", "other-zone"],
+)  # fmt: skip
+def test_invalid_requests_are_refused_as_gke_refuses_them(gke, pool, message):
+    with pytest.raises(google_errors.BadRequest, match=message):
+        gke.client().create_node_pool(parent=gke.parent, node_pool=pool_request(**pool))
+    assert not gke.node_pools()
+
+
+def test_a_second_pool_of_the_same_name_is_a_conflict(gke):
+    client = gke.client()
+    client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="twice"))
+    with pytest.raises(google_errors.Conflict, match="Already exists"):
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="twice"))
+    assert gke.calls["CreateNodePool"] == 2
+    assert len(gke.node_pools()) == 1
+
+
+def test_unknown_fields_are_refused(gke):
+    import requests
+
+    response = requests.post(
+        f"{gke.endpoint}/v1/{gke.parent}/nodePools",
+        json={"nodePool": {"name": "x", "colour": "blue"}},
+        timeout=5,
+    )
+    assert response.status_code == 400
+    assert "colour" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "status", "reason", "fragment"),
+    [
+        ("quota", google_errors.Forbidden, 403, "QUOTA_EXCEEDED", "Insufficient regional quota"),
+        ("too_many_operations", google_errors.TooManyRequests, 429, "RATE_LIMIT_EXCEEDED",
+         "Too many operations"),
+        # Over REST the class follows the HTTP code: FAILED_PRECONDITION arrives as BadRequest; the reason
+        # tells it apart from an invalid request.
+        ("incompatible_operation", google_errors.BadRequest, 400, "CLUSTER_ALREADY_HAS_OPERATION",
+         "Cluster is running incompatible operation"),
+        ("internal", google_errors.InternalServerError, 500, None, "Internal error"),
+        ("unavailable", google_errors.ServiceUnavailable, 503, None, "unavailable"),
+    ],
+)  # fmt: skip
+def test_call_faults_reach_the_client_as_gke_errors(gke, fault, error, status, reason, fragment):
+    gke.inject_call_fault(fault)
+    client = gke.client()
+    with pytest.raises(error, match=fragment) as raised:
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="faulty"))
+    assert raised.value.code == status
+    assert raised.value.reason == reason
+    assert not gke.node_pools()
+    # One call, one fault: the retry goes through.
+    wait_operation(
+        client, gke, client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="faulty"))
+    )
+    assert gke.calls["CreateNodePool"] == 2
+
+
+def test_a_call_fault_can_target_one_pool_and_another_rpc(gke):
+    gke.inject_call_fault("internal", rpc="GetNodePool", pool="b", times=None)
+    client = gke.client()
+    for name in ("a", "b"):
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name=name))
+    client.get_node_pool(name=f"{gke.parent}/nodePools/a")
+    for _ in range(2):
+        with pytest.raises(google_errors.InternalServerError):
+            client.get_node_pool(name=f"{gke.parent}/nodePools/b")
+
+
+def test_a_stockout_ends_the_operation_with_resource_exhausted_and_the_pool_in_error(gke, core):
+    gke.inject_pool_fault("stockout", pool="scarce")
+    client = gke.client()
+    operation = client.create_node_pool(
+        parent=gke.parent,
+        node_pool=pool_request(
+            name="scarce", initialNodeCount=4, placementPolicy={"type": "COMPACT", "tpuTopology": "4x4"}
+        ),
+    )
+    finished = wait_operation(client, gke, operation)
+    assert finished.error.code == 8  # google.rpc.Code.RESOURCE_EXHAUSTED
+    assert "does not have enough resources available to fulfill the request" in finished.error.message
+    assert "GCE_STOCKOUT" in finished.status_message
+    pool = client.get_node_pool(name=f"{gke.parent}/nodePools/scarce")
+    assert pool.status == container_v1.NodePool.Status.ERROR
+    assert pool.conditions[0].code == container_v1.StatusCondition.Code.GCE_STOCKOUT
+    assert not nodes_of(core, "scarce")  # a multi-host slice is all or nothing
+    wait_operation(client, gke, client.delete_node_pool(name=f"{gke.parent}/nodePools/scarce"))
+
+
+def test_a_pool_can_end_in_error(gke, core):
+    gke.inject_pool_fault("error")
+    finished = create_pool(gke, pool_request(name="broken"))
+    assert finished.error.code == 13  # INTERNAL
+    assert gke.node_pools()["broken"].status == container_v1.NodePool.Status.ERROR
+    assert not nodes_of(core, "broken")
+
+
+def test_slow_provisioning_keeps_the_pool_provisioning_and_blocks_its_deletion(gke):
+    gke.inject_pool_fault("slow", provisioning_seconds=3)
+    client = gke.client()
+    started = time.monotonic()
+    operation = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="slow"))
+    with pytest.raises(google_errors.BadRequest, match=f"incompatible operation {operation.name}"):
+        client.delete_node_pool(name=f"{gke.parent}/nodePools/slow")
+    wait_operation(client, gke, operation)
+    assert time.monotonic() - started >= 3
+    assert gke.node_pools()["slow"].status == container_v1.NodePool.Status.RUNNING
+
+
+def test_serialized_operations_refuse_a_concurrent_create(gke):
+    gke.serialize_operations = True
+    try:
+        client = gke.client()
+        first = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="first"))
+        with pytest.raises(google_errors.BadRequest, match=first.name):
+            client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="second"))
+        wait_operation(client, gke, first)
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="second"))
+    finally:
+        gke.serialize_operations = False
+
+
+def test_operations_are_listed_and_unknown_ones_are_not_found(gke):
+    client = gke.client()
+    operation = create_pool(gke, pool_request(name="listed"))
+    parent = f"projects/{gke.project}/locations/{gke.location}"
+    assert operation.name in [op.name for op in client.list_operations(parent=parent).operations]
+    with pytest.raises(google_errors.NotFound):
+        client.get_operation(name=f"{parent}/operations/operation-0-missing")
+    with pytest.raises(google_errors.NotFound):
+        client.list_node_pools(parent=f"projects/{gke.project}/locations/{gke.location}/clusters/other")
