@@ -10,13 +10,13 @@ from google.api_core import exceptions as google_errors
 from google.cloud import container_v1
 
 from tests.manifests import base_job
+from tests.sandbox.helpers import create_pool, nodes_of, pool_request, wait_operation
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.render import Cluster, render_plan
 from tpujob.sandbox.gke_sim import GkeSimulator
 from tpujob.sandbox.waiting import wait_for
 
-DONE = container_v1.Operation.Status.DONE
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
@@ -32,30 +32,6 @@ def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     manifest = base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
     manifest["metadata"].update(namespace=namespace, uid="0f3c9a55-2d2b-4f59-9f59-3a4f3e0c8d11")
     return render_plan(parse_tpujob(manifest), cluster_of(gke))
-
-
-def pool_request(**fields) -> container_v1.NodePool:
-    pool = {"name": "pool", "initialNodeCount": 1, "config": {"machineType": "ct5lp-hightpu-4t"}, **fields}
-    return container_v1.NodePool.from_json(json.dumps(pool))
-
-
-def wait_operation(client: container_v1.ClusterManagerClient, gke: GkeSimulator, operation, timeout=30):
-    name = f"projects/{gke.project}/locations/{gke.location}/operations/{operation.name}"
-    return wait_for(
-        lambda: (op := client.get_operation(name=name)).status == DONE and op,
-        timeout=timeout,
-        what=f"operation {operation.name}",
-    )
-
-
-def create_pool(gke: GkeSimulator, pool: container_v1.NodePool) -> container_v1.Operation:
-    client = gke.client()
-    operation = client.create_node_pool(parent=gke.parent, node_pool=pool)
-    return wait_operation(client, gke, operation)
-
-
-def nodes_of(core, pool: str):
-    return core.list_node(label_selector=f"{c.NODE_LABEL_NODEPOOL}={pool}").items
 
 
 def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_pods_to(gke, core, namespace):

@@ -1,0 +1,43 @@
+"""Node pools through the real client, for the tests of the test bed."""
+
+from __future__ import annotations
+
+import json
+
+from google.cloud import container_v1
+
+from tpujob.api import constants as c
+from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.waiting import wait_for
+
+DONE = container_v1.Operation.Status.DONE
+
+
+def pool_request(**fields) -> container_v1.NodePool:
+    pool = {"name": "pool", "initialNodeCount": 1, "config": {"machineType": "ct5lp-hightpu-4t"}, **fields}
+    return container_v1.NodePool.from_json(json.dumps(pool))
+
+
+def wait_operation(client: container_v1.ClusterManagerClient, gke: GkeSimulator, operation, timeout=30):
+    name = f"projects/{gke.project}/locations/{gke.location}/operations/{operation.name}"
+    return wait_for(
+        lambda: (op := client.get_operation(name=name)).status == DONE and op,
+        timeout=timeout,
+        what=f"operation {operation.name}",
+    )
+
+
+def create_pool(gke: GkeSimulator, pool: container_v1.NodePool) -> container_v1.Operation:
+    client = gke.client()
+    operation = client.create_node_pool(parent=gke.parent, node_pool=pool)
+    return wait_operation(client, gke, operation)
+
+
+def nodes_of(core, pool: str):
+    return core.list_node(label_selector=f"{c.NODE_LABEL_NODEPOOL}={pool}").items
+
+
+def tpu_nodes(gke: GkeSimulator, core, pool: str, count: int = 1) -> list[str]:
+    """`count` single-host v5e nodes (4 chips each) in a new pool; their names."""
+    create_pool(gke, pool_request(name=pool, initialNodeCount=count))
+    return sorted(node.metadata.name for node in nodes_of(core, pool))

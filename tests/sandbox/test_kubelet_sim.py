@@ -1,0 +1,204 @@
+"""The simulated kubelet: pod phases on command, the trainer image as a local process, node preemption."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from tests.sandbox.helpers import tpu_nodes
+from tpujob.api import constants as c
+from tpujob.sandbox import kubelet_sim
+from tpujob.sandbox.processes import pid_alive
+from tpujob.sandbox.waiting import wait_for
+
+PLAIN_IMAGE = "registry.example/sleeper:1"
+TRAINER_IMAGE = "us-docker.pkg.dev/project/repo/tpujob-trainer:0.1"
+
+
+def pod_manifest(name: str, node: str, image: str = PLAIN_IMAGE, restart_policy: str = "Never", **container):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "kubelet-test"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "main", "image": image, **container}],
+        },
+    }
+
+
+def phase_of(core, namespace: str, name: str) -> str:
+    return core.read_namespaced_pod(name, namespace).status.phase
+
+
+def wait_phase(core, namespace: str, name: str, phase: str, timeout: float = 20):
+    return wait_for(
+        lambda: (pod := core.read_namespaced_pod(name, namespace)).status.phase == phase and pod,
+        timeout=timeout,
+        what=f"pod {name} to be {phase}",
+        last_state=lambda: phase_of(core, namespace, name),
+    )
+
+
+def terminated(pod):
+    return pod.status.container_statuses[0].state.terminated
+
+
+@pytest.fixture
+def node(gke, core) -> str:
+    return tpu_nodes(gke, core, "kubelet")[0]
+
+
+def test_a_bound_pod_runs_then_succeeds_or_fails_on_command(core, kubelet, namespace, node):
+    for name in ("ok", "bad"):
+        core.create_namespaced_pod(namespace, pod_manifest(name, node))
+    running = wait_phase(core, namespace, "ok", "Running")
+    assert running.status.pod_ip and running.status.host_ip.startswith("10.128.")
+    assert {cond.type: cond.status for cond in running.status.conditions}["Ready"] == "True"
+    wait_phase(core, namespace, "bad", "Running")
+
+    assert kubelet.succeed(namespace, "ok").status.phase == "Succeeded"
+    failed = kubelet.fail(namespace, "bad", exit_code=7, message="boom")
+    assert failed.status.phase == "Failed"
+    assert (terminated(failed).exit_code, terminated(failed).reason, terminated(failed).message) == (
+        7,
+        "Error",
+        "boom",
+    )
+
+
+def test_the_exit_code_annotation_ends_a_pod_as_a_user_would(core, namespace, node):
+    core.create_namespaced_pod(namespace, pod_manifest("annotated", node))
+    wait_phase(core, namespace, "annotated", "Running")
+    body = {"metadata": {"annotations": {kubelet_sim.EXIT_CODE_ANNOTATION: "0"}}}
+    core.patch_namespaced_pod("annotated", namespace, body)
+    assert terminated(wait_phase(core, namespace, "annotated", "Succeeded")).reason == "Completed"
+
+
+def test_restart_policy_always_restarts_the_container_in_the_same_pod(core, kubelet, namespace, node):
+    core.create_namespaced_pod(namespace, pod_manifest("restarts", node, restart_policy="Always"))
+    wait_phase(core, namespace, "restarts", "Running")
+    pod = kubelet.fail(namespace, "restarts", exit_code=2)
+    status = pod.status.container_statuses[0]
+    assert pod.status.phase == "Running"
+    assert status.restart_count == 1
+    assert status.last_state.terminated.exit_code == 2
+
+
+def test_a_deleted_running_pod_is_removed_after_its_containers_stop(core, namespace, node):
+    core.create_namespaced_pod(namespace, pod_manifest("deleted", node))
+    wait_phase(core, namespace, "deleted", "Running")
+    core.delete_namespaced_pod("deleted", namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod("deleted", namespace)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, timeout=20, what="the kubelet to finish the graceful deletion")
+
+
+def test_the_trainer_image_runs_its_command_as_a_local_process_with_the_pod_env(
+    core, kubelet, namespace, node
+):
+    script = (
+        "import os, sys; "
+        "print('worker', os.environ['TPU_WORKER_ID'], 'of', os.environ['POD_NAME'], os.environ['GREETING']); "
+        "sys.exit(int(os.environ['EXIT_WITH']))"
+    )
+    env = [
+        {"name": "TPU_WORKER_ID", "value": "3"},
+        {"name": "EXIT_WITH", "value": "3"},
+        {"name": "WHO", "value": "world"},
+        {"name": "GREETING", "value": "hello $(WHO)"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    manifest = pod_manifest("trainer", node, TRAINER_IMAGE, command=["python", "-c"], args=[script], env=env)
+    core.create_namespaced_pod(namespace, manifest)
+    failed = wait_phase(core, namespace, "trainer", "Failed")
+    assert terminated(failed).exit_code == 3
+    assert kubelet.log_path(namespace, "trainer").read_text().strip() == "worker 3 of trainer hello world"
+
+
+def test_deleting_a_trainer_pod_sends_sigterm_and_waits_for_the_process(
+    core, kubelet, namespace, node, tmp_path
+):
+    marker = tmp_path / "saved-checkpoint"
+    script = (
+        "import pathlib, signal, sys, time\n"
+        "def save(*_):\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('saved')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('ready', flush=True)\n"
+        "while True: time.sleep(1)\n"
+    )
+    manifest = pod_manifest("graceful", node, TRAINER_IMAGE, command=[sys.executable, "-c", script])
+    core.create_namespaced_pod(namespace, manifest)
+    wait_phase(core, namespace, "graceful", "Running")
+    log = kubelet.log_path(namespace, "graceful")
+    wait_for(
+        lambda: log.exists() and "ready" in log.read_text(),
+        timeout=20,
+        what="the trainer to install its handler",
+    )
+    process = kubelet.process(namespace, "graceful")
+    core.delete_namespaced_pod("graceful", namespace)
+
+    wait_for(lambda: not pid_alive(process.pid), timeout=20, what="the process to exit on SIGTERM")
+    assert marker.read_text() == "saved"
+
+
+def test_preempting_a_node_fails_its_pods_as_a_node_shutdown_does_and_removes_the_node(
+    core, kubelet, namespace, node
+):
+    script = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); time.sleep(600)"
+    )
+    core.create_namespaced_pod(namespace, pod_manifest("plain", node))
+    core.create_namespaced_pod(
+        namespace, pod_manifest("local", node, TRAINER_IMAGE, command=["python", "-c", script])
+    )
+    for name in ("plain", "local"):
+        wait_phase(core, namespace, name, "Running")
+    process = kubelet.process(namespace, "local")
+
+    kubelet.preempt_node(node)
+
+    for name in ("plain", "local"):
+        pod = core.read_namespaced_pod(name, namespace)
+        assert pod.status.phase == "Failed"
+        assert (pod.status.reason, pod.status.message) == ("Terminated", kubelet_sim.SHUTDOWN_MESSAGE)
+        assert terminated(pod).exit_code == c.EXIT_CODE_PREEMPTED
+        disruption = [cond for cond in pod.status.conditions if cond.type == "DisruptionTarget"]
+        assert disruption and disruption[0].reason == "TerminationByKubelet"
+    assert not pid_alive(process.pid)
+    assert node not in [n.metadata.name for n in core.list_node().items]
+
+
+@pytest.mark.parametrize(
+    ("image", "trainer"),
+    [
+        ("tpujob-trainer:test", True),
+        ("us-docker.pkg.dev/p/r/tpujob-trainer@sha256:abc", True),
+        ("localhost:5000/tpujob-trainer-tf:1", True),
+        ("us-docker.pkg.dev/tpujob-trainer/other:1", False),
+        ("busybox", False),
+    ],
+)
+def test_trainer_images_are_recognised_by_their_repository_name(image, trainer):
+    assert kubelet_sim.is_trainer_image(image, kubelet_sim.DEFAULT_TRAINER_IMAGES) is trainer
+
+
+def test_without_a_command_the_trainer_image_entrypoint_runs_with_the_args():
+    container = {"name": "t", "image": "tpujob-trainer:1", "args": ["--steps", "$(STEPS)"]}
+    argv = kubelet_sim.container_argv(
+        container, {"STEPS": "5"}, "/venv/python", ("python", "-m", "tpujob_trainer")
+    )
+    assert argv == ["/venv/python", "-m", "tpujob_trainer", "--steps", "5"]
