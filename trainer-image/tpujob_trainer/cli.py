@@ -69,19 +69,22 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
 
     stop = StopSignal()
     stop.install()
+    summary = Summary(worker_id=worker.worker_id, workers=worker.num_workers)
     try:
-        summary = run(config, worker, TrainerMetrics(), stop)
+        run(config, worker, TrainerMetrics(), stop, summary)
     except ConfigError as error:
-        summary = Summary(status="failed", exit_code=c.EXIT_CODE_BAD_CONFIG, error=str(error))
+        summary.status, summary.exit_code, summary.error = "failed", c.EXIT_CODE_BAD_CONFIG, str(error)
         _bad_config(error)
     except KeyboardInterrupt:
-        summary = Summary(status="interrupted", exit_code=c.EXIT_CODE_INTERRUPTED, error="interrupted twice")
+        summary.status, summary.exit_code, summary.error = (
+            "interrupted",
+            c.EXIT_CODE_INTERRUPTED,
+            "interrupted twice",
+        )
     except Exception as error:
         logging.getLogger("tpujob_trainer").exception("training failed")
-        summary = Summary(
-            status="failed", exit_code=c.EXIT_CODE_FAILED, error=f"{type(error).__name__}: {error}"
-        )
-    summary.worker_id, summary.workers = worker.worker_id, worker.num_workers
+        summary.status, summary.exit_code = "failed", c.EXIT_CODE_FAILED
+        summary.error = f"{type(error).__name__}: {error}"
     print_summary(summary, config.summary_file)
     return summary.exit_code
 

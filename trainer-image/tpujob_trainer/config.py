@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,21 +254,3 @@ def split_module_function(spec: str, what: str) -> tuple[str, str] | None:
             f"--{what}: {spec!r} must look like module:function (for example mypkg.models:build)"
         )
     return module, function
-
-
-def env_for(config: TrainerConfig) -> dict[str, str]:
-    """The environment that configures a trainer like `config` (used by local runs and tests)."""
-    defaults = TrainerConfig()
-    env: dict[str, str] = {}
-    for setting in SETTINGS:
-        value = getattr(config, setting.name)
-        if value is not None and value != getattr(defaults, setting.name):
-            env[setting.env] = str(value).lower() if isinstance(value, bool) else str(value)
-    return env
-
-
-def parse_args_and_env(argv: Sequence[str], env: Mapping[str, str]) -> tuple[TrainerConfig, WorkerEnv]:
-    parser = argparse.ArgumentParser(prog="python -m tpujob_trainer train")
-    add_settings_arguments(parser)
-    flags = vars(parser.parse_args(list(argv)))
-    return config_from(flags, env), worker_env_from(env)

@@ -67,9 +67,15 @@ BUILT_IN_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
 DEFAULT_INPUT_SHAPE = (32, 32, 3)
 
 
+def built_in_name(name: str) -> str:
+    """Built-in names take '-' or '_' (digits_cnn reads like the Python function it is)."""
+    return name.replace("_", "-")
+
+
 def resolve_builder(spec: str) -> ModelBuilder:
     target = split_module_function(spec, "model")
     if target is None:
+        spec = built_in_name(spec)
         if spec not in BUILT_IN_MODELS:
             raise ConfigError(
                 f"--model: {spec!r} is not a built-in model ({', '.join(BUILT_IN_MODELS)}); "

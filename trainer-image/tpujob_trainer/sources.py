@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tpujob_trainer import data
 from tpujob_trainer.config import ConfigError, TrainerConfig, split_module_function
-from tpujob_trainer.models import BUILT_IN_INPUT_SHAPES, DEFAULT_INPUT_SHAPE, load_function
+from tpujob_trainer.models import BUILT_IN_INPUT_SHAPES, DEFAULT_INPUT_SHAPE, built_in_name, load_function
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _records_source(config: TrainerConfig, info: data.DatasetInfo) -> DataSource
 
 
 def _synthetic_source(config: TrainerConfig) -> DataSource:
-    shape = BUILT_IN_INPUT_SHAPES.get(config.model, DEFAULT_INPUT_SHAPE)
+    shape = BUILT_IN_INPUT_SHAPES.get(built_in_name(config.model), DEFAULT_INPUT_SHAPE)
     num_classes = 10
 
     def train(context: tf.distribute.InputContext, batch_size: int) -> tf.data.Dataset:

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any
 
@@ -84,7 +84,6 @@ class Summary:
     checkpoint: str | None = None
     checkpoints_saved: int = 0
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,17 +151,21 @@ class Checkpoints:
         log.info("checkpoint at step %d: %s (%.2fs)", step, path, time.perf_counter() - started)
 
 
-def run(config: TrainerConfig, workers: WorkerEnv, metrics: TrainerMetrics, stop: StopSignal) -> Summary:
-    """Train to the target step or until stopped; returns the summary (the caller prints it)."""
+def run(
+    config: TrainerConfig, workers: WorkerEnv, metrics: TrainerMetrics, stop: StopSignal, summary: Summary
+) -> None:
+    """Train to the target step or until stopped, filling in `summary` as it goes (so a failure
+    still reports how far it got)."""
     started = time.time()
-    summary = Summary(
-        worker_id=workers.worker_id, workers=workers.num_workers, model=config.model, data=config.data
-    )
+    summary.model, summary.data = config.model, config.data
     metrics.serve(config.metrics_port)
 
     choice = choose_strategy(config.strategy, detect_accelerators(), workers)
     log.info("strategy: %s, because %s", choice.kind, choice.reason)
     strategy = build_strategy(choice, workers, config.worker_port)
+    # MultiWorkerMirrored's coordination service installs its own SIGTERM handler, which swallows
+    # the signal: take it back, or a preempted worker would train on until it is killed.
+    stop.install()
     replicas = strategy.num_replicas_in_sync
     if config.batch_size % replicas:
         raise ConfigError(f"--batch-size: {config.batch_size} is not divisible by the {replicas} replicas")
@@ -235,7 +238,6 @@ def run(config: TrainerConfig, workers: WorkerEnv, metrics: TrainerMetrics, stop
             log.info("test accuracy: %.4f on %d examples", summary.test_accuracy, source.test_examples)
         summary.status, summary.exit_code = "succeeded", c.EXIT_CODE_SUCCEEDED
     summary.wall_seconds = round(time.time() - started, 3)
-    return summary
 
 
 class StepLoop:
