@@ -1,0 +1,74 @@
+"""`tpujob sandbox up|status|down` as a user runs them: in the background, reachable, gone after down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tpujob.sandbox import cli
+from tpujob.sandbox.binaries import find_binaries
+from tpujob.sandbox.processes import pid_alive
+
+WARM_START_LIMIT_SECONDS = 10
+
+
+def sandbox_command(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tpujob.sandbox.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_sandbox_subcommand_plugs_into_an_argparse_cli():
+    parser = argparse.ArgumentParser(prog="tpujob")
+    cli.add_subcommand(parser.add_subparsers(dest="command"))
+    for action, func in (("up", cli.cmd_up), ("status", cli.cmd_status), ("down", cli.cmd_down)):
+        args = parser.parse_args(["sandbox", action, "--dir", "/tmp/x"])
+        assert (args.func, str(args.dir)) == (func, "/tmp/x")
+
+
+@pytest.mark.e2e
+def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_path, record_property):
+    find_binaries()  # a first run on a fresh machine builds here, outside the timed part
+    state = tmp_path / "sandbox"
+    try:
+        started = time.monotonic()
+        up = sandbox_command("up", "--dir", str(state), "--provisioning-seconds", "1")
+        warm_start = time.monotonic() - started
+        assert up.returncode == 0, up.stderr
+        record_property("warm_start_seconds", round(warm_start, 1))
+        assert warm_start < WARM_START_LIMIT_SECONDS, f"warm start took {warm_start:.1f} s"
+
+        info = json.loads((state / "sandbox.json").read_text())
+        assert {"kubeconfig", "gkeEndpoint", "project", "location", "cluster"} <= set(info)
+        assert info["kubeconfig"] == str(state / "kubeconfig")
+        pids = [info["pid"], *info["pids"].values()]
+        assert len(pids) == 5 and all(pid_alive(pid) for pid in pids)
+
+        if shutil.which("kubectl"):
+            readyz = subprocess.run(
+                ["kubectl", "--kubeconfig", info["kubeconfig"], "get", "--raw", "/readyz"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert (readyz.returncode, readyz.stdout) == (0, "ok"), readyz.stderr
+
+        status = sandbox_command("status", "--dir", str(state))
+        assert status.returncode == 0, status.stdout
+        assert re.search(r"API server /readyz\s+ok", status.stdout), status.stdout
+        assert sandbox_command("up", "--dir", str(state)).stdout.startswith("sandbox already running")
+    finally:
+        down = sandbox_command("down", "--dir", str(state))
+    assert down.returncode == 0, down.stderr
+    still_running = [pid for pid in pids if pid_alive(pid)]
+    assert still_running == []
+    assert not (state / "sandbox.json").exists()
+    assert sandbox_command("status", "--dir", str(state)).returncode == cli.EXIT_NOT_RUNNING
+    assert (state / "logs" / "kube-apiserver.log").exists()  # logs stay for a post-mortem
