@@ -202,3 +202,21 @@ def test_without_a_command_the_trainer_image_entrypoint_runs_with_the_args():
         container, {"STEPS": "5"}, "/venv/python", ("python", "-m", "tpujob_trainer")
     )
     assert argv == ["/venv/python", "-m", "tpujob_trainer", "--steps", "5"]
+
+
+def test_preempting_a_slice_fails_every_host_and_gke_brings_the_nodes_back(sandbox, gke, core, namespace):
+    nodes = tpu_nodes(gke, core, "slice", count=2)
+    for index, node in enumerate(nodes):
+        core.create_namespaced_pod(namespace, pod_manifest(f"w{index}", node))
+        wait_phase(core, namespace, f"w{index}", "Running")
+
+    assert sandbox.preempt_slice("slice", recreate_after=0.5) == nodes
+
+    assert {phase_of(core, namespace, f"w{i}") for i in range(2)} == {"Failed"}
+    wait_for(
+        lambda: sorted(n.metadata.name for n in core.list_node().items if n.metadata.name in nodes) == nodes,
+        timeout=20,
+        what="GKE to recreate the slice's nodes",
+    )
+    ready = [n for n in core.list_node().items if n.metadata.name in nodes]
+    assert all(t.key != "node.kubernetes.io/not-ready" for n in ready for t in n.spec.taints)

@@ -51,6 +51,16 @@ class Sandbox:
         partial.rename(path)  # atomic: readers never see half a file
         return path
 
+    def preempt_slice(self, pool: str, *, recreate_after: float | None = None) -> list[str]:
+        """Spot reclaim of a whole TPU slice: every node of `pool` shuts down (its pods fail as on a real
+        node shutdown) and goes away; GKE brings the VMs back after `recreate_after` seconds (None: never).
+        Returns the node names."""
+        nodes = self.gke.node_names(pool)
+        self.kubelet.preempt_nodes(nodes)
+        if recreate_after is not None:
+            self.gke.recreate_nodes(pool, recreate_after)
+        return nodes
+
     def stop(self) -> None:
         """Simulators first (they talk to the API server), then the control plane."""
         self.kubelet.stop()

@@ -685,20 +685,40 @@ class GkeSimulator:
             ]
 
     def _register_nodes(self, record: _Pool) -> list[str]:
-        """Create each Node, post a Ready status, then lift the not-ready taint (as the kubelet and the
-        node lifecycle controller would)."""
-        names = []
-        for index in range(record.shape.nodes):
-            name = node_name(self.cluster, record.pool.name, index)
-            with self._lock:
-                ip = f"10.128.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
-                self._next_ip += 1
-            manifest = node_manifest(name, record.pool, record.shape, self.location, ip)
-            self.core.create_node(manifest)
-            self.core.patch_node_status(name, {"status": node_status(record.shape, name, ip)})
-            self.core.patch_node(name, {"spec": {"taints": manifest["spec"]["taints"]}})
-            names.append(name)
+        names = [node_name(self.cluster, record.pool.name, index) for index in range(record.shape.nodes)]
+        for name in names:
+            self._register_node(record, name)
         return names
+
+    def _register_node(self, record: _Pool, name: str) -> None:
+        """Create the Node, post a Ready status, then lift the not-ready taint (as the kubelet and the
+        node lifecycle controller would)."""
+        with self._lock:
+            ip = f"10.128.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
+            self._next_ip += 1
+        manifest = node_manifest(name, record.pool, record.shape, self.location, ip)
+        self.core.create_node(manifest)
+        self.core.patch_node_status(name, {"status": node_status(record.shape, name, ip)})
+        self.core.patch_node(name, {"spec": {"taints": manifest["spec"]["taints"]}})
+
+    def recreate_nodes(self, pool: str, after_seconds: float | None = None) -> None:
+        """After a preemption GKE recreates the slice's VMs: register the pool's missing Nodes again, after
+        `after_seconds` (default: the provisioning delay)."""
+        delay = self.provisioning_seconds if after_seconds is None else after_seconds
+        self._later(delay, self._register_missing_nodes, pool)
+
+    def _register_missing_nodes(self, pool: str) -> None:
+        with self._lock:
+            record = self._pools.get(pool)
+        if record is None:
+            return
+        present = {
+            node.metadata.name
+            for node in self.core.list_node(label_selector=f"{constants.NODE_LABEL_NODEPOOL}={pool}").items
+        }
+        for name in record.node_names:
+            if name not in present:
+                self._register_node(record, name)
 
     def _delete(self, pool_name: str) -> container_v1.Operation:
         self._take_call_fault("DeleteNodePool", pool_name)

@@ -310,11 +310,15 @@ class KubeletSimulator:
 
     def preempt_node(self, node: str, timeout: float | None = None) -> None:
         """Shut `node` down as GKE does on spot reclaim or maintenance; returns when the node is gone."""
+        self.preempt_nodes([node], timeout)
+
+    def preempt_nodes(self, nodes: list[str], timeout: float | None = None) -> None:
+        """Shut several nodes down at once (a TPU slice goes as a whole): one shared grace period."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def work() -> None:
             try:
-                self._shut_down_node(node)
+                self._shut_down_nodes(nodes)
                 future.set_result(None)
             except BaseException as error:
                 future.set_exception(error)
@@ -546,9 +550,10 @@ class KubeletSimulator:
                 raise
         self._forget((pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
-    def _shut_down_node(self, node: str) -> None:
+    def _shut_down_nodes(self, nodes: list[str]) -> None:
         pods = [
             self.api_client.sanitize_for_serialization(p)
+            for node in nodes
             for p in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
         ]
         active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
@@ -582,8 +587,9 @@ class KubeletSimulator:
                 extra_conditions=(disruption,),
             )
             self._patch_status(pod, status)
-        with contextlib.suppress(ApiException):
-            self.core.delete_node(node)
+        for node in nodes:
+            with contextlib.suppress(ApiException):
+                self.core.delete_node(node)
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
