@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+import requests
 from google.api_core import exceptions as google_errors
 from google.cloud import container_v1
 
@@ -161,8 +162,6 @@ def test_a_second_pool_of_the_same_name_is_a_conflict(gke):
 
 
 def test_unknown_fields_are_refused(gke):
-    import requests
-
     response = requests.post(
         f"{gke.endpoint}/v1/{gke.parent}/nodePools",
         json={"nodePool": {"name": "x", "colour": "blue"}},
@@ -274,3 +273,19 @@ def test_operations_are_listed_and_unknown_ones_are_not_found(gke):
         client.get_operation(name=f"{parent}/operations/operation-0-missing")
     with pytest.raises(google_errors.NotFound):
         client.list_node_pools(parent=f"projects/{gke.project}/locations/{gke.location}/clusters/other")
+
+
+def test_faults_and_call_counts_are_reachable_over_http_for_a_sandbox_in_another_process(gke):
+    controls = f"{gke.endpoint}/sandbox/v1"
+    assert requests.post(f"{controls}/faults", json={"fault": "quota"}, timeout=5).status_code == 200
+    assert requests.post(f"{controls}/faults", json={"poolFault": "stockout"}, timeout=5).status_code == 200
+    assert requests.post(f"{controls}/faults", json={"fault": "meteor"}, timeout=5).status_code == 400
+    client = gke.client()
+    with pytest.raises(google_errors.Forbidden):
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="remote"))
+    finished = wait_operation(
+        client, gke, client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="remote"))
+    )
+    assert finished.error.code == 8
+    assert requests.get(f"{controls}/calls", timeout=5).json()["CreateNodePool"] == 2
+    assert requests.delete(f"{controls}/faults", timeout=5).status_code == 200

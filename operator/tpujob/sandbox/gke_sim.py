@@ -143,6 +143,9 @@ def stockout_message(location: str) -> str:
     )
 
 
+ADMIN_PREFIX = "/sandbox/v1/"
+
+
 @dataclass
 class InjectedCallFault:
     fault: CallFault
@@ -454,27 +457,7 @@ class GkeSimulator:
         query = urllib.parse.parse_qs(url.query)
         length = int(request.headers.get("Content-Length") or 0)
         raw = request.rfile.read(length) if length else b""
-        matched = route(request.command, url.path)
-        try:
-            if matched is None:
-                raise GkeError(
-                    404, "NOT_FOUND", f"The requested URL {url.path} was not found on this server."
-                )
-            rpc, params = matched
-            body = json.loads(raw) if raw else {}
-            with self._lock:
-                self.calls[rpc] += 1
-                self.recorded.append(RecordedCall(rpc, request.command, url.path, body))
-            self._check_parent(params)
-            answer = self._dispatch(rpc, params, raw)
-            status, payload = 200, answer
-        except GkeError as error:
-            status, payload = error.http_status, error.body()
-        except json.JSONDecodeError as error:
-            status, payload = (
-                400,
-                GkeError(400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {error}").body(),
-            )
+        status, payload = self._answer(request.command, url.path, raw)
         # rest_numeric_enums: the client asks for integer enums with `$alt=json;enum-encoding=int`.
         numeric_enums = any("enum-encoding=int" in value for value in query.get("$alt", []))
         data = self._encode(payload, numeric_enums).encode()
@@ -483,6 +466,25 @@ class GkeSimulator:
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
         request.wfile.write(data)
+
+    def _answer(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+        try:
+            body = json.loads(raw) if raw else {}
+            if path.startswith(ADMIN_PREFIX):
+                return 200, self._admin(method, path, body)
+            matched = route(method, path)
+            if matched is None:
+                raise GkeError(404, "NOT_FOUND", f"The requested URL {path} was not found on this server.")
+            rpc, params = matched
+            with self._lock:
+                self.calls[rpc] += 1
+                self.recorded.append(RecordedCall(rpc, method, path, body))
+            self._check_parent(params)
+            return 200, self._dispatch(rpc, params, raw)
+        except GkeError as error:
+            return error.http_status, error.body()
+        except json.JSONDecodeError as error:
+            return 400, GkeError(400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {error}").body()
 
     @staticmethod
     def _encode(payload: Any, numeric_enums: bool) -> str:
@@ -494,6 +496,38 @@ class GkeSimulator:
             indent=None,
             always_print_fields_with_no_presence=False,
         )
+
+    def _admin(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Test controls over HTTP, for a sandbox running in another process (`tpujob sandbox up`):
+        POST /sandbox/v1/faults {"fault": "quota", "rpc": "CreateNodePool", "pool": null, "times": 1}
+        POST /sandbox/v1/faults {"poolFault": "stockout", "pool": null, "times": 1, "provisioningSeconds": 9}
+        DELETE /sandbox/v1/faults; GET /sandbox/v1/calls (calls received per RPC)."""
+        try:
+            if (method, path) == ("GET", ADMIN_PREFIX + "calls"):
+                with self._lock:
+                    return dict(self.calls)
+            if (method, path) == ("DELETE", ADMIN_PREFIX + "faults"):
+                self.clear_faults()
+                return {}
+            if (method, path) == ("POST", ADMIN_PREFIX + "faults") and "fault" in body:
+                self.inject_call_fault(
+                    body["fault"],
+                    body.get("rpc", "CreateNodePool"),
+                    pool=body.get("pool"),
+                    times=body.get("times", 1),
+                )
+                return {}
+            if (method, path) == ("POST", ADMIN_PREFIX + "faults") and "poolFault" in body:
+                self.inject_pool_fault(
+                    body["poolFault"],
+                    pool=body.get("pool"),
+                    times=body.get("times", 1),
+                    provisioning_seconds=body.get("provisioningSeconds"),
+                )
+                return {}
+        except ValueError as error:
+            raise GkeError(400, "INVALID_ARGUMENT", str(error)) from None
+        raise GkeError(404, "NOT_FOUND", f"No sandbox control at {method} {path}.")
 
     def _check_parent(self, params: dict[str, str]) -> None:
         if params["p"] != self.project or params["l"] != self.location:
