@@ -415,7 +415,9 @@ def _run_workers(b: _Builder) -> None:
     if newest > status.attempt:
         status.attempt = newest
     for pod in b.observed.pods:
-        if pod.attempt < status.attempt and not pod.deleting:
+        finished = pod.phase in ("Succeeded", "Failed")
+        keep_for_logs = finished and pod.attempt == status.attempt - 1
+        if pod.attempt < status.attempt and not pod.deleting and not keep_for_logs:
             b.decision.delete_pods.append(pod.name)
     current = {
         (p.slice, p.worker): p for p in b.observed.pods if p.attempt == status.attempt and not p.deleting
@@ -500,9 +502,13 @@ def _restart(b: _Builder, failed: list[PodView], lost: list[tuple[int, int]]) ->
     status.attempt += 1
     status.last_restart_time = timestamp(b.now)
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
+    # Live pods go now; the failed attempt's finished pods stay for `kubectl logs` until the next restart.
     for pod in b.observed.pods:
-        if not pod.deleting and pod.name not in b.decision.delete_pods:
-            b.decision.delete_pods.append(pod.name)
+        if pod.deleting or pod.name in b.decision.delete_pods:
+            continue
+        if pod.phase in ("Succeeded", "Failed") and pod.attempt == status.attempt - 1:
+            continue
+        b.decision.delete_pods.append(pod.name)
     counted = f"{status.application_restarts}/{budget} application restarts used"
     b.set_phase(
         RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"

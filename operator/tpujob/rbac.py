@@ -1,0 +1,32 @@
+"""The operator's Kubernetes permissions, in one place: the Helm chart and the tests use these rules.
+
+Least privilege: no wildcards, no secrets, no nodes; only what the handlers call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpujob.api import constants as c
+
+RULES: list[dict[str, Any]] = [
+    # Watch TPUJobs, add/remove the finalizer and kopf's annotations (patch), delete after the TTL.
+    {"apiGroups": [c.GROUP], "resources": [c.PLURAL], "verbs": ["get", "list", "watch", "patch", "delete"]},
+    # Write status through the status subresource only.
+    {"apiGroups": [c.GROUP], "resources": [f"{c.PLURAL}/status"], "verbs": ["get", "patch"]},
+    # One pod per TPU host: created, watched, deleted on restart/suspend.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    # The headless Service that gives workers their hostnames.
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
+    # Events for every transition a user sees in `kubectl describe`.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+
+def cluster_role(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": RULES,
+    }

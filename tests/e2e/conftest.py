@@ -1,0 +1,230 @@
+"""The operator as users run it: `tpujob operator`, a separate process, under the least-privilege
+ServiceAccount the Helm chart ships, against the session's test bed."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tpujob.api import constants as c
+from tpujob.api.crd import crd
+from tpujob.rbac import cluster_role
+from tpujob.sandbox.bed import Sandbox
+from tpujob.sandbox.controlplane import free_port
+from tpujob.sandbox.waiting import wait_for
+
+OPERATOR_NAMESPACE = "tpujob-system"
+OPERATOR_ACCOUNT = "tpujob-operator"
+
+
+def install_crd(sandbox: Sandbox) -> None:
+    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+    api = k8s.ApiextensionsV1Api(sandbox.api_client)
+    definition = crd(cel=False)
+    try:
+        api.create_custom_resource_definition(definition)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    wait_for(
+        lambda: any(
+            cond.type == "Established" and cond.status == "True"
+            for cond in api.read_custom_resource_definition(c.CRD_NAME).status.conditions or []
+        ),
+        timeout=30,
+        what="the TPUJob CRD to be established",
+    )
+
+
+def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
+    """A kubeconfig holding the operator ServiceAccount's token, so the test bed enforces our RBAC."""
+    core = k8s.CoreV1Api(sandbox.api_client)
+    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
+    for create, args in (
+        (core.create_namespace, ({"metadata": {"name": OPERATOR_NAMESPACE}},)),
+        (
+            core.create_namespaced_service_account,
+            (OPERATOR_NAMESPACE, {"metadata": {"name": OPERATOR_ACCOUNT}}),
+        ),
+        (rbac.create_cluster_role, (cluster_role(OPERATOR_ACCOUNT),)),
+        (
+            rbac.create_cluster_role_binding,
+            (
+                {
+                    "metadata": {"name": OPERATOR_ACCOUNT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": OPERATOR_ACCOUNT,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+                    ],
+                },
+            ),
+        ),
+    ):
+        try:
+            create(*args)
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+
+    def token() -> str | None:
+        account = core.read_namespaced_service_account(OPERATOR_ACCOUNT, OPERATOR_NAMESPACE)
+        if not account.secrets:
+            return None
+        secret = core.read_namespaced_secret(account.secrets[0].name, OPERATOR_NAMESPACE)
+        return base64.b64decode(secret.data["token"]).decode()
+
+    config = yaml.safe_load(sandbox.kubeconfig.read_text())
+    config["users"] = [
+        {"name": OPERATOR_ACCOUNT, "user": {"token": wait_for(token, timeout=30, what="SA token")}}
+    ]
+    for context in config["contexts"]:
+        context["context"]["user"] = OPERATOR_ACCOUNT
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class OperatorProcess:
+    """`tpujob operator` in a subprocess: start, SIGKILL, start again."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tpujob.cli", "operator"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last status write; what a node failure or OOM does."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    install_crd(sandbox)
+    folder = tmp_path_factory.mktemp("operator")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(operator_kubeconfig(sandbox, folder / "kubeconfig")),
+        "TPUJOB_GKE_ENDPOINT": sandbox.gke.endpoint,
+        "TPUJOB_GKE_PROJECT": sandbox.gke.project,
+        "TPUJOB_GKE_LOCATION": sandbox.gke.location,
+        "TPUJOB_GKE_CLUSTER": sandbox.gke.cluster,
+        "TPUJOB_RESYNC_SECONDS": "2",
+        "TPUJOB_RESTART_BACKOFF_SECONDS": "0.5",
+        "TPUJOB_SWEEP_SECONDS": "2",
+        "TPUJOB_METRICS_PORT": "0",
+        "TPUJOB_HEALTH_PORT": str(free_port()),
+    }
+    process = OperatorProcess(env, folder / "operator.log").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def custom(sandbox: Sandbox) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(sandbox.api_client)
+
+
+class Jobs:
+    """Create TPUJobs and wait on what the operator does with them."""
+
+    def __init__(self, sandbox: Sandbox, namespace: str) -> None:
+        self.namespace = namespace
+        self.custom = k8s.CustomObjectsApi(sandbox.api_client)
+        self.core = k8s.CoreV1Api(sandbox.api_client)
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest = {**manifest, "metadata": {**manifest["metadata"], "namespace": self.namespace}}
+        return self.custom.create_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL, manifest
+        )
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, self.namespace, c.PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.get(name).get("status") or {}
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, self.namespace, c.PLURAL, name)
+
+    def gone(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except k8s.ApiException as error:
+            return error.status == 404
+        return False
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+        return wait_for(
+            lambda: self.status(name) if self.status(name).get("phase") == phase else None,
+            timeout=timeout,
+            what=f"TPUJob {name} to be {phase}",
+            last_state=lambda: self.status(name),
+        )
+
+    def pods(self, name: str, attempt: int | None = None) -> list[Any]:
+        selector = f"{c.LABEL_JOB_NAME}={name}"
+        if attempt is not None:
+            selector += f",{c.LABEL_ATTEMPT}={attempt}"
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def wait_pods_running(self, name: str, count: int, attempt: int = 0, timeout: float = 60) -> list[Any]:
+        def running() -> list[Any] | None:
+            pods = [p for p in self.pods(name, attempt) if p.status.phase == "Running"]
+            return pods if len(pods) == count else None
+
+        return wait_for(
+            running,
+            timeout=timeout,
+            what=f"{count} running pods of {name} attempt {attempt}",
+            last_state=lambda: [(p.metadata.name, p.status.phase) for p in self.pods(name)],
+        )
+
+    def events(self, name: str) -> list[Any]:
+        return [
+            e
+            for e in self.core.list_namespaced_event(self.namespace).items
+            if e.involved_object.kind == c.KIND and e.involved_object.name == name
+        ]
+
+
+@pytest.fixture
+def jobs(sandbox: Sandbox, namespace: str, operator: OperatorProcess) -> Jobs:
+    return Jobs(sandbox, namespace)

@@ -1,0 +1,145 @@
+"""The operator on the test bed: real API server, scheduler and controller-manager, the real GKE
+client against the simulated GKE, the simulated kubelet. Each test drives one job to its end."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.manifests import base_job
+from tpujob.api import constants as c
+from tpujob.sandbox.waiting import wait_for
+
+
+def succeed_all(jobs, kubelet, name, attempt=0):
+    for pod in jobs.pods(name, attempt):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+
+
+def env_of(pod):
+    return {e.name: e.value for e in pod.spec.containers[0].env}
+
+
+@pytest.mark.parametrize(
+    ("tpu", "pools", "pods"),
+    [
+        ({"type": "v5e", "topology": "2x2"}, 1, 1),
+        ({"type": "v5p", "topology": "2x2x4"}, 1, 4),
+        ({"type": "v6e", "topology": "4x4", "slices": 2}, 2, 8),
+    ],
+    ids=["single-host-v5e", "multi-host-v5p", "multislice-v6e"],
+)
+def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tpu, pools, pods):
+    jobs.create(base_job("train", tpu=tpu))
+    running = jobs.wait_pods_running("train", pods)
+    jobs.wait_phase("train", "Running")
+    for pod in running:
+        node = core.read_node(pod.spec.node_name)
+        assert node.metadata.labels[c.NODE_LABEL_TOPOLOGY] == tpu["topology"]
+        env = env_of(pod)
+        assert env["TPU_WORKER_ID"] == pod.metadata.labels[c.LABEL_WORKER]
+        if tpu.get("slices", 1) > 1:
+            assert env["MEGASCALE_NUM_SLICES"] == "2"
+            assert env["MEGASCALE_SLICE_ID"] == pod.metadata.labels[c.LABEL_SLICE]
+    assert core.read_namespaced_service("train", jobs.namespace).spec.cluster_ip == "None"
+    succeed_all(jobs, kubelet, "train")
+    status = jobs.wait_phase("train", "Succeeded")
+    assert status["completionTime"]
+    wait_for(lambda: not gke.node_pools(), timeout=30, what="the node pools to be deleted")
+    wait_for(
+        lambda: not [n for n in core.list_node().items if "tj-train" in n.metadata.name],
+        timeout=30,
+        what="the TPU nodes to go",
+    )
+    # Multislice: GKE serializes operations, so the second create may be refused and retried.
+    assert len({r.body["nodePool"]["name"] for r in gke.recorded if r.rpc == "CreateNodePool"}) == pools
+    reasons = [e.reason for e in jobs.events("train")]
+    assert "Succeeded" in reasons
+
+
+def test_worker_failure_restarts_the_group_then_succeeds(jobs, gke, kubelet):
+    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
+    first = jobs.wait_pods_running("train", 4)
+    kubelet.fail(jobs.namespace, first[1].metadata.name, exit_code=3)
+    jobs.wait_pods_running("train", 4, attempt=1)
+    succeed_all(jobs, kubelet, "train", attempt=1)
+    status = jobs.wait_phase("train", "Succeeded")
+    assert status["restartsByReason"] == {"WorkerFailed": 1}
+    assert (status["restarts"], status["applicationRestarts"], status["attempt"]) == (1, 1, 1)
+    warnings = [e for e in jobs.events("train") if e.reason == "WorkerFailed"]
+    assert warnings and "exit code 3" in warnings[0].message
+
+
+def test_repeated_application_failures_end_in_backoff_limit_exceeded(jobs, gke, kubelet):
+    jobs.create(base_job("train", runPolicy={"maxRestarts": 1}))
+    for attempt in (0, 1):
+        (pod,) = jobs.wait_pods_running("train", 1, attempt=attempt)
+        kubelet.fail(jobs.namespace, pod.metadata.name, exit_code=1)
+    status = jobs.wait_phase("train", "Failed")
+    assert status["reason"] == "BackoffLimitExceeded"
+    wait_for(lambda: not gke.node_pools(), timeout=30, what="the node pool to be deleted after failure")
+
+
+def test_preemption_restarts_without_spending_max_restarts(sandbox, jobs, gke, kubelet):
+    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}, runPolicy={"maxRestarts": 0}))
+    jobs.wait_pods_running("train", 4)
+    # Spot reclaim: the slice's VMs shut down gracefully, GKE recreates them a little later.
+    sandbox.preempt_slice(jobs.status("train")["nodePools"][0]["name"], recreate_after=1)
+    status = wait_for(
+        lambda: (s := jobs.status("train")).get("restarts") and s,
+        timeout=30,
+        what="the restart after preemption",
+    )
+    assert status["restartsByReason"] == {"Preempted": 1}
+    assert status.get("applicationRestarts", 0) == 0
+    jobs.wait_pods_running("train", 4, attempt=1, timeout=90)
+    succeed_all(jobs, kubelet, "train", attempt=1)
+    assert jobs.wait_phase("train", "Succeeded")["restarts"] == 1
+
+
+def test_stockout_then_quota_then_recovery(jobs, gke, kubelet):
+    gke.inject_pool_fault("stockout")
+    gke.inject_call_fault("quota", times=2)
+    jobs.create(base_job("train"))
+    seen = set()
+
+    def recovered():
+        status = jobs.status("train")
+        seen.add(status.get("reason"))
+        return status.get("phase") in ("Starting", "Running") and status
+
+    wait_for(recovered, timeout=90, interval=0.05, what="provisioning to recover")
+    assert {"Stockout", "QuotaExceeded"} <= seen
+    (pod,) = jobs.wait_pods_running("train", 1)
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded")
+
+
+def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
+    gke.inject_pool_fault("slow", provisioning_seconds=3)
+    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
+    wait_for(lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, what="the pool create call")
+    jobs.delete("train")
+    wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
+    assert not gke.node_pools()
+    assert not [n for n in core.list_node().items if "tj-train" in n.metadata.name]
+    assert not jobs.pods("train")
+    assert not core.list_namespaced_service(jobs.namespace).items
+
+
+def test_existing_policy_uses_pools_made_elsewhere(jobs, gke, kubelet):
+    from google.cloud import container_v1
+
+    gke.client().create_node_pool(
+        parent=gke.parent,
+        node_pool=container_v1.NodePool(
+            name="platform-v5e",
+            initial_node_count=1,
+            config=container_v1.NodeConfig(machine_type="ct5lp-hightpu-4t"),
+        ),
+    )
+    jobs.create(base_job("train", nodePool={"policy": "existing"}))
+    (pod,) = jobs.wait_pods_running("train", 1)
+    assert gke.calls["CreateNodePool"] == 1  # only the platform team's
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded")
+    assert "platform-v5e" in gke.node_pools()  # not ours to delete
