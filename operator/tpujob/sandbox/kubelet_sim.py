@@ -432,9 +432,11 @@ class KubeletSimulator:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         containers = pod["spec"]["containers"]
         local = [c for c in containers if is_trainer_image(c["image"], self.trainer_images)]
-        run = _Run(uid=pod["metadata"]["uid"], pod_ip="127.0.0.1" if local else self._new_pod_ip())
-        self._runs[key] = run
         host_ip = self._host_ip(pod["spec"]["nodeName"])
+        # A local process really listens on loopback; a hostNetwork pod has its node's address.
+        pod_ip = "127.0.0.1" if local else host_ip if pod["spec"].get("hostNetwork") else self._new_pod_ip()
+        run = _Run(uid=pod["metadata"]["uid"], pod_ip=pod_ip)
+        self._runs[key] = run
         status = running_status(pod, run.pod_ip, host_ip)
         if local:
             # The process sees the pod as running: its status fields (podIP ...) are known before it starts.
