@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tpujob import metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api import constants as c
@@ -91,11 +92,13 @@ class Reconciler:
         # Pods created but maybe not yet seen by the watch, per job UID.
         self._in_flight: dict[str, set[str]] = {}
         self._lock = threading.Lock()
+        self.recorder = metrics.PassRecorder()
 
     def forget(self, uid: str) -> None:
         with self._lock:
             self._written.pop(uid, None)
             self._in_flight.pop(uid, None)
+        self.recorder.forget(uid)
 
     # --- observe ---------------------------------------------------------------------------------
 
@@ -119,6 +122,10 @@ class Reconciler:
     # --- the pass --------------------------------------------------------------------------------
 
     def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+        with metrics.RECONCILE_DURATION.time(), metrics.RECONCILE_ERRORS.count_exceptions():
+            return self._reconcile(body, pods, service_exists)
+
+    def _reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
         meta = body["metadata"]
         uid = meta["uid"]
         status_before = self._current_status(body)
@@ -155,6 +162,7 @@ class Reconciler:
         status_after = decision.status.to_wire()
         if status_after != status_before:
             self._write_status(job, status_after)
+        self.recorder.record(job, job.status or TPUJobStatus(), decision.status, now)
         if decision.delete_job:
             self._delete_job(job)
             self.forget(uid)
@@ -168,6 +176,7 @@ class Reconciler:
         errors: dict[int, s.GKEError] = {}
         for slice_index in decision.create_pools:
             error = self.pools.create(render.node_pool(job, self.cluster, slice_index))
+            metrics.record_pool_call("create", error)
             if error is not None:
                 errors[slice_index] = error
         views = {p.slice: p for p in observed.pools or ()}
@@ -190,6 +199,7 @@ class Reconciler:
         if self.pools is not None:
             for name in decision.delete_pools:
                 error = self.pools.delete(name)
+                metrics.record_pool_call("delete", error)
                 if error is not None:
                     decision.requeue(s.POLL_PROVISIONING_SECONDS)
         if decision.create_service:
@@ -279,7 +289,7 @@ class Reconciler:
                 continue
             remaining.append(view.name)
             if view.state != "STOPPING":
-                self.pools.delete(view.name)
+                metrics.record_pool_call("delete", self.pools.delete(view.name))
         if not remaining:
             self.forget(body["metadata"]["uid"])
         return remaining
@@ -297,7 +307,9 @@ class Reconciler:
             log.warning(
                 "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
             )
-            if self.pools.delete(pool.name) is None:
+            error = self.pools.delete(pool.name)
+            metrics.record_pool_call("delete", error)
+            if error is None:
                 deleted.append(pool.name)
         return deleted
 

@@ -469,7 +469,7 @@ def _restart_backoff_left(b: _Builder) -> float:
     if status.phase != RESTARTING or status.reason != REASON_WORKER_FAILED or not status.last_restart_time:
         return 0.0
     exponent = max(status.application_restarts - 1, 0)
-    backoff = min(b.observed.restart_backoff_seconds * 2**exponent, RESTART_BACKOFF_CAP_SECONDS)
+    backoff = min(b.observed.restart_backoff_seconds * float(2**exponent), RESTART_BACKOFF_CAP_SECONDS)
     elapsed = (b.now - parse_timestamp(status.last_restart_time)).total_seconds()
     return max(backoff - elapsed, 0.0)
 

@@ -16,8 +16,9 @@ from typing import Any
 import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from prometheus_client import start_http_server
 
-from tpujob import gke
+from tpujob import gke, metrics
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.reconciler import Reconciler, pod_view
@@ -76,6 +77,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
     else:
         log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
+    if config.metrics_port:
+        metrics.register()
+        start_http_server(config.metrics_port)
     reconciler = Reconciler(config.cluster, _api_client(), pools, config.restart_backoff_seconds)
     memo.runtime = Runtime(config, reconciler)
 

@@ -1,0 +1,204 @@
+"""Every Prometheus metric the operator exports: one `tpujob_` prefix, base units, bounded labels.
+
+Labels never carry a job, pod or pool name (unbounded); per-job numbers come from the trainer's own
+`tpujob_trainer_*` metrics, scraped from its pods. Every series exists from start (zero), so
+dashboards and alerts see a 0, not a gap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tpujob import __version__, tpu
+from tpujob import status as s
+from tpujob.api.models import CapacityMode, TPUJob, TPUJobStatus
+
+PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)
+RESTART_REASONS = (s.REASON_WORKER_FAILED, s.REASON_PREEMPTED, s.REASON_NODE_LOST, s.REASON_POOL_LOST)
+GKE_ERROR_REASONS = (s.REASON_STOCKOUT, s.REASON_QUOTA, s.REASON_GKE_BUSY, s.REASON_GKE_UNAVAILABLE)
+POOL_OPERATIONS = ("create", "delete")
+POOL_RESULTS = ("accepted", "error")
+CAPACITY_MODES = tuple(m.value for m in CapacityMode)
+
+# Minutes to an hour: TPU provisioning is slow, and stockouts make it slower.
+PROVISIONING_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+BUILD_INFO = Info("tpujob_build", "Version of the running operator.")
+PHASE_TRANSITIONS = Counter(
+    "tpujob_phase_transitions_total", "TPUJob phase changes, by the phase entered.", ["phase"]
+)
+RESTARTS = Counter("tpujob_restarts_total", "Whole-job restarts, by cause.", ["reason"])
+POOL_OPERATIONS_TOTAL = Counter(
+    "tpujob_node_pool_operations_total",
+    "GKE node pool calls, by operation and result.",
+    ["operation", "result"],
+)
+GKE_ERRORS = Counter("tpujob_gke_errors_total", "GKE calls refused, by reason.", ["reason"])
+POOL_PROVISIONING = Histogram(
+    "tpujob_node_pool_provisioning_seconds",
+    "From the create call to the node pool RUNNING.",
+    buckets=PROVISIONING_BUCKETS,
+)
+TIME_TO_RUNNING = Histogram(
+    "tpujob_time_to_running_seconds",
+    "From TPUJob start to every worker running (first time per job).",
+    buckets=PROVISIONING_BUCKETS,
+)
+RECONCILE_DURATION = Histogram(
+    "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
+)
+RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
+CHIP_SECONDS = Counter(
+    "tpujob_tpu_chip_seconds_total",
+    "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis.",
+    ["tpu_type", "capacity_mode"],
+)
+
+
+class JobsByPhase(Collector):
+    """tpujob_jobs{phase}: computed at scrape time from the phases the reconciler last saw."""
+
+    def __init__(self) -> None:
+        self._phases: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def set(self, uid: str, phase: str | None) -> None:
+        with self._lock:
+            if phase is None:
+                self._phases.pop(uid, None)
+            else:
+                self._phases[uid] = phase
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "tpujob_jobs", "TPUJobs known to the operator, by phase.", labels=["phase"]
+        )
+        with self._lock:
+            phases = list(self._phases.values())
+        for phase in PHASES:
+            family.add_metric([phase], phases.count(phase))
+        yield family
+
+
+class ChipsHeld(Collector):
+    """tpujob_tpu_chips{tpu_type, capacity_mode}: TPU chips held right now."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[str, str, int]] = {}
+        self._lock = threading.Lock()
+
+    def set(self, uid: str, tpu_type: str, mode: str, chips: int) -> None:
+        with self._lock:
+            self._held[uid] = (tpu_type, mode, chips)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._held.pop(uid, None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "tpujob_tpu_chips", "TPU chips held by TPUJobs right now.", labels=["tpu_type", "capacity_mode"]
+        )
+        with self._lock:
+            held = list(self._held.values())
+        for tpu_type in tpu.TPU_TYPES:
+            for mode in CAPACITY_MODES:
+                family.add_metric([tpu_type, mode], sum(c for t, m, c in held if (t, m) == (tpu_type, mode)))
+        yield family
+
+
+JOBS_BY_PHASE = JobsByPhase()
+CHIPS_HELD = ChipsHeld()
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> None:
+    """Collectors and zeroed series: call once at start."""
+    registry.register(JOBS_BY_PHASE)
+    registry.register(CHIPS_HELD)
+    BUILD_INFO.info({"version": __version__})
+    for phase in PHASES:
+        PHASE_TRANSITIONS.labels(phase)
+    for reason in RESTART_REASONS:
+        RESTARTS.labels(reason)
+    for reason in GKE_ERROR_REASONS:
+        GKE_ERRORS.labels(reason)
+    for operation in POOL_OPERATIONS:
+        for result in POOL_RESULTS:
+            POOL_OPERATIONS_TOTAL.labels(operation, result)
+    for tpu_type in tpu.TPU_TYPES:
+        for mode in CAPACITY_MODES:
+            CHIP_SECONDS.labels(tpu_type, mode)
+
+
+def chips_held(job: TPUJob, status: TPUJobStatus) -> int:
+    """Chips the job pays for: its pools while they exist, or (existing pools) its running pods."""
+    shape = tpu.resolve_slice(job.spec.tpu.type, job.spec.tpu.topology, job.spec.tpu.machine_type)
+    if job.spec.node_pool.policy == "create":
+        alive = [p for p in status.node_pools if p.state not in (s.POOL_MISSING, s.POOL_DELETED)]
+        return len(alive) * shape.chips
+    return status.workers.running * shape.chips_per_host
+
+
+class PassRecorder:
+    """Turns one reconcile pass (status before -> after) into metric updates."""
+
+    def __init__(self) -> None:
+        self._last_seen: dict[str, tuple[dt.datetime, int]] = {}  # uid -> (when, chips held then)
+        self._pool_created: dict[str, dt.datetime] = {}
+        self._lock = threading.Lock()
+
+    def record(self, job: TPUJob, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
+        uid = job.metadata.uid or ""
+        if after.phase != before.phase and after.phase:
+            PHASE_TRANSITIONS.labels(after.phase).inc()
+        for reason, count in after.restarts_by_reason.items():
+            delta = count - before.restarts_by_reason.get(reason, 0)
+            if delta > 0:
+                RESTARTS.labels(reason).inc(delta)
+        if after.running_time and not before.running_time and after.start_time:
+            started = s.parse_timestamp(after.start_time)
+            TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())
+        self._pools(before, after, now)
+        self._chips(uid, job, after, now)
+        JOBS_BY_PHASE.set(uid, after.phase)
+
+    def _pools(self, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
+        previous = {p.name: p.state for p in before.node_pools}
+        with self._lock:
+            for pool in after.node_pools:
+                was = previous.get(pool.name)
+                if pool.state == "PROVISIONING" and was in (None, s.POOL_MISSING, s.POOL_DELETED):
+                    self._pool_created[pool.name] = now
+                if pool.state in s.POOL_READY_STATES and was not in s.POOL_READY_STATES:
+                    created = self._pool_created.pop(pool.name, None)
+                    if created is not None:
+                        POOL_PROVISIONING.observe((now - created).total_seconds())
+
+    def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
+        held = chips_held(job, after)
+        with self._lock:
+            seen = self._last_seen.get(uid)
+            self._last_seen[uid] = (now, held)
+        if seen is not None and seen[1]:
+            elapsed = (now - seen[0]).total_seconds()
+            CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(seen[1] * max(elapsed, 0.0))
+        CHIPS_HELD.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._last_seen.pop(uid, None)
+        JOBS_BY_PHASE.set(uid, None)
+        CHIPS_HELD.forget(uid)
+
+
+def record_pool_call(operation: str, error: s.GKEError | None) -> None:
+    POOL_OPERATIONS_TOTAL.labels(operation, "error" if error else "accepted").inc()
+    if error is not None:
+        GKE_ERRORS.labels(error.reason).inc()

@@ -1,0 +1,74 @@
+"""Metric updates from one reconcile pass (the default registry, read back by sample value)."""
+
+import datetime as dt
+
+from prometheus_client import REGISTRY
+
+from tests.manifests import base_job
+from tpujob import metrics
+from tpujob import status as s
+from tpujob.api import parse_tpujob
+from tpujob.api.models import NodePoolStatus, TPUJobStatus
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+
+
+def sample(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def job(uid, **spec):
+    manifest = base_job("m", **spec)
+    manifest["metadata"]["uid"] = uid
+    return parse_tpujob(manifest)
+
+
+def test_transitions_restarts_and_time_to_running():
+    recorder = metrics.PassRecorder()
+    j = job("metrics-1")
+    before = TPUJobStatus(phase=s.STARTING, start_time="2026-11-21T11:58:00Z")
+    after = TPUJobStatus(
+        phase=s.RUNNING,
+        start_time="2026-11-21T11:58:00Z",
+        running_time="2026-11-21T12:00:00Z",
+        restarts_by_reason={s.REASON_PREEMPTED: 1},
+    )
+    transitions = sample("tpujob_phase_transitions_total", phase="Running")
+    restarts = sample("tpujob_restarts_total", reason="Preempted")
+    observed = sample("tpujob_time_to_running_seconds_sum")
+    recorder.record(j, before, after, NOW)
+    assert sample("tpujob_phase_transitions_total", phase="Running") == transitions + 1
+    assert sample("tpujob_restarts_total", reason="Preempted") == restarts + 1
+    assert sample("tpujob_time_to_running_seconds_sum") == observed + 120
+
+
+def test_chip_seconds_accrue_while_pools_are_alive():
+    recorder = metrics.PassRecorder()
+    j = job("metrics-2", tpu={"type": "v5p", "topology": "2x2x4"}, capacity={"mode": "spot"})
+    alive = TPUJobStatus(phase=s.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
+    start = sample("tpujob_tpu_chip_seconds_total", tpu_type="v5p", capacity_mode="spot")
+    recorder.record(j, alive, alive, NOW)
+    recorder.record(j, alive, alive, NOW + dt.timedelta(seconds=10))
+    assert sample("tpujob_tpu_chip_seconds_total", tpu_type="v5p", capacity_mode="spot") == start + 16 * 10
+
+
+def test_provisioning_time_is_measured_from_create_to_running():
+    recorder = metrics.PassRecorder()
+    j = job("metrics-3")
+    none = TPUJobStatus()
+    creating = TPUJobStatus(node_pools=[NodePoolStatus(name="pool-x", slice=0, state="PROVISIONING")])
+    running = TPUJobStatus(node_pools=[NodePoolStatus(name="pool-x", slice=0, state="RUNNING")])
+    count = sample("tpujob_node_pool_provisioning_seconds_count")
+    total = sample("tpujob_node_pool_provisioning_seconds_sum")
+    recorder.record(j, none, creating, NOW)
+    recorder.record(j, creating, running, NOW + dt.timedelta(seconds=95))
+    assert sample("tpujob_node_pool_provisioning_seconds_count") == count + 1
+    assert sample("tpujob_node_pool_provisioning_seconds_sum") == total + 95
+
+
+def test_pool_calls_and_gke_errors_are_counted_by_reason():
+    before = sample("tpujob_gke_errors_total", reason="Stockout")
+    errors = sample("tpujob_node_pool_operations_total", operation="create", result="error")
+    metrics.record_pool_call("create", s.GKEError(s.REASON_STOCKOUT, "lack of capacity"))
+    assert sample("tpujob_gke_errors_total", reason="Stockout") == before + 1
+    assert sample("tpujob_node_pool_operations_total", operation="create", result="error") == errors + 1
