@@ -36,8 +36,23 @@ def test_written_dataset_loads_back_and_decodes(small_dataset: data.DatasetInfo)
     examples = decoded(tf.data.TFRecordDataset(info.files("train")).map(data.decoder_for(info)))
     assert sorted(int(label) for _, label in examples) == sorted(np.arange(20) % 10)
     for image, label in examples:
-        assert image.shape == (4, 4, 3) and image.dtype == np.float32
-        assert np.all(image == label)  # pixel value == label survives PNG round trip and scaling
+        assert image.shape == (4, 4, 3) and image.dtype == np.uint8
+        assert np.all(image == label)  # pixel value == label survives the PNG round trip
+
+
+def test_batches_are_normalized_to_float(small_dataset: data.DatasetInfo) -> None:
+    digits_like = data.DatasetInfo(
+        "d", (4, 4, 3), "png", 10, 16.0, small_dataset.splits, small_dataset.directory
+    )
+    pipeline = data.training_pipeline(
+        digits_like.files("train"),
+        data.decoder_for(digits_like),
+        batch_size=4,
+        normalize=data.normalizer_for(digits_like),
+    )
+    images, labels = next(iter(pipeline))
+    assert images.dtype == tf.float32
+    assert np.allclose(images.numpy(), labels.numpy()[:, None, None, None] / 16.0)
 
 
 def test_no_metadata_means_no_dataset(tmp_path: Path) -> None:

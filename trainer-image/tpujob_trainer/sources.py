@@ -33,6 +33,8 @@ class DataSource:
     # Decoded, unbatched (image, label) examples of the test split, or None without one.
     test: Callable[[], tf.data.Dataset] | None = None
     test_examples: int | None = None
+    # Applied to whole batches of both splits (uint8 -> float32), or None when examples are ready.
+    normalize: data.ExampleMap | None = None
 
 
 def default_data_dir(name: str) -> str:
@@ -68,6 +70,7 @@ def _records_source(config: TrainerConfig, info: data.DatasetInfo) -> DataSource
     if "train" not in info.splits:
         raise ConfigError(f"--data-dir {info.directory}: {data.METADATA_FILE} has no 'train' split")
     decode = data.decoder_for(info)
+    normalize = data.normalizer_for(info)
     cache = data.should_cache(config.cache, info.decoded_bytes("train"), data.available_memory_bytes())
     log.info(
         "data: %s from %s, %d training examples, cache in memory: %s",
@@ -88,6 +91,7 @@ def _records_source(config: TrainerConfig, info: data.DatasetInfo) -> DataSource
             cache=cache,
             shuffle_buffer=config.shuffle_buffer,
             seed=config.seed,
+            normalize=normalize,
         )
 
     test = None
@@ -105,6 +109,7 @@ def _records_source(config: TrainerConfig, info: data.DatasetInfo) -> DataSource
         train_examples=info.splits["train"].examples,
         test=test,
         test_examples=info.splits["test"].examples if "test" in info.splits else None,
+        normalize=normalize,
     )
 
 

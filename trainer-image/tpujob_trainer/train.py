@@ -342,6 +342,7 @@ def evaluate(
             batches=steps * local_replicas,
             num_pipelines=context.num_input_pipelines,
             pipeline_id=context.input_pipeline_id,
+            normalize=source.normalize,
         )
 
     @tf.function

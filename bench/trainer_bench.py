@@ -1,0 +1,229 @@
+"""Benchmarks of the trainer (figures, not pass/fail tests): `.venv/bin/python bench/trainer_bench.py`.
+
+1. Input pipeline: the trainer's tf.data pipeline against a naive one (sequential reads, map
+   without parallelism, no cache, no prefetch) on the same JPEG TFRecords, with a realistic
+   decode (JPEG decode, random crop and flip, normalization). Examples per second, measured
+   for the first pass over the data (nothing cached yet) and for the passes after it.
+2. Trainer overhead: the trainer's step loop (metrics, stop vote, input-wait timing, progress)
+   against a bare `model.fit` on the same model, data and number of steps, both warmed up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+from tpujob_trainer import data
+from tpujob_trainer.config import TrainerConfig, WorkerEnv
+from tpujob_trainer.metrics import TrainerMetrics
+from tpujob_trainer.models import build_model
+from tpujob_trainer.progress import Progress
+from tpujob_trainer.train import Checkpoints, StepLoop, StopSignal
+
+IMAGE_SIZE = 128  # stored JPEG size; the model-facing crop is 112x112
+CROP = 112
+
+
+def write_jpeg_dataset(directory: str, examples: int, shards: int) -> data.DatasetInfo:
+    """Smooth random images (JPEG compresses them like photos, not like noise)."""
+    rng = np.random.default_rng(0)
+    low = rng.integers(0, 256, size=(examples, 8, 8, 3)).astype(np.float32)
+    images = (
+        tf.image.resize(low, (IMAGE_SIZE, IMAGE_SIZE), method="bicubic").numpy().clip(0, 255).astype(np.uint8)
+    )
+    labels = rng.integers(0, 10, size=examples)
+    return data.write_dataset(
+        directory,
+        "jpeg-bench",
+        {"train": (images, labels)},
+        encoding="jpeg",
+        num_classes=10,
+        max_value=255.0,
+        shards={"train": shards},
+    )
+
+
+def augment(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    image = tf.image.random_crop(image, (CROP, CROP, 3))
+    return tf.image.random_flip_left_right(image), label
+
+
+def normalize(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """To float, centred and scaled: works on one image or a whole batch."""
+    return (tf.cast(images, tf.float32) / 255.0 - 0.5) / 0.25, labels
+
+
+def trainer_pipeline(info: data.DatasetInfo, batch_size: int) -> tf.data.Dataset:
+    cache = data.should_cache("auto", info.decoded_bytes("train"), data.available_memory_bytes())
+    return data.training_pipeline(
+        info.files("train"),
+        data.decoder_for(info),
+        batch_size=batch_size,
+        cache=cache,
+        augment=augment,
+        normalize=normalize,
+    )
+
+
+def naive_pipeline(info: data.DatasetInfo, batch_size: int) -> tf.data.Dataset:
+    """What a first version looks like: every step in sequence, one example at a time."""
+    dataset = tf.data.TFRecordDataset(info.files("train")).map(data.decoder_for(info))
+    dataset = dataset.shuffle(10_000, seed=0).repeat().map(augment).map(normalize)
+    return dataset.batch(batch_size, drop_remainder=True)
+
+
+def bench_pipeline(examples: int, batch_size: int, epochs: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as directory:
+        info = write_jpeg_dataset(directory, examples, shards=8)
+        per_epoch = examples // batch_size
+        results: dict[str, float] = {}
+        for name, build in (("trainer", trainer_pipeline), ("naive", naive_pipeline)):
+            dataset = build(info, batch_size)
+            iterator = iter(dataset)
+            started = time.perf_counter()
+            for _ in range(per_epoch):
+                next(iterator)
+            first = time.perf_counter() - started
+            started = time.perf_counter()
+            for _ in range(per_epoch * (epochs - 1)):
+                next(iterator)
+            later = time.perf_counter() - started
+            results[f"{name}_first_epoch"] = per_epoch * batch_size / first
+            results[f"{name}_later_epochs"] = per_epoch * (epochs - 1) * batch_size / later
+            results[f"{name}_overall"] = per_epoch * epochs * batch_size / (first + later)
+        return results
+
+
+def bench_overhead(steps: int, warmup: int, repeats: int, batch_size: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as directory:
+        info = data.prepare_digits(directory)
+        strategy = tf.distribute.get_strategy()
+
+        def dataset() -> tf.data.Dataset:
+            return data.training_pipeline(
+                info.files("train"), data.decoder_for(info), batch_size=batch_size, cache=True
+            )
+
+        def model() -> object:
+            return build_model("digits-cnn", info.image_shape, info.num_classes, learning_rate=1e-3)
+
+        def time_fit() -> float:
+            """Bare Keras, as a notebook would do it."""
+            bare = model()
+            bare_data = dataset()
+            bare.fit(bare_data, epochs=1, steps_per_epoch=warmup, verbose=0)
+            started = time.perf_counter()
+            bare.fit(bare_data, epochs=1, steps_per_epoch=steps, verbose=0)
+            return time.perf_counter() - started
+
+        def time_trainer_loop() -> float:
+            """The trainer's loop as `train.run` drives it (checkpoints are measured apart)."""
+            ours = model()
+            ours._symbolic_build(  # as train.run does: state exists before the distributed step
+                data_batch=(
+                    np.zeros((batch_size, *info.image_shape), np.float32),
+                    np.zeros((batch_size,), np.int32),
+                )
+            )
+            config = TrainerConfig(steps=warmup + steps, metrics_port=0, log_every_steps=100)
+            loop = StepLoop(ours, strategy, TrainerMetrics(), batch_size)
+            iterator = iter(strategy.distribute_datasets_from_function(lambda _: dataset()))
+            checkpoints = Checkpoints(None, tf.train.Checkpoint(model=ours), WorkerEnv())
+            progress = Progress("log", is_chief=True, every=100)
+            loop.run(iterator, 0, warmup, StopSignal(), checkpoints, config, progress)
+            started = time.perf_counter()
+            loop.run(iterator, warmup, warmup + steps, StopSignal(), checkpoints, config, progress)
+            return time.perf_counter() - started
+
+        # Pairs, in alternating order, so that drift in machine load hits both sides alike.
+        pairs = []
+        for repeat in range(repeats):
+            if repeat % 2:
+                loop_seconds, fit_seconds = time_trainer_loop(), time_fit()
+            else:
+                fit_seconds, loop_seconds = time_fit(), time_trainer_loop()
+            pairs.append((fit_seconds, loop_seconds))
+        fit_median = statistics.median(fit for fit, _ in pairs)
+        loop_median = statistics.median(loop for _, loop in pairs)
+        return {
+            "steps": steps,
+            "bare_fit_examples_per_second": steps * batch_size / fit_median,
+            "trainer_examples_per_second": steps * batch_size / loop_median,
+            "overhead_percent": (statistics.median(loop / fit for fit, loop in pairs) - 1) * 100,
+            "checkpoint_seconds": checkpoint_cost(model, directory),
+        }
+
+
+def checkpoint_cost(model_factory: object, directory: str) -> float:
+    """One digits-cnn checkpoint save to local disk (the trainer saves one every 200 steps)."""
+    model = model_factory()  # type: ignore[operator]
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+        str(Path(directory) / "ckpt"),
+        max_to_keep=1,
+    )
+    manager.save(checkpoint_number=0)
+    started = time.perf_counter()
+    for number in range(1, 6):
+        manager.save(checkpoint_number=number)
+    return (time.perf_counter() - started) / 5
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=4096, help="JPEG images in the pipeline benchmark")
+    parser.add_argument("--epochs", type=int, default=4, help="passes over them")
+    parser.add_argument("--steps", type=int, default=1500, help="timed training steps per overhead run")
+    parser.add_argument("--repeats", type=int, default=3, help="overhead runs (the median counts)")
+    parser.add_argument("--only", choices=("pipeline", "overhead"), help="run one of the two benchmarks")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args()
+
+    results: dict[str, dict[str, float]] = {}
+    if args.only != "overhead":
+        results["pipeline"] = bench_pipeline(args.examples, batch_size=128, epochs=args.epochs)
+    if args.only != "pipeline":
+        results["overhead"] = bench_overhead(args.steps, warmup=100, repeats=args.repeats, batch_size=64)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} CPU cores, load average {load:.1f}, TensorFlow {tf.__version__}")
+    if load > (os.cpu_count() or 1):
+        print("  (the machine is busy: figures are noisy; run again when it is idle)")
+    if "pipeline" in results:
+        print_pipeline(results["pipeline"], args.examples)
+    if "overhead" in results:
+        print_overhead(results["overhead"], args.steps, args.repeats)
+    return 0
+
+
+def print_pipeline(pipeline: dict[str, float], examples: int) -> None:
+    print(f"input pipeline, {examples} JPEG {IMAGE_SIZE}x{IMAGE_SIZE} TFRecords, batch 128, examples/s:")
+    for when in ("first_epoch", "later_epochs", "overall"):
+        trainer, naive = pipeline[f"trainer_{when}"], pipeline[f"naive_{when}"]
+        label = when.replace("_", " ")
+        print(f"  {label:13s} trainer {trainer:8.0f}   naive {naive:8.0f}   speed-up {trainer / naive:4.1f}x")
+
+
+def print_overhead(overhead: dict[str, float], steps: int, repeats: int) -> None:
+    print(f"trainer overhead, digits-cnn, batch 64, {steps} steps, median of {repeats}:")
+    print(f"  bare model.fit   {overhead['bare_fit_examples_per_second']:8.0f} examples/s")
+    print(f"  trainer loop     {overhead['trainer_examples_per_second']:8.0f} examples/s")
+    print(f"  overhead         {overhead['overhead_percent']:+.1f}% (median of the paired ratios)")
+    print(f"  one checkpoint   {overhead['checkpoint_seconds'] * 1000:.0f} ms (every 200 steps by default)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
