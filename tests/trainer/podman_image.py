@@ -74,12 +74,29 @@ def ensure_base_image() -> None:
 
 def build_trainer_image(variant: str, tag: str) -> float:
     """Build trainer-image/Dockerfile; returns the seconds it took."""
+    return build_image(REPO / "trainer-image", tag, {"VARIANT": variant})
+
+
+def build_image(
+    context: Path,
+    tag: str,
+    build_args: dict[str, str] | None = None,
+    *,
+    dockerfile: Path | None = None,
+    ignorefile: Path | None = None,
+) -> float:
+    """Build a Dockerfile FROM the debootstrapped base (chroot isolation); returns the seconds it took."""
     command = ["podman", "build", "--isolation=chroot", "--layers=false"]
-    command += ["--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", f"VARIANT={variant}"]
+    for name, value in {"BASE_IMAGE": BASE_IMAGE, **(build_args or {})}.items():
+        command += ["--build-arg", f"{name}={value}"]
     if Path(HOST_CA_BUNDLE).exists():
         # pip inside the build must trust what the host trusts (a proxy may re-sign PyPI's TLS).
         command += ["-v", "/etc/ssl/certs:/etc/ssl/certs:ro", "--build-arg", f"PIP_CERT={HOST_CA_BUNDLE}"]
-    command += ["-t", tag, str(REPO / "trainer-image")]
+    if dockerfile is not None:
+        command += ["-f", str(dockerfile)]
+    if ignorefile is not None:
+        command += ["--ignorefile", str(ignorefile)]
+    command += ["-t", tag, str(context)]
     started = time.monotonic()
     subprocess.run(command, check=True)
     return time.monotonic() - started
