@@ -38,10 +38,12 @@ app.kubernetes.io/part-of: tpujob
 {{- end }}
 {{- end }}
 
-{{/* Fail with a clear message when a Prometheus Operator kind is wanted but its API is missing. */}}
+{{/* Fail with a clear message when a Prometheus Operator kind is wanted but its API is missing.
+`helm lint` (neither install nor upgrade) checks the chart, not a cluster: it renders the kind. */}}
 {{- define "tpujob.requirePrometheusOperator" -}}
 {{- $kind := index . 0 }}{{- $value := index . 1 }}{{- $ctx := index . 2 }}
-{{- if not ($ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind)) }}
+{{- $deploying := or $ctx.Release.IsInstall $ctx.Release.IsUpgrade }}
+{{- if and $deploying (not ($ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind))) }}
 {{- fail (printf "%s=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind %s), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) first, or set %s=false. With `helm template`, pass --api-versions monitoring.coreos.com/v1/%s." $value $kind $value $kind) }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,328 @@
+"""The Helm chart with the real helm binary, no cluster: lint, render each scenario, check what it
+promises (least-privilege RBAC from tpujob.rbac.RULES, the operator's settings, monitoring), the values
+schema, generated files, and the dashboard's PromQL against the metrics the code exports."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart import dashboard, tools
+from tests.chart.conftest import CHART, REPO
+from tpujob.api import constants as c
+from tpujob.config import ENVIRONMENT
+from tpujob.rbac import RULES
+
+SCENARIOS = {
+    "default": None,
+    **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*"))},
+}
+MONITORING_APIS = ["monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor"]
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def render(helm: Path, *args: str, apis: list[str] | None = None) -> list[dict[str, Any]]:
+    command = ["template", "rel", str(CHART), "--namespace", "tpujob-system", *args]
+    for api in apis if apis is not None else MONITORING_APIS:
+        command += ["--api-versions", api]
+    result = run_helm(helm, *command)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for doc in documents:
+        kinds.setdefault(doc["kind"], []).append(doc)
+    return kinds
+
+
+def values_args(scenario: str) -> list[str]:
+    path = SCENARIOS[scenario]
+    return ["-f", str(path)] if path else []
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_lint_and_template_pass(helm, scenario):
+    lint = run_helm(helm, "lint", "--strict", str(CHART), *values_args(scenario))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert render(helm, *values_args(scenario))
+
+
+def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
+    kinds = by_kind(render(helm))
+    assert sorted(kinds) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    (role,) = kinds["ClusterRole"]
+    assert role["rules"] == RULES
+    (binding,) = kinds["ClusterRoleBinding"]
+    (account,) = kinds["ServiceAccount"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "rel-tpujob-operator",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "tpujob-system"}
+    ]
+    (deployment,) = kinds["Deployment"]
+    spec = deployment["spec"]
+    assert (spec["replicas"], spec["strategy"]) == (1, {"type": "Recreate"})
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["args"] == ["operator"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8000, "health": 8081}
+    (service,) = kinds["Service"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_every_operator_setting_is_a_value(helm):
+    """The Deployment sets every TPUJOB_* variable of config.ENVIRONMENT, each from a value."""
+    documents = render(
+        helm,
+        "--set", "gke.project=p-123456,gke.location=europe-west4,gke.cluster=c1,gke.zone=europe-west4-a",
+        "--set", "gke.endpoint=http://gke.local,watchNamespace=ml",
+        "--set", "metrics.port=9100,health.port=9101",
+        "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
+        "--set", "operator.restartBackoffSeconds=3",
+    )  # fmt: skip
+    (deployment,) = by_kind(documents)["Deployment"]
+    env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert set(env) == set(ENVIRONMENT)
+    assert env == {
+        "TPUJOB_GKE_PROJECT": "p-123456",
+        "TPUJOB_GKE_LOCATION": "europe-west4",
+        "TPUJOB_GKE_CLUSTER": "c1",
+        "TPUJOB_GKE_ZONE": "europe-west4-a",
+        "TPUJOB_GKE_ENDPOINT": "http://gke.local",
+        "TPUJOB_NAMESPACE": "ml",
+        "TPUJOB_METRICS_PORT": "9100",
+        "TPUJOB_HEALTH_PORT": "9101",
+        "TPUJOB_RESYNC_SECONDS": "7",
+        "TPUJOB_SWEEP_SECONDS": "8",
+        "TPUJOB_WORKERS": "9",
+        "TPUJOB_RESTART_BACKOFF_SECONDS": "3",
+    }
+
+
+def test_namespace_scoped_uses_a_role_and_the_crd_without_cel(helm):
+    kinds = by_kind(render(helm, *values_args("namespaced")))
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    (role,) = kinds["Role"]
+    (binding,) = kinds["RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ml-team"
+    assert role["rules"] == RULES
+    assert binding["subjects"][0]["namespace"] == "tpujob-system"
+    (crd,) = kinds["CustomResourceDefinition"]
+    assert crd["metadata"]["name"] == c.CRD_NAME
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert "x-kubernetes-validations" not in json.dumps(crd)
+    assert crd["spec"] == yaml.safe_load((CHART / "files/crd-no-cel.yaml").read_text())["spec"]
+
+
+def test_crd_template_with_cel_is_the_crds_folder_copy(helm):
+    (crd,) = by_kind(render(helm, "--set", "crds.install=true,crds.keep=false"))["CustomResourceDefinition"]
+    assert crd["spec"] == yaml.safe_load((CHART / "crds/tpujob.dev_tpujobs.yaml").read_text())["spec"]
+    assert "x-kubernetes-validations" in json.dumps(crd)
+    assert "annotations" not in crd["metadata"]
+
+
+def test_workload_identity_annotates_the_service_account(helm):
+    kinds = by_kind(render(helm, *values_args("workload-identity")))
+    (account,) = kinds["ServiceAccount"]
+    annotation = account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"]
+    assert annotation == "tpujob-operator@my-project.iam.gserviceaccount.com"
+    (deployment,) = kinds["Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "us-docker.pkg.dev/my-project/tpujob/tpujob-operator:0.1.0"
+
+
+def test_monitoring_scrapes_the_operator_service_and_the_trainer_pods(helm):
+    from tests.manifests import base_job
+    from tpujob.api import parse_tpujob
+    from tpujob.render import Cluster
+    from tpujob.render import plan as render_plan
+
+    kinds = by_kind(render(helm, *values_args("monitoring")))
+    (service,) = kinds["Service"]
+    (monitor,) = kinds["ServiceMonitor"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # The PodMonitor selects the pods the operator renders, by their port named "metrics".
+    (pod_monitor,) = kinds["PodMonitor"]
+    job = parse_tpujob({**base_job("train"), "metadata": {"name": "train", "namespace": "ml", "uid": "u1"}})
+    pod = render_plan.pod(job, Cluster(), 0, 0, 0)
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    endpoint = pod_monitor["spec"]["podMetricsEndpoints"][0]
+    port_names = {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert endpoint["port"] in port_names
+    relabeled = {r["targetLabel"]: r["sourceLabels"][0] for r in endpoint["relabelings"]}
+    assert relabeled == {
+        "tpujob": "__meta_kubernetes_pod_label_tpujob_dev_job_name",
+        "slice": "__meta_kubernetes_pod_label_tpujob_dev_slice",
+        "worker": "__meta_kubernetes_pod_label_tpujob_dev_worker",
+    }
+    for label in (c.LABEL_JOB_NAME, c.LABEL_SLICE, c.LABEL_WORKER):  # what Prometheus calls them
+        source = "__meta_kubernetes_pod_label_" + label.replace(".", "_").replace("/", "_").replace("-", "_")
+        assert source in relabeled.values() and label in pod["metadata"]["labels"]
+    assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
+    (config_map,) = kinds["ConfigMap"]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["tpujob.json"]) == dashboard.load()
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_monitoring_refuses_to_render_without_the_prometheus_operator_api(helm, kind):
+    value = {"ServiceMonitor": "metrics.serviceMonitor.enabled", "PodMonitor": "metrics.podMonitor.enabled"}[
+        kind
+    ]
+    result = run_helm(helm, "template", "rel", str(CHART), "--set", f"{value}=true")
+    assert result.returncode != 0
+    assert (
+        f"{value}=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind {kind})"
+        in result.stderr
+    )
+    # With the API present it renders.
+    assert kind in by_kind(render(helm, "--set", f"{value}=true", apis=[f"monitoring.coreos.com/v1/{kind}"]))
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("metrics.port=70000", "at '/metrics/port': maximum: got 70,000, want 65,535"),
+        ("operator.workers=0", "at '/operator/workers': minimum: got 0, want 1"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("operator.wrokers=3", "additional properties 'wrokers' not allowed"),
+        ("watchNamespace=ML_Team", "at '/watchNamespace'"),
+        ("serviceAccount.gcpServiceAccount=operator@gmail.com", "at '/serviceAccount/gcpServiceAccount'"),
+        ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval'"),
+    ],
+)
+def test_schema_rejects_a_bad_value_naming_it(helm, setting, message):
+    result = run_helm(helm, "template", "rel", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def _leaves(
+    values: dict[str, Any], schema: dict[str, Any], path: str = ""
+) -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for key, value in values.items():
+        node = schema.get("properties", {}).get(key)
+        assert node is not None, f"{path}{key} is not in values.schema.json"
+        found.append((f"{path}{key}", node))
+        if isinstance(value, dict) and "properties" in node:
+            found += _leaves(value, node, f"{path}{key}.")
+    return found
+
+
+def test_every_value_is_in_the_schema_with_a_description_and_commented():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path, node in _leaves(values, schema):
+        assert node.get("description"), f"{path}: no description in values.schema.json"
+    # In values.yaml, a comment above every top-level key (nested ones: see the schema's descriptions).
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line and line[0].isalpha():
+            assert lines[number - 1].startswith("#"), f"values.yaml line {number + 1}: {line} has no comment"
+
+
+def test_generated_files_match_their_sources():
+    """files/rbac-rules.yaml (tpujob.rbac.RULES), files/crd-no-cel.yaml and the dashboard: `make generate`."""
+    generator = runpy.run_path(str(REPO / "scripts" / "generate_chart.py"))
+    for relative, content in generator["generated"]().items():
+        path = CHART / relative
+        assert path.exists() and path.read_text() == content, (
+            f"{path.relative_to(REPO)} drifted: run `make generate`"
+        )
+    assert yaml.safe_load((CHART / "files/rbac-rules.yaml").read_text()) == RULES
+
+
+# --- the dashboard ------------------------------------------------------------------------------------
+
+
+def test_dashboard_has_the_promised_panels_and_variables():
+    board = dashboard.load()
+    titles = {p["title"] for p in board["panels"] if p["type"] != "row"}
+    assert {
+        "Jobs by phase", "Node pool provisioning time", "Time to Running", "Restarts by reason",
+        "GKE errors by reason", "TPU chip-hours in the time range", "Training throughput", "Step time",
+        "Loss", "Input wait", "Last checkpoint age",
+    } <= titles  # fmt: skip
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    assert {"namespace", "job"} <= variables.keys()
+    for panel in board["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+
+
+def test_every_metric_the_dashboard_queries_is_exported_by_the_code():
+    operator, trainer = dashboard.operator_metric_names(), dashboard.trainer_metric_names()
+    assert "tpujob_build_info" in operator and "tpujob_jobs" in operator
+    assert "tpujob_trainer_examples_total" in trainer
+    used = set()
+    for query in dashboard.queries():
+        names = dashboard.metric_names(dashboard.substitute(query.expr))
+        assert names, f"{query.where}: no metric in {query.expr!r}"
+        unknown = names - operator - trainer
+        assert not unknown, (
+            f"{query.where}: {sorted(unknown)} exported by neither the operator nor the trainer"
+        )
+        used |= names
+    # Each per-job panel filters by the labels the PodMonitor adds.
+    for query in dashboard.queries():
+        trainer_panel = not query.where.startswith("variable ")
+        if trainer_panel and any(n.startswith("tpujob_trainer_") for n in dashboard.metric_names(query.expr)):
+            assert 'namespace=~"$namespace"' in query.expr, query.where
+    assert used & operator and used & trainer
+
+
+def test_metric_name_extraction():
+    expr = (
+        'histogram_quantile(0.9, sum by (le, tpujob) (rate(a_bucket{x="b c", le!="1e3"}[5m])))'
+        " / on(tpujob) group_left b > 0"
+    )
+    assert dashboard.metric_names(expr) == {"a_bucket", "b"}
+    assert dashboard.metric_names("time() - max(c) * 1e3") == {"c"}
+
+
+def test_every_dashboard_expression_parses_under_promtool(tmp_path):
+    """promtool parses each query (with Grafana's variables filled in) as a recording rule."""
+    try:
+        _, promtool = tools.prometheus()
+    except tools.ToolMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": dashboard.substitute(q.expr)}
+        for i, q in enumerate(dashboard.queries())
+    ]
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
