@@ -60,6 +60,7 @@ def test_without_root_the_error_says_what_to_set_instead(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # minutes of compiling, more on a loaded machine
 @pytest.mark.skipif(
     os.environ.get("TPUJOB_TEST_COLD_BUILD") != "1",
     reason="rebuilds Kubernetes (about 5 minutes); set TPUJOB_TEST_COLD_BUILD=1 (the first session on a "

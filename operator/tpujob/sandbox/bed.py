@@ -15,8 +15,7 @@ from tpujob.sandbox.binaries import Binaries, Progress, find_binaries, stderr_pr
 from tpujob.sandbox.controlplane import ControlPlane
 from tpujob.sandbox.gke_sim import GkeSimulator
 from tpujob.sandbox.kubelet_sim import KubeletSimulator
-
-INFO_FILE = "sandbox.json"
+from tpujob.sandbox.layout import INFO_FILE
 
 
 @dataclass
@@ -76,10 +75,13 @@ def start_sandbox(
     progress: Progress = stderr_progress,
     provisioning_seconds: float = 1.0,
     gke_port: int = 0,
+    control_plane: ControlPlane | None = None,
 ) -> Sandbox:
-    """Start everything; binaries are found (or built once) if not given. Stop with `Sandbox.stop()`."""
+    """Start everything (or add the simulators to a started `control_plane`); binaries are found, or built
+    once, if not given. Stop with `Sandbox.stop()`."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
+    if control_plane is None:
+        control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
     api_client = k8s_config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     gke = kubelet = None
     try:

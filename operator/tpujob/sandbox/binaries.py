@@ -231,12 +231,14 @@ def _run(
             text=True,
         )
         assert process.stdout is not None
-        tail: list[str] = []
-        for line in process.stdout:
-            tail = [*tail[-40:], line.rstrip()]
-            progress(f"    {line.rstrip()}")
+        try:
+            for line in process.stdout:
+                progress(f"    {line.rstrip()}")
+        except BaseException:  # interrupted (Ctrl+C, a test timeout): leave no compiler behind
+            process.kill()
+            raise
         if process.wait() != 0:
-            raise subprocess.CalledProcessError(process.returncode, command, "\n".join(tail))
+            raise subprocess.CalledProcessError(process.returncode, command)
     finally:
         done.set()
 

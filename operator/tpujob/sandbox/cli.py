@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -20,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from tpujob.sandbox.bed import INFO_FILE
 from tpujob.sandbox.binaries import BinariesUnavailable, find_binaries
+from tpujob.sandbox.layout import DAEMON_LOG, INFO_FILE
 from tpujob.sandbox.processes import log_tail, pid_alive
 from tpujob.sandbox.waiting import Timeout, wait_for
 
@@ -115,7 +116,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / INFO_FILE).unlink(missing_ok=True)
-    log_path = state_dir / "sandbox.log"
+    log_path = state_dir / DAEMON_LOG
     with log_path.open("ab") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "tpujob.sandbox.cli", "serve", "--dir", str(state_dir),
@@ -141,7 +142,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _started_or_died(state_dir: Path, daemon: subprocess.Popen[bytes]) -> dict[str, Any] | None:
     if daemon.poll() is not None:
-        raise RuntimeError(f"the sandbox exited with {daemon.returncode}; log {state_dir / 'sandbox.log'}:")
+        raise RuntimeError(f"the sandbox exited with {daemon.returncode}; log {state_dir / DAEMON_LOG}:")
     return read_info(state_dir)
 
 
@@ -188,12 +189,22 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from tpujob.sandbox.bed import start_sandbox
+    from tpujob.sandbox.controlplane import ControlPlane
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    bed = start_sandbox(args.dir.resolve(), provisioning_seconds=args.provisioning_seconds)
+    # The client libraries take seconds to import on a busy machine: do it while the API server boots.
+    warm_up = threading.Thread(target=importlib.import_module, args=("tpujob.sandbox.bed",), daemon=True)
+    warm_up.start()
+    state_dir = args.dir.resolve()
+    control_plane = ControlPlane(find_binaries(), state_dir).start()
+    warm_up.join()
+    from tpujob.sandbox.bed import start_sandbox
+
+    bed = start_sandbox(
+        state_dir, provisioning_seconds=args.provisioning_seconds, control_plane=control_plane
+    )
     try:
         bed.write_info()
         print(f"sandbox serving in {args.dir}", flush=True)

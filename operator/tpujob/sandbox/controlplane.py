@@ -224,52 +224,53 @@ class ControlPlane:
         return {name: process.pid for name, process in self.processes.items()}
 
     def start(self) -> ControlPlane:
+        """Start etcd and the API server together, then the controller-manager and the scheduler."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki = ensure_pki(self.state_dir / "pki", hosts=(LOOPBACK, "localhost", "10.96.0.1", "kubernetes"))
         tokens = self._write_credentials(pki)
-        try:
-            self._start_component(
-                "etcd", etcd_args(self.binaries.path("etcd"), self.state_dir / "etcd", self.ports)
-            )
-            self._wait_until_healthy("etcd", lambda: _etcd_healthy(self.ports.etcd_client))
-            self._start_component(
+        trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
+        # Self-signed serving certs: only liveness is checked on these two, not identity.
+        unverified = ssl._create_unverified_context()
+        admin_token = tokens.by_user[ADMIN[0]]
+        components: list[tuple[str, list[str], Callable[[], bool]]] = [
+            (
+                "etcd",
+                etcd_args(self.binaries.path("etcd"), self.state_dir / "etcd", self.ports),
+                lambda: _etcd_healthy(self.ports.etcd_client),
+            ),
+            (
                 "kube-apiserver",
                 apiserver_args(self.binaries.path("kube-apiserver"), self.state_dir, pki, self.ports),
-            )
-            trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
-            admin_token = tokens.by_user[ADMIN[0]]
-            self._wait_until_healthy(
-                "kube-apiserver", lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token)
-            )
-            self._start_optional_components(pki)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _start_optional_components(self, pki: Pki) -> None:
-        # Self-signed serving certs: only liveness is checked here, not identity.
-        unverified = ssl._create_unverified_context()
-        if self.binaries.has("kube-controller-manager"):
-            self._start_component(
+                lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token),
+            ),
+            (
                 "kube-controller-manager",
                 controller_manager_args(
                     self.binaries.path("kube-controller-manager"), self.state_dir, pki, self.ports
                 ),
-            )
-        if self.binaries.has("kube-scheduler"):
-            self._start_component(
+                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.controller_manager}/healthz", unverified),
+            ),
+            (
                 "kube-scheduler",
                 scheduler_args(self.binaries.path("kube-scheduler"), self.state_dir, self.ports),
-            )
-        for name, port in (
-            ("kube-controller-manager", self.ports.controller_manager),
-            ("kube-scheduler", self.ports.scheduler),
-        ):
-            if name in self.processes:
-                self._wait_until_healthy(
-                    name, lambda port=port: _https_ok(f"https://{LOOPBACK}:{port}/healthz", unverified)
-                )
+                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.scheduler}/healthz", unverified),
+            ),
+        ]
+        # envtest folders (KUBEBUILDER_ASSETS) may hold only etcd and kube-apiserver.
+        present = [c for c in components if self.binaries.has(c[0])]
+        # The API server waits for etcd by itself; the controller-manager and scheduler exit if the API
+        # server's RBAC is not bootstrapped yet, so they start in a second stage.
+        stages = (present[:2], present[2:])
+        try:
+            for stage in stages:
+                for name, args, _ in stage:
+                    self._start_component(name, args)
+                for name, _, healthy in stage:
+                    self._wait_until_healthy(name, healthy)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def _write_credentials(self, pki: Pki) -> Tokens:
         tokens = Tokens.generate()
