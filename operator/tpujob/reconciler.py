@@ -157,6 +157,8 @@ class Reconciler:
             )
         decision = s.decide(observed)
         if decision.create_pools:
+            # The finalizer before any paid resource: a job deleted from now on waits for its pools.
+            self._ensure_finalizer(meta)
             decision = self._create_pools(job, observed, decision)
         self._act(job, decision)
         status_after = decision.status.to_wire()
@@ -234,6 +236,18 @@ class Reconciler:
 
     # --- writes ----------------------------------------------------------------------------------
 
+    def _ensure_finalizer(self, meta: dict[str, Any]) -> None:
+        """kopf adds the finalizer too, but only after this pass; a deletion in between would leak."""
+        finalizers = list(meta.get("finalizers") or [])
+        if c.FINALIZER in finalizers:
+            return
+        patch = {
+            "metadata": {"finalizers": [*finalizers, c.FINALIZER], "resourceVersion": meta["resourceVersion"]}
+        }
+        self.custom.patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, meta["namespace"], c.PLURAL, meta["name"], patch
+        )
+
     def _write_status(self, job: TPUJob, status: dict[str, Any]) -> None:
         meta = job.metadata
         self._patch_status({"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}, status)
@@ -300,7 +314,8 @@ class Reconciler:
             return []
         deleted = []
         for pool in self.pools.owned():
-            if pool.job_uid in live_uids or pool.state == "STOPPING":
+            # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
+            if not pool.job_uid or pool.job_uid in live_uids or pool.state == "STOPPING":
                 continue
             if self._job_exists(pool.namespace, pool.job, pool.job_uid):
                 continue

@@ -3,24 +3,21 @@ ServiceAccount the Helm chart ships, against the session's test bed."""
 
 from __future__ import annotations
 
-import base64
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
+from tests.operators import OperatorProcess, token_kubeconfig
 from tpujob.api import constants as c
 from tpujob.api.crd import crd
 from tpujob.rbac import cluster_role
 from tpujob.sandbox.bed import Sandbox
 from tpujob.sandbox.controlplane import free_port
+from tpujob.sandbox.gke_sim import GkeSimulator
 from tpujob.sandbox.waiting import wait_for
 
 OPERATOR_NAMESPACE = "tpujob-system"
@@ -80,58 +77,7 @@ def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
             if error.status != 409:
                 raise
 
-    def token() -> str | None:
-        account = core.read_namespaced_service_account(OPERATOR_ACCOUNT, OPERATOR_NAMESPACE)
-        if not account.secrets:
-            return None
-        secret = core.read_namespaced_secret(account.secrets[0].name, OPERATOR_NAMESPACE)
-        return base64.b64decode(secret.data["token"]).decode()
-
-    config = yaml.safe_load(sandbox.kubeconfig.read_text())
-    config["users"] = [
-        {"name": OPERATOR_ACCOUNT, "user": {"token": wait_for(token, timeout=30, what="SA token")}}
-    ]
-    for context in config["contexts"]:
-        context["context"]["user"] = OPERATOR_ACCOUNT
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-class OperatorProcess:
-    """`tpujob operator` in a subprocess: start, SIGKILL, start again."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OperatorProcess:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tpujob.cli", "operator"],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, no last status write; what a node failure or OOM does."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 
 
 @pytest.fixture(scope="session")
@@ -226,5 +172,17 @@ class Jobs:
 
 
 @pytest.fixture
-def jobs(sandbox: Sandbox, namespace: str, operator: OperatorProcess) -> Jobs:
-    return Jobs(sandbox, namespace)
+def jobs(sandbox: Sandbox, namespace: str, operator: OperatorProcess, gke: GkeSimulator) -> Iterator[Jobs]:
+    """Torn down before `gke`: every TPUJob of the test is deleted through the operator (finalizer
+    and all), so no job outlives its test and recreates pools in the next one."""
+    handle = Jobs(sandbox, namespace)
+    yield handle
+    for job in handle.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL)["items"]:
+        handle.delete(job["metadata"]["name"])
+    wait_for(
+        lambda: (
+            not handle.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL)["items"]
+        ),
+        timeout=90,
+        what=f"the TPUJobs of {namespace} to be deleted",
+    )

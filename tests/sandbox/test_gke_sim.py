@@ -31,7 +31,9 @@ PLAIN_IMAGE = "registry.example/sleeper:1"
 
 def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     manifest = base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
-    manifest["metadata"].update(namespace=namespace, uid="0f3c9a55-2d2b-4f59-9f59-3a4f3e0c8d11")
+    # No UID: no owner reference for the garbage collector to act on, and no job UID label that
+    # would make the pool an orphan for a running operator's sweep.
+    manifest["metadata"].update(namespace=namespace)
     return render_plan(parse_tpujob(manifest), cluster_of(gke))
 
 

@@ -236,7 +236,9 @@ async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> Non
     if handle:
         handle.cancel()
     loop = asyncio.get_running_loop()
-    remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
+    # Under the job's lock: a pass that began before the deletion must not recreate a pool after it.
+    async with runtime.locks.setdefault(uid, asyncio.Lock()):
+        remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
     if remaining:
         raise kopf.TemporaryError(f"waiting for node pools to be deleted: {', '.join(remaining)}", delay=5)
     runtime.locks.pop(uid, None)
