@@ -21,13 +21,14 @@ from prometheus_client import start_http_server
 from tpujob import gke, metrics
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
-from tpujob.reconciler import Reconciler, pod_view
+from tpujob.reconciler import Outcome, Reconciler, pod_view
 
 log = logging.getLogger(__name__)
 
 JOBS = (c.GROUP, c.VERSION, c.PLURAL)
 # Read at import: kopf fixes a timer's interval when the handler is registered.
 RESYNC_SECONDS = from_environment().resync_seconds
+RETRY_SECONDS = 2.0
 OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 
 
@@ -162,9 +163,14 @@ async def reconcile(
         job_pods = list(_values(pods, (namespace, name)))
         service_exists = any(_values(services, (namespace, name)))
         loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(
-            None, runtime.reconciler.reconcile, body, job_pods, service_exists
-        )
+        try:
+            outcome = await loop.run_in_executor(
+                None, runtime.reconciler.reconcile, body, job_pods, service_exists
+            )
+        except Exception:
+            # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
+            log.exception("%s/%s: reconcile failed; retrying", namespace, name)
+            outcome = Outcome(requeue_after=RETRY_SECONDS)
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     _schedule(
