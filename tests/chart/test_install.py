@@ -1,0 +1,340 @@
+"""The chart with real helm into the test bed, the operator under the chart's ServiceAccount, and a real
+Prometheus scraping that operator and a real trainer while every dashboard query is asked.
+
+The Deployment's pod cannot run here (no container runtime), so the operator runs as a local process with
+the Deployment's environment and the chart ServiceAccount's token: what the pod would do, with the
+permissions the chart grants. The chart is installed namespace-scoped (a Role), with the CRD template
+without CEL (the test bed's API server is 1.20). Any other operator the session started (the e2e tests'
+cluster-wide one) is stopped for this module and started again after, so only the chart's operator
+reconciles the job; its own /metrics proves it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.chart import dashboard, tools
+from tests.chart.conftest import CHART
+from tests.chart.prometheus import Prometheus, Target
+from tests.conftest import namespace_name
+from tests.e2e.conftest import Jobs
+from tests.manifests import base_job
+from tests.operators import OperatorProcess, token_kubeconfig
+from tpujob.api import constants as c
+from tpujob.rbac import RULES
+from tpujob.sandbox.bed import Sandbox
+from tpujob.sandbox.controlplane import free_port
+from tpujob.sandbox.processes import log_tail
+from tpujob.sandbox.waiting import wait_for
+
+RELEASE = "chart-test"
+FULLNAME = f"{RELEASE}-tpujob-operator"
+JOB = "scraped"
+
+
+@dataclass
+class Release:
+    namespace: str
+    metrics_port: int
+    health_port: int
+    kubeconfig: Path
+    install_output: str
+
+
+@dataclass
+class Run:
+    """What happened while the job trained and after it ended."""
+
+    trainer_port: int
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # query -> result, while training
+    errors: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)
+    final_status: dict[str, Any] = field(default_factory=dict)
+    operator_metrics: str = ""
+    succeeded_in_prometheus: float | None = None
+
+
+def helm_run(helm: Path, kubeconfig: Path, *args: str) -> str:
+    result = subprocess.run(
+        [str(helm), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def adopt_existing_crd(sandbox: Sandbox, namespace: str) -> None:
+    """An earlier test (or `tpujob sandbox`) may have created the CRD without Helm: let this release adopt
+    it, the documented way (Helm's ownership label and annotations), as a user switching to crds.install."""
+    api = k8s.ApiextensionsV1Api(sandbox.api_client)
+    try:
+        api.read_custom_resource_definition(c.CRD_NAME)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return
+        raise
+    api.patch_custom_resource_definition(
+        c.CRD_NAME,
+        {
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": RELEASE,
+                    "meta.helm.sh/release-namespace": namespace,
+                },
+            }
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def no_other_operator() -> Iterator[None]:
+    """Stop operators other tests started (started again after this module)."""
+    paused = list(OperatorProcess.running)
+    for process in paused:
+        process.stop()
+    yield
+    for process in paused:
+        process.start()
+
+
+@pytest.fixture(scope="module")
+def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[Release]:
+    core = k8s.CoreV1Api(sandbox.api_client)
+    namespace = namespace_name("chart-install")
+    core.create_namespace({"metadata": {"name": namespace, "labels": {"tpujob.dev/test": "true"}}})
+    wait_for(
+        lambda: (
+            (core.read_namespaced_service_account("default", namespace).secrets or None)
+            if core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items
+            else None
+        ),
+        timeout=30,
+        what=f"the default service account in {namespace}",
+    )
+    adopt_existing_crd(sandbox, namespace)
+    metrics_port, health_port = free_port(), free_port()
+    settings = {
+        "watchNamespace": namespace,
+        "crds.install": "true",
+        "crds.cel": "false",
+        "gke.project": sandbox.gke.project,
+        "gke.location": sandbox.gke.location,
+        "gke.cluster": sandbox.gke.cluster,
+        "gke.endpoint": sandbox.gke.endpoint,
+        "metrics.port": str(metrics_port),
+        "health.port": str(health_port),
+        "operator.resyncSeconds": "2",
+        "operator.sweepSeconds": "2",
+        "operator.restartBackoffSeconds": "0.5",
+        "dashboard.enabled": "true",
+    }
+    kubeconfig = sandbox.kubeconfig
+    output = helm_run(
+        helm,
+        kubeconfig,
+        "install", RELEASE, str(CHART), "--namespace", namespace, "--skip-crds", "--wait=hookOnly",
+        "--timeout", "60s", "--set", ",".join(f"{k}={v}" for k, v in settings.items()),
+    )  # fmt: skip
+    yield Release(namespace, metrics_port, health_port, kubeconfig, output)
+    helm_run(helm, kubeconfig, "uninstall", RELEASE, "--namespace", namespace, "--wait=hookOnly")
+    sandbox.gke.remove_all_pools()
+    core.delete_namespace(namespace)
+
+
+def test_helm_install_creates_what_the_chart_promises(sandbox, helm, release):
+    namespace = release.namespace
+    core = k8s.CoreV1Api(sandbox.api_client)
+    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
+    apps = k8s.AppsV1Api(sandbox.api_client)
+    status = json.loads(helm_run(helm, release.kubeconfig, "status", RELEASE, "-n", namespace, "-o", "json"))
+    assert status["info"]["status"] == "deployed"
+    assert f"It watches TPUJobs in namespace {namespace} only." in release.install_output  # NOTES.txt
+    account = core.read_namespaced_service_account(FULLNAME, namespace)
+    assert account.metadata.labels["app.kubernetes.io/managed-by"] == "Helm"
+    role = rbac.read_namespaced_role(FULLNAME, namespace)
+    assert sandbox.api_client.sanitize_for_serialization(role.rules) == [
+        {k: v for k, v in rule.items() if v} for rule in RULES
+    ]
+    binding = rbac.read_namespaced_role_binding(FULLNAME, namespace)
+    assert (binding.subjects[0].name, binding.role_ref.kind) == (FULLNAME, "Role")
+    assert not [r for r in rbac.list_cluster_role().items if r.metadata.name == FULLNAME]
+    deployment = apps.read_namespaced_deployment(FULLNAME, namespace)
+    assert (deployment.spec.replicas, deployment.spec.strategy.type) == (1, "Recreate")
+    assert deployment.spec.template.spec.service_account_name == FULLNAME
+    service = core.read_namespaced_service(f"{FULLNAME}-metrics", namespace)
+    assert service.spec.ports[0].port == 8000
+    dashboard_map = core.read_namespaced_config_map(f"{FULLNAME}-dashboard", namespace)
+    assert dashboard_map.metadata.labels["grafana_dashboard"] == "1"
+    assert json.loads(dashboard_map.data["tpujob.json"]) == dashboard.load()
+    crd = k8s.ApiextensionsV1Api(sandbox.api_client).read_custom_resource_definition(c.CRD_NAME)
+    assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
+    assert crd.metadata.annotations["meta.helm.sh/release-name"] == RELEASE
+    assert any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions)
+
+
+@pytest.fixture(scope="module")
+def chart_operator(sandbox: Sandbox, release: Release, tmp_path_factory) -> Iterator[OperatorProcess]:
+    """`tpujob operator` with the installed Deployment's env, under the chart ServiceAccount's token."""
+    folder = tmp_path_factory.mktemp("chart-operator")
+    deployment = k8s.AppsV1Api(sandbox.api_client).read_namespaced_deployment(FULLNAME, release.namespace)
+    (container,) = deployment.spec.template.spec.containers
+    assert container.args == ["operator"]
+    env = {e.name: e.value or "" for e in container.env}
+    kubeconfig = token_kubeconfig(sandbox, release.namespace, FULLNAME, folder / "kubeconfig")
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
+    process = OperatorProcess({**base, **env, "KUBECONFIG": str(kubeconfig)}, folder / "operator.log").start()
+
+    def serving() -> bool:
+        assert process.process is not None and process.process.poll() is None, process.log()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait_for(serving, timeout=60, what="the chart's operator to serve /metrics", last_state=process.log)
+    yield process
+    process.stop()
+
+
+def operator_metrics(release: Release) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+@pytest.fixture(scope="module")
+def run(sandbox, release, chart_operator, tmp_path_factory) -> Iterator[Run]:
+    """A real trainer job under the chart's operator, scraped by a real Prometheus: every dashboard query
+    is asked once the data it needs exists (a checkpoint saved, a few scrapes), then the job succeeds."""
+    try:
+        server, _ = tools.prometheus()
+    except tools.ToolMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+    folder = tmp_path_factory.mktemp("prometheus")
+    trainer_port = free_port()
+    # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings).
+    targets = [
+        Target("tpujob-operator", f"127.0.0.1:{release.metrics_port}", {}),
+        Target(
+            "tpujob-trainers",
+            f"127.0.0.1:{trainer_port}",
+            {"namespace": release.namespace, "tpujob": JOB, "slice": "0", "worker": "0"},
+        ),
+    ]
+    prometheus = Prometheus(server, folder, targets).start()
+    outcome = Run(trainer_port=trainer_port)
+    jobs = Jobs(sandbox, release.namespace)
+    try:
+        manifest = base_job(JOB)
+        manifest["spec"]["trainer"] = {
+            "image": "tpujob-trainer:test",
+            "args": [
+                "--steps", "1000000", "--log-every-steps", "20", "--checkpoint-every-steps", "50",
+                "--metrics-port", str(trainer_port), "--progress", "log",
+            ],
+            "checkpointDir": str(folder / "checkpoints"),
+        }  # fmt: skip
+        jobs.create(manifest)
+        (pod,) = jobs.wait_pods_running(JOB, 1, timeout=60)
+        jobs.wait_phase(JOB, "Running", timeout=30)
+
+        def has_data() -> bool:
+            status = jobs.status(JOB)
+            if status.get("phase") != "Running":  # fail now, with the trainer's words
+                trainer_log = log_tail(sandbox.kubelet.log_path(release.namespace, pod.metadata.name))
+                raise AssertionError(f"the job left Running: {status.get('message')}\n{trainer_log}")
+            # A checkpoint saved and loss reported, the job Running in the operator's gauge, and enough
+            # trainer scrapes for rate() (two samples in the window).
+            checks = [
+                "tpujob_trainer_last_checkpoint_timestamp_seconds > 0",
+                "tpujob_trainer_loss",
+                'tpujob_jobs{phase="Running"} == 1',
+                "count_over_time(tpujob_trainer_examples_total[5m]) >= 3",
+                "count_over_time(tpujob_jobs[5m]) >= 3",
+            ]
+            return all(prometheus.query(check) for check in checks)
+
+        wait_for(
+            has_data,
+            timeout=120,
+            what="Prometheus to have scraped a training job with a checkpoint",
+            last_state=lambda: (prometheus.targets_health(), jobs.status(JOB)),
+        )
+        for query in dashboard.queries():
+            expr = dashboard.substitute(query.expr)
+            try:
+                outcome.results[query.where] = prometheus.query(expr)
+            except AssertionError as error:
+                outcome.errors[query.where] = str(error)
+        outcome.targets = prometheus.targets_health()
+        sandbox.kubelet.succeed(release.namespace, pod.metadata.name, timeout=30)
+        jobs.wait_phase(JOB, "Succeeded", timeout=60)
+        wait_for(lambda: not sandbox.gke.node_pools(), timeout=30, what="the job's node pool to be deleted")
+
+        def pools_deleted() -> dict[str, Any] | None:
+            status = jobs.status(JOB)
+            return status if {p["state"] for p in status["nodePools"]} == {"Deleted"} else None
+
+        outcome.final_status = wait_for(
+            pools_deleted,
+            timeout=30,
+            what="the status to show the pool deleted",
+            last_state=lambda: jobs.status(JOB),
+        )
+        outcome.operator_metrics = operator_metrics(release)
+        outcome.succeeded_in_prometheus = wait_for(
+            lambda: prometheus.value('tpujob_jobs{phase="Succeeded"}'),
+            timeout=30,
+            what="Prometheus to see the job Succeeded",
+        )
+        yield outcome
+    finally:
+        prometheus.stop()
+
+
+def test_the_operator_under_the_chart_service_account_reconciles_a_job_to_succeeded(run, chart_operator):
+    assert OperatorProcess.running == {chart_operator}  # no other operator could have done it
+    status = run.final_status
+    assert status["phase"] == "Succeeded" and status["completionTime"]
+    assert [p["state"] for p in status["nodePools"]] == ["Deleted"]
+    # The chart operator's own counters saw the whole life of the job.
+    for phase in ("Provisioning", "Running", "Succeeded"):
+        assert f'tpujob_phase_transitions_total{{phase="{phase}"}} 1.0' in run.operator_metrics, phase
+    created = 'tpujob_node_pool_operations_total{operation="create",result="accepted"} 1.0'
+    assert created in run.operator_metrics
+    assert "Forbidden" not in chart_operator.log(), chart_operator.log()[-3000:]
+
+
+def test_prometheus_scrapes_the_operator_and_the_trainer(run):
+    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up"}
+    assert run.succeeded_in_prometheus == 1.0
+
+
+def test_every_dashboard_query_parses_and_returns_data(run):
+    assert not run.errors, run.errors
+    empty = [where for where, result in run.results.items() if not result]
+    assert not empty, f"no data for: {empty}"
+    assert len(run.results) == len(dashboard.queries())
+    # The values are the run's: one job, on one v5e host (4 chips), training with a checkpoint.
+    chips = {
+        (s["metric"]["tpu_type"], s["metric"]["capacity_mode"]): float(s["value"][1])
+        for s in run.results["TPU chips held / A"]
+    }
+    assert chips[("v5e", "onDemand")] == 4.0
+    assert sum(chips.values()) == 4.0
+    phases = {s["metric"]["phase"]: float(s["value"][1]) for s in run.results["Jobs by phase / A"]}
+    assert phases["Running"] == 1.0
+    (age,) = run.results["Last checkpoint age / A"]
+    assert 0 <= float(age["value"][1]) < 120
+    (throughput,) = run.results["Training throughput / A"]
+    assert float(throughput["value"][1]) > 0
