@@ -155,7 +155,7 @@ def bench_overhead(steps: int, warmup: int, repeats: int, batch_size: int) -> di
             loop = StepLoop(ours, strategy, TrainerMetrics(), batch_size)
             iterator = iter(strategy.distribute_datasets_from_function(lambda _: dataset()))
             checkpoints = Checkpoints(None, tf.train.Checkpoint(model=ours), WorkerEnv())
-            progress = Progress("log", is_chief=True, every=100)
+            progress = Progress("log", is_chief=True)
             loop.run(iterator, 0, warmup, StopSignal(), checkpoints, config, progress)
             started = time.perf_counter()
             loop.run(iterator, warmup, warmup + steps, StopSignal(), checkpoints, config, progress)

@@ -32,7 +32,7 @@ def test_render_bar() -> None:
 
 def test_the_bar_redraws_one_line() -> None:
     stream = io.StringIO()
-    progress = Progress("bar", is_chief=True, every=1, stream=stream)
+    progress = Progress("bar", is_chief=True, stream=stream)
     progress.update(1, 2, loss=1.0, examples_per_second=10)
     progress.update(2, 2, loss=0.5, examples_per_second=10)
     progress.close()

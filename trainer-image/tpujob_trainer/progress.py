@@ -25,11 +25,26 @@ def render_bar(step: int, total: int, *, loss: float, examples_per_second: float
     return f"[{bar}] {step}/{total} loss {loss:.4f} {examples_per_second:,.0f} examples/s"
 
 
+class _ClearBarBeforeLogs(logging.Filter):
+    """A log line written over the bar would mix with it: wipe the bar first (next update redraws)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.stream.write("\r\x1b[K")
+        return True
+
+
 class Progress:
-    def __init__(self, requested: str, *, is_chief: bool, every: int, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, requested: str, *, is_chief: bool, stream: TextIO = sys.stderr) -> None:
         self.mode = progress_mode(requested, is_chief, stream.isatty())
         self.stream = stream
-        self.every = every
+        self._clear = _ClearBarBeforeLogs(stream)
+        if self.mode == "bar":
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(self._clear)
 
     def update(self, step: int, total: int, *, loss: float, examples_per_second: float) -> None:
         line = render_bar(step, total, loss=loss, examples_per_second=examples_per_second)
@@ -43,3 +58,5 @@ class Progress:
         if self.mode == "bar":
             self.stream.write("\n")
             self.stream.flush()
+            for handler in logging.getLogger().handlers:
+                handler.removeFilter(self._clear)

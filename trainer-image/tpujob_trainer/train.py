@@ -213,7 +213,7 @@ def run(
         lambda context: source.train(context, context.get_per_replica_batch_size(config.batch_size))
     )
     loop = StepLoop(model, strategy, metrics, examples_fed_per_step(choice, config.batch_size, workers))
-    progress = Progress(config.progress, is_chief=workers.worker_id == 0, every=config.log_every_steps)
+    progress = Progress(config.progress, is_chief=workers.worker_id == 0)
     step = loop.run(iter(dataset), start_step, total_steps, stop, checkpoints, config, progress)
     progress.close()
 
