@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -63,28 +64,40 @@ CHIP_SECONDS = Counter(
 
 
 class JobsByPhase(Collector):
-    """tpujob_jobs{phase}: computed at scrape time from the phases the reconciler last saw."""
+    """tpujob_jobs{phase}, and tpujob_phase_oldest_seconds{phase}: computed at scrape time from the phases
+    the reconciler last saw. The second answers "how long has the longest-waiting job been Provisioning",
+    which no histogram shows while the wait goes on (a stockout that never ends observes nothing)."""
 
-    def __init__(self) -> None:
-        self._phases: dict[str, str] = {}
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._phases: dict[str, tuple[str, float]] = {}  # uid -> (phase, when this process saw it start)
         self._lock = threading.Lock()
+        self._clock = clock
 
     def set(self, uid: str, phase: str | None) -> None:
         with self._lock:
             if phase is None:
                 self._phases.pop(uid, None)
-            else:
-                self._phases[uid] = phase
+            elif self._phases.get(uid, ("", 0.0))[0] != phase:
+                self._phases[uid] = (phase, self._clock())
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "tpujob_jobs", "TPUJobs known to the operator, by phase.", labels=["phase"]
         )
+        oldest = GaugeMetricFamily(
+            "tpujob_phase_oldest_seconds",
+            "Time the longest-staying TPUJob has been in each phase (0: none); counted from when this "
+            "operator process first saw it there.",
+            labels=["phase"],
+        )
+        now = self._clock()
         with self._lock:
-            phases = list(self._phases.values())
+            entries = list(self._phases.values())
         for phase in PHASES:
-            family.add_metric([phase], phases.count(phase))
+            family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
+            oldest.add_metric([phase], max((now - since for p, since in entries if p == phase), default=0.0))
         yield family
+        yield oldest
 
 
 class ChipsHeld(Collector):
