@@ -79,6 +79,19 @@ OPERATOR_ROWS: list[tuple[str, list[dict]]] = [
                 "ops",
             ),
             _panel(
+                "Longest wait by phase",
+                "How long the longest-waiting TPUJob has been Pending, Provisioning (a stockout shows here "
+                "long before any histogram), Starting or Restarting. Alert on Provisioning.",
+                [
+                    (
+                        "max by (phase) "
+                        '(tpujob_phase_oldest_seconds{phase=~"Pending|Provisioning|Starting|Restarting"})',
+                        "{{phase}}",
+                    )
+                ],
+                "s",
+            ),
+            _panel(
                 "Time to Running",
                 "From TPUJob start to every worker running (first time per job).",
                 _quantiles("tpujob_time_to_running_seconds_bucket"),
