@@ -69,6 +69,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.connect_timeout = 30
     # One replica with the Recreate strategy: no peering objects (and no RBAC for them) needed.
     settings.peering.standalone = True
+    # The CRD exists before the operator starts (the chart installs it first): discover resources once
+    # instead of watching CRDs and namespaces cluster-wide, which the least-privilege RBAC does not allow
+    # (kopf would retry those 403s at every start, and a namespace-scoped operator has no cluster scope).
+    settings.scanning.disabled = True
     # Kubernetes and GKE calls are synchronous and run in these threads.
     settings.execution.max_workers = config.workers
     # A slow API server must not hang a pass.
