@@ -34,11 +34,13 @@ unit: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest -q -ra
 
-# Generated files: the CRD and the chart's copy of it. tests/unit/test_generated.py checks drift.
+# Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
+# RBAC rules, CRD without CEL and dashboard (tests/chart/test_chart.py checks drift).
 generate: $(STAMP)
 	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
 	mkdir -p charts/tpujob-operator/crds
 	cp crds/tpujob.dev_tpujobs.yaml charts/tpujob-operator/crds/tpujob.dev_tpujobs.yaml
+	$(BIN)/python scripts/generate_chart.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
