@@ -204,6 +204,11 @@ class Reconciler:
                 metrics.record_pool_call("delete", error)
                 if error is not None:
                     decision.requeue(s.POLL_PROVISIONING_SECONDS)
+                    continue
+                # Recorded, so the next passes wait for GKE instead of asking again.
+                for pool in decision.status.node_pools:
+                    if pool.name == name:
+                        pool.state = s.POOL_STOPPING
         if decision.create_service:
             self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
         if decision.create_pods:

@@ -62,6 +62,7 @@ NODE_LOSS_POD_REASONS = frozenset(
 # GKE node pool states.
 POOL_MISSING = "MISSING"  # not found in GKE (not yet created, or gone)
 POOL_DELETED = "Deleted"
+POOL_STOPPING = "STOPPING"  # GKE is deleting it
 POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
 POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
 
@@ -274,7 +275,7 @@ def _release(b: _Builder, *, keep_finished_pods: bool) -> None:
             continue
         b.decision.delete_pods.append(pod.name)
     for pool in _known_pools(b):
-        if pool.state not in (POOL_MISSING, POOL_DELETED):
+        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
             b.decision.delete_pools.append(pool.name)
 
 

@@ -30,15 +30,15 @@ def test_suspend_releases_pods_and_pools_and_resume_runs_again(jobs, gke, kubele
 
 
 def test_active_deadline_fails_the_job_and_releases_the_pools(jobs, gke):
-    jobs.create(base_job("train", runPolicy={"activeDeadlineSeconds": 3}))
-    jobs.wait_pods_running("train", 1)
-    status = jobs.wait_phase("train", "Failed", timeout=30)
+    jobs.create(base_job("train", runPolicy={"activeDeadlineSeconds": 4}))
+    wait_for(lambda: gke.calls["CreateNodePool"], timeout=30, what="the pool create call")
+    status = jobs.wait_phase("train", "Failed", timeout=60)
     assert status["reason"] == "DeadlineExceeded"
     wait_for(lambda: not gke.node_pools(), timeout=30, what="the node pool to be deleted")
     wait_for(
         lambda: all(p.metadata.deletion_timestamp or p.status.phase != "Running" for p in jobs.pods("train")),
         timeout=30,
-        what="the running pod to be stopped",
+        what="no pod of the job left running",
     )
 
 

@@ -176,6 +176,7 @@ class _Pool:
     shape: gke_facts.PoolShape
     node_names: list[str] = field(default_factory=list)
     create_operation: str = ""
+    delete_operation: str = ""
 
 
 _LOCATION = r"^/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)"
@@ -765,15 +766,21 @@ class GkeSimulator:
                 raise incompatible_operation(create.name)
             if self.serialize_operations and busy:
                 raise incompatible_operation(busy)
+            # A pool already being deleted: its delete operation is the incompatible one.
+            if record.delete_operation:
+                raise incompatible_operation(record.delete_operation)
             record.pool.status = container_v1.NodePool.Status.STOPPING
             operation = self._new_operation(container_v1.Operation.Type.DELETE_NODE_POOL, pool_name)
-            self._later(self.deletion_seconds, self._finish_delete, pool_name, operation.name)
+            record.delete_operation = operation.name
+            self._later(self.deletion_seconds, self._finish_delete, record, operation.name)
             return container_v1.Operation(operation)
 
-    def _finish_delete(self, pool_name: str, operation: str) -> None:
+    def _finish_delete(self, record: _Pool, operation: str) -> None:
+        pool_name = record.pool.name
         with self._lock:
-            record = self._pools.get(pool_name)
-        if record is not None:
+            # Only the record this delete was for: a pool created again under the same name stays.
+            current = self._pools.get(pool_name) is record
+        if current:
             for name in record.node_names:
                 self._drain_and_remove(name)
             with self._lock:
