@@ -20,8 +20,8 @@ run: $(STAMP)
 	$(BIN)/tpujob run examples/digits-local.yaml --local
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator trainer-image tests
-	$(BIN)/ruff format --check operator trainer-image tests
+	$(BIN)/ruff check operator trainer-image tests scripts bench
+	$(BIN)/ruff format --check operator trainer-image tests scripts bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

@@ -313,12 +313,17 @@ class Reconciler:
             self.forget(body["metadata"]["uid"])
         return remaining
 
-    def sweep_orphans(self, live_uids: set[str]) -> list[str]:
-        """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs)."""
+    def sweep_orphans(self, live_uids: set[str], namespace: str | None = None) -> list[str]:
+        """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs).
+
+        A namespace-scoped operator judges only its namespace's pools: it cannot see other jobs.
+        """
         if self.pools is None:
             return []
         deleted = []
         for pool in self.pools.owned():
+            if namespace is not None and pool.namespace != namespace:
+                continue
             # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
             if not pool.job_uid or pool.job_uid in live_uids or pool.state == "STOPPING":
                 continue

@@ -110,7 +110,9 @@ async def _sweep_forever(runtime: Runtime, jobs: kopf.Index[Any, Any]) -> None:
     while True:
         live = {body["metadata"]["uid"] for key in list(jobs) for body in jobs.get(key, [])}
         try:
-            deleted = await loop.run_in_executor(None, runtime.reconciler.sweep_orphans, live)
+            deleted = await loop.run_in_executor(
+                None, runtime.reconciler.sweep_orphans, live, runtime.config.namespace
+            )
             if deleted:
                 log.warning("orphan sweep deleted node pools: %s", ", ".join(deleted))
         except Exception:
