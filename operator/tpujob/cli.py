@@ -166,8 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_operator.add_argument("--verbose", action="store_true", help="log every kopf step")
     run_operator.set_defaults(func=cmd_operator)
 
+    from tpujob.localrun import add_subcommand as add_run
     from tpujob.sandbox.cli import add_subcommand as add_sandbox
 
+    add_run(commands)
     add_sandbox(commands)
     return parser
 
