@@ -91,17 +91,9 @@ def test_two_hosts_get_the_operators_env_with_local_addresses() -> None:
 
 
 def run_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`tpujob run` registered the way the CLI registers it (localrun.add_subcommand), in a child."""
-    script = (
-        "import argparse, sys\n"
-        "from tpujob import localrun\n"
-        "parser = argparse.ArgumentParser(prog='tpujob')\n"
-        "localrun.add_subcommand(parser.add_subparsers(dest='command', required=True))\n"
-        "args = parser.parse_args(sys.argv[1:])\n"
-        "sys.exit(args.func(args))\n"
-    )
+    """The real `tpujob` command line, in a child process."""
     return subprocess.run(
-        [sys.executable, "-c", script, *argv],
+        [sys.executable, "-m", "tpujob.cli", *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
