@@ -35,7 +35,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if args.command == "serve":
         from tpujob_trainer.strategy import serve_forever
 
-        config = config_from({}, env)
+        try:
+            config = config_from({}, env)
+        except ConfigError as error:
+            return _bad_config(error)
         serve_forever(worker, config.worker_port)
     return _train(vars(args), env)
 
