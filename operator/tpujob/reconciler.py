@@ -132,7 +132,7 @@ class Reconciler:
         try:
             job = parse_tpujob({**body, "status": None})
         except InvalidTPUJob as invalid:
-            return self._invalid(body, status_before, invalid)
+            return self._invalid(body, status_before, invalid, pods)
         job = job.model_copy(update={"status": TPUJobStatus.model_validate(status_before)})
         now = dt.datetime.now(dt.UTC)
         observed = s.Observed(
@@ -221,12 +221,27 @@ class Reconciler:
                 self._ignore(409, self.core.create_namespaced_pod, namespace, manifest)
 
     def _invalid(
-        self, body: dict[str, Any], status_before: dict[str, Any], invalid: InvalidTPUJob
+        self,
+        body: dict[str, Any],
+        status_before: dict[str, Any],
+        invalid: InvalidTPUJob,
+        pods: list[s.PodView],
     ) -> Outcome:
-        """Nothing is created for a spec the schema let through but the operator cannot run."""
+        """Nothing is created for a spec the schema let through but the operator cannot run; what an
+        earlier, valid spec created (a job edited into an invalid one) is released."""
         message = "; ".join(str(p) for p in invalid.problems)
         now = dt.datetime.now(dt.UTC)
         status = TPUJobStatus.model_validate(status_before)
+        namespace = body["metadata"]["namespace"]
+        for pod in pods:
+            if not pod.deleting:
+                self._ignore(404, self.core.delete_namespaced_pod, pod.name, namespace)
+        for pool in status.node_pools:
+            if self.pools is not None and pool.state not in (s.POOL_MISSING, s.POOL_DELETED, s.POOL_STOPPING):
+                error = self.pools.delete(pool.name)
+                metrics.record_pool_call("delete", error)
+                if error is None:
+                    pool.state = s.POOL_STOPPING
         changed = status.reason != s.REASON_INVALID_SPEC or status.message != message
         status.phase, status.reason, status.message = s.FAILED, s.REASON_INVALID_SPEC, message
         status.conditions = s.set_condition(

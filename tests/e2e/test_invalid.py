@@ -7,7 +7,7 @@ import copy
 
 from kubernetes import client as k8s
 
-from tests.manifests import MALFORMED
+from tests.manifests import MALFORMED, base_job
 from tpujob.api import constants as c
 from tpujob.sandbox.waiting import wait_for
 
@@ -62,3 +62,14 @@ def test_malformed_manifests_are_rejected_or_reported(jobs, gke):
         for p in jobs.core.list_namespaced_pod(jobs.namespace).items
         if p.metadata.labels.get(c.LABEL_JOB_NAME) in invalid
     ]
+
+
+def test_a_running_job_edited_into_an_invalid_spec_releases_what_it_held(jobs, gke):
+    jobs.create(base_job("train"))
+    jobs.wait_pods_running("train", 1)
+    patch = {"spec": {"trainer": {"env": [{"name": "TPU_WORKER_ID", "value": "7"}]}}}
+    jobs.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, jobs.namespace, c.PLURAL, "train", patch)
+    status = jobs.wait_phase("train", "Failed", timeout=30)
+    assert status["reason"] == "InvalidSpec" and "spec.trainer.env[0].name" in status["message"]
+    wait_for(lambda: not gke.node_pools(), timeout=30, what="the node pool to be deleted")
+    wait_for(lambda: not jobs.pods("train"), timeout=30, what="the pods to be deleted")
