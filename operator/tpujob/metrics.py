@@ -193,6 +193,10 @@ class PassRecorder:
                     created = self._pool_created.pop(pool.name, None)
                     if created is not None:
                         POOL_PROVISIONING.observe((now - created).total_seconds())
+                # The usual stockout is not a refused call: the pool's creation ends in ERROR.
+                if pool.state == "ERROR" and was != "ERROR":
+                    stockout = s.classify_stockout(pool.message)
+                    GKE_ERRORS.labels(s.REASON_STOCKOUT if stockout else s.REASON_GKE_UNAVAILABLE).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
         held = chips_held(job, after)

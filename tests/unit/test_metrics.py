@@ -72,3 +72,16 @@ def test_pool_calls_and_gke_errors_are_counted_by_reason():
     metrics.record_pool_call("create", s.GKEError(s.REASON_STOCKOUT, "lack of capacity"))
     assert sample("tpujob_gke_errors_total", reason="Stockout") == before + 1
     assert sample("tpujob_node_pool_operations_total", operation="create", result="error") == errors + 1
+
+
+def test_a_pool_ending_in_error_for_lack_of_capacity_counts_as_a_stockout():
+    recorder = metrics.PassRecorder()
+    j = job("metrics-4")
+    creating = TPUJobStatus(node_pools=[NodePoolStatus(name="pool-y", slice=0, state="PROVISIONING")])
+    stockout = TPUJobStatus(
+        node_pools=[NodePoolStatus(name="pool-y", slice=0, state="ERROR", message="lack of capacity")]
+    )
+    before = sample("tpujob_gke_errors_total", reason="Stockout")
+    recorder.record(j, creating, stockout, NOW)
+    recorder.record(j, stockout, stockout, NOW + dt.timedelta(seconds=5))  # still ERROR: counted once
+    assert sample("tpujob_gke_errors_total", reason="Stockout") == before + 1
