@@ -29,11 +29,11 @@ from tests.chart.prometheus import Prometheus, Target
 from tests.conftest import namespace_name
 from tests.e2e.conftest import Jobs
 from tests.manifests import base_job
-from tests.operators import OperatorProcess, token_kubeconfig
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
 from tpujob.sandbox.bed import Sandbox
 from tpujob.sandbox.controlplane import free_port
+from tpujob.sandbox.operators import OperatorProcess, token_kubeconfig
 from tpujob.sandbox.processes import log_tail
 from tpujob.sandbox.waiting import wait_for
 

@@ -5,79 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from tests.operators import OperatorProcess, token_kubeconfig
 from tpujob.api import constants as c
-from tpujob.api.crd import crd
-from tpujob.rbac import cluster_role
 from tpujob.sandbox.bed import Sandbox
 from tpujob.sandbox.controlplane import free_port
 from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.operators import OperatorProcess, install_crd, operator_kubeconfig
 from tpujob.sandbox.waiting import wait_for
-
-OPERATOR_NAMESPACE = "tpujob-system"
-OPERATOR_ACCOUNT = "tpujob-operator"
-
-
-def install_crd(sandbox: Sandbox) -> None:
-    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
-    api = k8s.ApiextensionsV1Api(sandbox.api_client)
-    definition = crd(cel=False)
-    try:
-        api.create_custom_resource_definition(definition)
-    except k8s.ApiException as error:
-        if error.status != 409:
-            raise
-    wait_for(
-        lambda: any(
-            cond.type == "Established" and cond.status == "True"
-            for cond in api.read_custom_resource_definition(c.CRD_NAME).status.conditions or []
-        ),
-        timeout=30,
-        what="the TPUJob CRD to be established",
-    )
-
-
-def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
-    """A kubeconfig holding the operator ServiceAccount's token, so the test bed enforces our RBAC."""
-    core = k8s.CoreV1Api(sandbox.api_client)
-    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
-    for create, args in (
-        (core.create_namespace, ({"metadata": {"name": OPERATOR_NAMESPACE}},)),
-        (
-            core.create_namespaced_service_account,
-            (OPERATOR_NAMESPACE, {"metadata": {"name": OPERATOR_ACCOUNT}}),
-        ),
-        (rbac.create_cluster_role, (cluster_role(OPERATOR_ACCOUNT),)),
-        (
-            rbac.create_cluster_role_binding,
-            (
-                {
-                    "metadata": {"name": OPERATOR_ACCOUNT},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": OPERATOR_ACCOUNT,
-                    },
-                    "subjects": [
-                        {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
-                    ],
-                },
-            ),
-        ),
-    ):
-        try:
-            create(*args)
-        except k8s.ApiException as error:
-            if error.status != 409:
-                raise
-
-    return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""`tpujob operator` as users run it, in a subprocess under a ServiceAccount's token: shared by the e2e
-tests (the session operator) and the chart tests (the operator under the chart's ServiceAccount)."""
+"""`tpujob operator` as users run it, in a subprocess under a least-privilege ServiceAccount's token, on the
+test bed: the CRD install, the operator's ServiceAccount and RBAC, its kubeconfig and the process. Shared by
+the e2e and chart tests and the operator benchmark (bench/operator_bench.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,70 @@ from typing import ClassVar
 import yaml
 from kubernetes import client as k8s
 
+from tpujob.api import constants as c
+from tpujob.api.crd import crd
+from tpujob.rbac import cluster_role
 from tpujob.sandbox.bed import Sandbox
 from tpujob.sandbox.waiting import wait_for
+
+OPERATOR_NAMESPACE = "tpujob-system"
+OPERATOR_ACCOUNT = "tpujob-operator"
+
+
+def install_crd(sandbox: Sandbox) -> None:
+    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+    api = k8s.ApiextensionsV1Api(sandbox.api_client)
+    definition = crd(cel=False)
+    try:
+        api.create_custom_resource_definition(definition)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    wait_for(
+        lambda: any(
+            cond.type == "Established" and cond.status == "True"
+            for cond in api.read_custom_resource_definition(c.CRD_NAME).status.conditions or []
+        ),
+        timeout=30,
+        what="the TPUJob CRD to be established",
+    )
+
+
+def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
+    """A kubeconfig holding the operator ServiceAccount's token, so the test bed enforces our RBAC."""
+    core = k8s.CoreV1Api(sandbox.api_client)
+    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
+    for create, args in (
+        (core.create_namespace, ({"metadata": {"name": OPERATOR_NAMESPACE}},)),
+        (
+            core.create_namespaced_service_account,
+            (OPERATOR_NAMESPACE, {"metadata": {"name": OPERATOR_ACCOUNT}}),
+        ),
+        (rbac.create_cluster_role, (cluster_role(OPERATOR_ACCOUNT),)),
+        (
+            rbac.create_cluster_role_binding,
+            (
+                {
+                    "metadata": {"name": OPERATOR_ACCOUNT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": OPERATOR_ACCOUNT,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+                    ],
+                },
+            ),
+        ),
+    ):
+        try:
+            create(*args)
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+
+    return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 
 
 def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path) -> Path:
