@@ -7,6 +7,7 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import logging
@@ -28,6 +29,12 @@ from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 
 log = logging.getLogger(__name__)
+
+# Pod and Service creates of one pass run at once, this many at a time.
+CREATE_CONCURRENCY = 8
+# First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
+# up at once; later polls are every POLL_PROVISIONING_SECONDS.
+FIRST_POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Reconciler:
         self._in_flight: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self.recorder = metrics.PassRecorder()
+        self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
 
     def forget(self, uid: str) -> None:
         with self._lock:
@@ -190,8 +198,7 @@ class Reconciler:
             dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
         )
         again.events = decision.events + [e for e in again.events if e not in decision.events]
-        if errors:
-            again.requeue(s.POLL_PROVISIONING_SECONDS)
+        again.requeue(s.POLL_PROVISIONING_SECONDS if errors else FIRST_POLL_SECONDS)
         return again
 
     def _act(self, job: TPUJob, decision: s.Decision) -> None:
@@ -209,16 +216,19 @@ class Reconciler:
                 for pool in decision.status.node_pools:
                     if pool.name == name:
                         pool.state = s.POOL_STOPPING
-        if decision.create_service:
-            self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
+        # Pods first, all at once (a slice's hosts start together); the Service only names them for DNS.
         if decision.create_pods:
             attempt = decision.status.attempt
             uid = job.metadata.uid or ""
-            for slice_index, worker in decision.create_pods:
-                manifest = render.pod(job, self.cluster, slice_index, worker, attempt)
-                with self._lock:
-                    self._in_flight.setdefault(uid, set()).add(manifest["metadata"]["name"])
-                self._ignore(409, self.core.create_namespaced_pod, namespace, manifest)
+            manifests = [render.pod(job, self.cluster, i, w, attempt) for i, w in decision.create_pods]
+            with self._lock:
+                self._in_flight.setdefault(uid, set()).update(m["metadata"]["name"] for m in manifests)
+            calls = [(self.core.create_namespaced_pod, namespace, m) for m in manifests]
+            if decision.create_service:
+                calls.append((self.core.create_namespaced_service, namespace, render.service(job)))
+            self._create_all(calls)
+        elif decision.create_service:
+            self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
 
     def _invalid(
         self,
@@ -297,10 +307,23 @@ class Reconciler:
             body=k8s.V1DeleteOptions(propagation_policy="Background"),
         )
 
+    def _create_all(self, calls: list[tuple[Any, ...]]) -> None:
+        """Create concurrently (what exists already is fine); the first other error is raised after all
+        calls ended."""
+        futures = [self._creators.submit(self._ignore, 409, *call) for call in calls]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
     @staticmethod
     def _ignore(status_code: int, call: Any, *args: Any, **kwargs: Any) -> None:
+        """The call, but a `status_code` answer is fine. The answer is not turned into client models: the
+        operator never reads it, and deserializing a pod costs more CPU than sending it."""
         try:
-            call(*args, **kwargs)
+            response = call(*args, _preload_content=False, **kwargs)
+            response.data  # noqa: B018  (read to the end: the connection goes back to the pool)
+            response.release_conn()
         except ApiException as error:
             if error.status != status_code:
                 raise

@@ -206,7 +206,9 @@ class _Builder:
         self.now = observed.now
         previous = observed.status
         self.previous_phase = previous.phase
+        self.previous_reason = previous.reason
         self.previous_workers = previous.workers
+        self._phase_event: Event | None = None
         self.status = previous.model_copy(deep=True)
         self.decision = Decision(status=self.status)
 
@@ -214,11 +216,16 @@ class _Builder:
         self.decision.events.append(Event(type_, reason, message))
 
     def set_phase(self, phase: str, reason: str, message: str) -> None:
-        changed = self.status.phase != phase or self.status.reason != reason
+        """One phase event per pass, for the phase the pass ends in: a phase passed through within the
+        pass (Pending on the way to Starting) never reaches the status, so it gets no event either."""
         self.status.phase, self.status.reason, self.status.message = phase, reason, message
-        if changed:
+        if self._phase_event is not None:
+            self.decision.events.remove(self._phase_event)
+            self._phase_event = None
+        if (phase, reason) != (self.previous_phase, self.previous_reason):
             warning = phase in (FAILED, RESTARTING) or reason in (REASON_STOCKOUT, REASON_QUOTA)
-            self.event("Warning" if warning else "Normal", reason or phase, message)
+            self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
+            self.decision.events.append(self._phase_event)
 
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         self.status.conditions = set_condition(
@@ -445,7 +452,11 @@ def _run_workers(b: _Builder) -> None:
         b.decision.requeue(wait)
         return
     b.decision.create_pods = missing
-    status.workers = WorkerCounts(expected=len(wanted), **_count(b, status.attempt))
+    # Pods created now or not yet seen by the watch are Pending: counting them so means their first
+    # watch events change nothing, and the status is not written again for each of them.
+    counts = _count(b, status.attempt)
+    counts["pending"] += sum(1 for key in wanted if key not in current)
+    status.workers = WorkerCounts(expected=len(wanted), **counts)
     workers = status.workers
     if workers.succeeded == len(wanted):
         status.completion_time = timestamp(b.now)

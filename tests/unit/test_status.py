@@ -51,6 +51,22 @@ def test_new_job_creates_one_pool_per_slice_and_waits():
     assert decision.status.start_time == "2026-11-21T12:00:00Z"
 
 
+def test_a_new_job_starts_in_one_pass_with_one_event_and_no_rewrite_when_its_pods_appear():
+    """Pending on the way to Starting never reaches the status: one event, for Starting. The pods just
+    created count as pending, so their first watch events leave the status as it is (no second write)."""
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"}, nodePool={"policy": "existing"})
+    first = step(job)
+    assert first.status.phase == s.STARTING
+    assert [e.reason for e in first.events] == ["Starting"]
+    assert first.status.workers.pending == 4
+    names = frozenset(naming.pod_name(job, sl, w, 0) for sl, w in first.create_pods)
+    in_flight = step(advance(job, first), pods=pods(job, 0, "Pending", n=1), pods_in_flight=names)
+    seen = step(advance(job, first), pods=pods(job, 0, "Pending"))
+    for later in (in_flight, seen):
+        assert later.status == first.status
+        assert later.events == [] and later.create_pods == []
+
+
 def test_pools_running_creates_service_and_every_pod():
     job = make_job(tpu={"type": "v5p", "topology": "2x2x4"})
     decision = step(job, pools=ready_pools(job))
