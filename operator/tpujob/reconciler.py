@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,11 +102,21 @@ class Reconciler:
         self._lock = threading.Lock()
         self.recorder = metrics.PassRecorder()
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
+        # The resourceVersion of each job's last status write (its watch echo is skipped).
+        self._written_version: dict[str, str] = {}
+        # Pool creates GKE refused, per job UID: not asked again before the monotonic time, whatever
+        # event comes first (our own status write, a pod): refused calls back off.
+        self._gke_refused: dict[str, tuple[float, dict[int, s.GKEError]]] = {}
+        # Jobs whose Service was created but maybe not yet seen by the watch: not created twice.
+        self._service_in_flight: set[str] = set()
 
     def forget(self, uid: str) -> None:
         with self._lock:
             self._written.pop(uid, None)
             self._in_flight.pop(uid, None)
+            self._service_in_flight.discard(uid)
+            self._written_version.pop(uid, None)
+            self._gke_refused.pop(uid, None)
         self.recorder.forget(uid)
 
     # --- observe ---------------------------------------------------------------------------------
@@ -119,6 +130,21 @@ class Reconciler:
     def _pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
         assert self.pools is not None
         return tuple(self.pools.state(i, naming.node_pool_name(job, i)) for i in range(job.spec.tpu.slices))
+
+    def _service_seen(self, uid: str, seen: bool) -> bool:
+        with self._lock:
+            if seen:
+                self._service_in_flight.discard(uid)
+                return True
+            return uid in self._service_in_flight
+
+    def _refusals(self, uid: str) -> dict[int, s.GKEError]:
+        with self._lock:
+            until, errors = self._gke_refused.get(uid, (0.0, {}))
+            if time.monotonic() >= until:
+                self._gke_refused.pop(uid, None)
+                return {}
+            return errors
 
     def _in_flight_pods(self, uid: str, pods: Iterable[s.PodView]) -> frozenset[str]:
         seen = {p.name for p in pods}
@@ -150,7 +176,7 @@ class Reconciler:
             pools=self._pool_views(job)
             if self.pools and _needs_gke_look(job, job.status or TPUJobStatus())
             else None,
-            service_exists=service_exists,
+            service_exists=self._service_seen(uid, service_exists),
             pods_in_flight=self._in_flight_pods(uid, pods),
             restart_backoff_seconds=self.restart_backoff_seconds,
         )
@@ -163,6 +189,9 @@ class Reconciler:
                 },
                 pools=(),
             )
+        refused = self._refusals(uid)
+        if refused:
+            observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
         decision = s.decide(observed)
         if decision.create_pools:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
@@ -198,6 +227,10 @@ class Reconciler:
             dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
         )
         again.events = decision.events + [e for e in again.events if e not in decision.events]
+        if errors:
+            with self._lock:
+                uid = job.metadata.uid or ""
+                self._gke_refused[uid] = (time.monotonic() + s.POLL_PROVISIONING_SECONDS, errors)
         again.requeue(s.POLL_PROVISIONING_SECONDS if errors else FIRST_POLL_SECONDS)
         return again
 
@@ -229,6 +262,9 @@ class Reconciler:
             self._create_all(calls)
         elif decision.create_service:
             self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
+        if decision.create_service:
+            with self._lock:
+                self._service_in_flight.add(job.metadata.uid or "")
 
     def _invalid(
         self,
@@ -267,7 +303,8 @@ class Reconciler:
     # --- writes ----------------------------------------------------------------------------------
 
     def _ensure_finalizer(self, meta: dict[str, Any]) -> None:
-        """kopf adds the finalizer too, but only after this pass; a deletion in between would leak."""
+        """Before the first pool is requested: a deletion from then on waits for the pools (kopf adds no
+        finalizer of its own, see tpujob.handlers)."""
         finalizers = list(meta.get("finalizers") or [])
         if c.FINALIZER in finalizers:
             return
@@ -284,7 +321,7 @@ class Reconciler:
 
     def _patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            written = self.custom.patch_namespaced_custom_object_status(
                 c.GROUP, c.VERSION, meta["namespace"], c.PLURAL, meta["name"], {"status": status}
             )
         except ApiException as error:
@@ -293,6 +330,14 @@ class Reconciler:
             raise
         with self._lock:
             self._written[meta["uid"]] = status
+            self._written_version[meta["uid"]] = written["metadata"]["resourceVersion"]
+
+    def is_own_write(self, body: dict[str, Any]) -> bool:
+        """The job as this operator's last status write left it: the pass that wrote it saw everything
+        else, so the watch's echo of the write needs no pass of its own."""
+        meta = body["metadata"]
+        with self._lock:
+            return self._written_version.get(meta["uid"]) == meta.get("resourceVersion")
 
     def _delete_job(self, job: TPUJob) -> None:
         log.info("%s/%s: ttlSecondsAfterFinished passed, deleting", job.metadata.namespace, job.metadata.name)

@@ -384,6 +384,8 @@ def _pools_ready(b: _Builder) -> bool:
                 reason = REASON_STOCKOUT if classify_stockout(pool.message) else REASON_POOL_LOST
                 problems.append((reason, pool.message))
                 b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
+        elif pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
+            problems.append(cause)  # still why the job waits, until the pool is recreated
         elif pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
             problems.append((REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}"))
         views.append(pool)
@@ -398,6 +400,16 @@ def _pools_ready(b: _Builder) -> bool:
     b.set_phase(PROVISIONING, reason, message)
     b.decision.requeue(POLL_PROVISIONING_SECONDS)
     return False
+
+
+def _pool_removal_cause(b: _Builder) -> tuple[str, str] | None:
+    """A pool deleted because of a stockout or a lasting ERROR: that reason, while GKE removes it."""
+    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    if condition is None or condition.status != ConditionStatus.false:
+        return None
+    if condition.reason not in (REASON_STOCKOUT, REASON_POOL_LOST):
+        return None
+    return condition.reason, condition.message
 
 
 def _pools_message(views: list[PoolView]) -> str:

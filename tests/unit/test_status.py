@@ -1,5 +1,6 @@
 """The life cycle, decided purely: snapshot in, actions and status out."""
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -232,6 +233,13 @@ def test_stockout_pool_in_error_is_deleted_to_retry():
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == [pool.name]
     assert decision.status.reason == s.REASON_STOCKOUT
+    # While GKE removes it, the stockout is still why the job waits; then the pool is asked for again.
+    stopping = dataclasses.replace(pool, state=s.POOL_STOPPING)
+    waiting = step(advance(job, decision), pools=(stopping,))
+    assert (waiting.status.reason, waiting.delete_pools, waiting.events) == (s.REASON_STOCKOUT, [], [])
+    gone = step(advance(job, waiting), pools=(dataclasses.replace(pool, state=s.POOL_MISSING),))
+    assert gone.create_pools == [0]
+    assert gone.status.reason == s.REASON_PROVISIONING
 
 
 def test_transient_error_state_is_tolerated_within_the_grace():

@@ -252,6 +252,7 @@ def _schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> No
 @kopf.on.event(*JOBS)
 async def on_tpujob_event(
     type: str,
+    body: kopf.Body,
     uid: str,
     namespace: str,
     name: str,
@@ -267,6 +268,8 @@ async def on_tpujob_event(
     if type == "DELETED":
         _forget(runtime, uid)
         return
+    if runtime.reconciler.is_own_write(body):
+        return  # the echo of the last pass' status write: that pass saw all the rest
     await reconcile(memo.runtime, namespace, name, tpujob_index, pod_index, service_index)
 
 
