@@ -39,6 +39,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -255,8 +256,9 @@ class PhaseResult:
 
 
 def percentile(values: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least q% of the values at or below it."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+    return ordered[min(len(ordered), max(1, math.ceil(q / 100 * len(ordered)))) - 1]
 
 
 def create_namespace(core: k8s.CoreV1Api, name: str) -> None:
