@@ -429,8 +429,10 @@ class GkeSimulator:
             self.calls.clear()
             self.recorded.clear()
 
-    def remove_all_pools(self) -> None:
-        """Drop every pool and its nodes at once, outside the API (between tests; counts no calls)."""
+    def remove_all_pools(self, *, drain: bool = True) -> None:
+        """Drop every pool and its nodes at once, outside the API (between tests; counts no calls).
+        drain=False deletes the Node objects without looking for their pods first (one pod list per node
+        is slow with thousands of pods; for a benchmark whose pods were never scheduled)."""
         with self._lock:
             records = list(self._pools.values())
             self._pools.clear()
@@ -441,7 +443,10 @@ class GkeSimulator:
                     operation.error.code, operation.error.message = CANCELLED, "The node pool was removed."
         for record in records:
             for name in record.node_names:
-                self._drain_and_remove(name)
+                if drain:
+                    self._drain_and_remove(name)
+                else:
+                    self._remove_node(name)
 
     def node_pools(self) -> dict[str, container_v1.NodePool]:
         with self._lock:
@@ -796,6 +801,9 @@ class GkeSimulator:
             except ApiException as error:
                 if error.status != 404:
                     raise
+        self._remove_node(node)
+
+    def _remove_node(self, node: str) -> None:
         try:
             self.core.delete_node(node)
         except ApiException as error:
