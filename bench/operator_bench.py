@@ -253,6 +253,7 @@ class PhaseResult:
     rss_settled_mib: float | None = None
     cpu_seconds: float | None = None
     wall_seconds: float = 0.0
+    events: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -361,6 +362,14 @@ class Bench:
             interval=0.2,
         )
 
+    def _event_reasons(self, namespace: str) -> dict[str, int]:
+        """`component/reason` -> Events in the namespace (after the counted window), repeats included."""
+        reasons: Counter[str] = Counter()
+        for event in self.core.list_namespaced_event(namespace).items:
+            source = event.reporting_component or (event.source.component if event.source else "") or "?"
+            reasons[f"{source}/{event.reason}"] += event.count or 1
+        return dict(sorted(reasons.items()))
+
     def _create(self, phase: str, namespace: str, name: str) -> float:
         sent = time.monotonic()
         if phase == "job-controller":
@@ -398,6 +407,7 @@ class Bench:
                 print(f"  ({error})", file=sys.stderr)
             after = settle(self.api, resources)
             figures = proc_figures(operator.process.pid) if operator and operator.process else None
+            events = self._event_reasons(namespace)
         finally:
             pods.stop()
         done = pods.complete_at(self.pods)
@@ -422,6 +432,7 @@ class Bench:
             requests=requests,
             bench_creates_subtracted=n,
             objects_created_per_job=objects,
+            events=events,
         )
         if requests.get(create_key, 0) < n:
             result.notes.append(f"fewer than {n} {create_key} counted")
