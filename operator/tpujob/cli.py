@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -110,11 +111,18 @@ def cmd_operator(args: argparse.Namespace) -> int:
     if args.sandbox:
         os.environ.update(sandbox_environment(args.sandbox))
     config = from_environment()
+    # kopf imports the `kubernetes` client whenever it is installed, only to recognise that library's
+    # objects, which the operator never hands it (tpujob.kube makes its calls): 40 MiB of generated
+    # models. The operator image does not install it; this keeps a development install the same.
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     import kopf
 
     import tpujob.handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=args.verbose)
+    if not args.verbose:
+        # kopf logs every handler call: thousands of lines in a burst of jobs. Its failures still show.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         standalone=True,
         clusterwide=config.namespace is None,

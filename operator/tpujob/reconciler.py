@@ -17,10 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
-
-from tpujob import metrics
+from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api import constants as c
@@ -35,7 +32,7 @@ log = logging.getLogger(__name__)
 CREATE_CONCURRENCY = 8
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
 # up at once; later polls are every POLL_PROVISIONING_SECONDS.
-FIRST_POLL_SECONDS = 1.0
+FIRST_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -85,14 +82,13 @@ class Reconciler:
     def __init__(
         self,
         cluster: Cluster,
-        api: k8s.ApiClient,
+        api: kube.Kube,
         pools: NodePools | None,
         restart_backoff_seconds: float = 10.0,
     ) -> None:
         self.cluster = cluster
         self.restart_backoff_seconds = restart_backoff_seconds
-        self.core = k8s.CoreV1Api(api)
-        self.custom = k8s.CustomObjectsApi(api)
+        self.api = api
         self.pools = pools
         # The status this operator last wrote, per job UID: the watch may not have delivered it yet,
         # and deciding on an older one would, for example, count one restart twice.
@@ -237,7 +233,7 @@ class Reconciler:
     def _act(self, job: TPUJob, decision: s.Decision) -> None:
         namespace = job.metadata.namespace
         for name in decision.delete_pods:
-            self._ignore(404, self.core.delete_namespaced_pod, name, namespace)
+            self.api.delete(kube.pods(namespace, name))
         if self.pools is not None:
             for name in decision.delete_pools:
                 error = self.pools.delete(name)
@@ -256,12 +252,12 @@ class Reconciler:
             manifests = [render.pod(job, self.cluster, i, w, attempt) for i, w in decision.create_pods]
             with self._lock:
                 self._in_flight.setdefault(uid, set()).update(m["metadata"]["name"] for m in manifests)
-            calls = [(self.core.create_namespaced_pod, namespace, m) for m in manifests]
+            creates = [(kube.pods(namespace), m) for m in manifests]
             if decision.create_service:
-                calls.append((self.core.create_namespaced_service, namespace, render.service(job)))
-            self._create_all(calls)
+                creates.append((kube.services(namespace), render.service(job)))
+            self._create_all(creates)
         elif decision.create_service:
-            self._ignore(409, self.core.create_namespaced_service, namespace, render.service(job))
+            self.api.create(kube.services(namespace), render.service(job))
         if decision.create_service:
             with self._lock:
                 self._service_in_flight.add(job.metadata.uid or "")
@@ -281,7 +277,7 @@ class Reconciler:
         namespace = body["metadata"]["namespace"]
         for pod in pods:
             if not pod.deleting:
-                self._ignore(404, self.core.delete_namespaced_pod, pod.name, namespace)
+                self.api.delete(kube.pods(namespace, pod.name))
         for pool in status.node_pools:
             if self.pools is not None and pool.state not in (s.POOL_MISSING, s.POOL_DELETED, s.POOL_STOPPING):
                 error = self.pools.delete(pool.name)
@@ -311,9 +307,7 @@ class Reconciler:
         patch = {
             "metadata": {"finalizers": [*finalizers, c.FINALIZER], "resourceVersion": meta["resourceVersion"]}
         }
-        self.custom.patch_namespaced_custom_object(
-            c.GROUP, c.VERSION, meta["namespace"], c.PLURAL, meta["name"], patch
-        )
+        self.api.merge_patch(kube.tpujobs(meta["namespace"], meta["name"]), patch)
 
     def _write_status(self, job: TPUJob, status: dict[str, Any]) -> None:
         meta = job.metadata
@@ -321,10 +315,10 @@ class Reconciler:
 
     def _patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
         try:
-            written = self.custom.patch_namespaced_custom_object_status(
-                c.GROUP, c.VERSION, meta["namespace"], c.PLURAL, meta["name"], {"status": status}
+            written = self.api.merge_patch(
+                kube.tpujobs(meta["namespace"], meta["name"], "status"), {"status": status}
             )
-        except ApiException as error:
+        except kube.ApiError as error:
             if error.status == 404:  # deleted meanwhile: nothing to record
                 return
             raise
@@ -341,37 +335,16 @@ class Reconciler:
 
     def _delete_job(self, job: TPUJob) -> None:
         log.info("%s/%s: ttlSecondsAfterFinished passed, deleting", job.metadata.namespace, job.metadata.name)
-        self._ignore(
-            404,
-            self.custom.delete_namespaced_custom_object,
-            c.GROUP,
-            c.VERSION,
-            job.metadata.namespace,
-            c.PLURAL,
-            job.metadata.name,
-            body=k8s.V1DeleteOptions(propagation_policy="Background"),
-        )
+        self.api.delete(kube.tpujobs(job.metadata.namespace, job.metadata.name), propagation="Background")
 
-    def _create_all(self, calls: list[tuple[Any, ...]]) -> None:
+    def _create_all(self, creates: list[tuple[str, dict[str, Any]]]) -> None:
         """Create concurrently (what exists already is fine); the first other error is raised after all
         calls ended."""
-        futures = [self._creators.submit(self._ignore, 409, *call) for call in calls]
+        futures = [self._creators.submit(self.api.create, path, body) for path, body in creates]
         errors = [f.exception() for f in futures]
         for error in errors:
             if error is not None:
                 raise error
-
-    @staticmethod
-    def _ignore(status_code: int, call: Any, *args: Any, **kwargs: Any) -> None:
-        """The call, but a `status_code` answer is fine. The answer is not turned into client models: the
-        operator never reads it, and deserializing a pod costs more CPU than sending it."""
-        try:
-            response = call(*args, _preload_content=False, **kwargs)
-            response.data  # noqa: B018  (read to the end: the connection goes back to the pool)
-            response.release_conn()
-        except ApiException as error:
-            if error.status != status_code:
-                raise
 
     # --- deletion and the orphan sweep -----------------------------------------------------------
 
@@ -422,10 +395,5 @@ class Reconciler:
         return deleted
 
     def _job_exists(self, namespace: str, name: str, uid: str) -> bool:
-        try:
-            job = self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return bool(job["metadata"]["uid"] == uid)
+        job = self.api.get(kube.tpujobs(namespace, name))
+        return job is not None and bool(job["metadata"]["uid"] == uid)

@@ -21,11 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import kopf
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
-from tpujob import gke, metrics
+from tpujob import gke, kube, metrics
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.reconciler import Outcome, Reconciler, pod_view
@@ -59,18 +57,13 @@ class Runtime:
         self.config = config
         self.reconciler = reconciler
         self.locks: dict[str, asyncio.Lock] = {}
+        # Jobs with a pass requested but not yet begun: more events for them need no pass of their own.
+        self.queued: set[tuple[str, str]] = set()
+        self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
         self.tasks: list[asyncio.Task[None]] = []
         # A kopf handler's context: kopf.event() needs kopf's posting queue, which only handlers see.
         self.handler_context: contextvars.Context | None = None
-
-
-def _api_client() -> k8s.ApiClient:
-    try:
-        k8s_config.load_incluster_config()
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config()
-    return k8s.ApiClient()
 
 
 @kopf.on.startup()
@@ -105,7 +98,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register()
         start_http_server(config.metrics_port)
-    reconciler = Reconciler(config.cluster, _api_client(), pools, config.restart_backoff_seconds)
+    reconciler = Reconciler(config.cluster, kube.Kube.login(settings), pools, config.restart_backoff_seconds)
     memo.runtime = Runtime(config, reconciler)
 
 
@@ -127,7 +120,7 @@ async def start_loops(
 @kopf.on.cleanup()
 async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo.runtime
-    for task in runtime.tasks:
+    for task in [*runtime.tasks, *runtime.passes]:
         task.cancel()
     for handle in runtime.requeues.values():
         handle.cancel()
@@ -177,9 +170,36 @@ async def _sweep_forever(runtime: Runtime, jobs: kopf.Index[Any, Any]) -> None:
 # --- indexes: the watched state every pass reads without API calls ---------------------------------
 
 
+# The metadata a pass, the finalizer patch and kopf.event() read; managedFields and annotations (kubectl's
+# last-applied copy of the spec) would only be held in memory, once per job.
+INDEXED_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "labels",
+    "finalizers",
+    "deletionTimestamp",
+)
+
+
 @kopf.index(*JOBS)
 def tpujob_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): dict(body)}
+    return {(namespace, name): indexed_job(body)}
+
+
+def indexed_job(body: Any) -> dict[str, Any]:
+    meta = body["metadata"]
+    indexed = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
+        "spec": body.get("spec"),
+    }
+    if body.get("status") is not None:
+        indexed["status"] = body["status"]
+    return indexed
 
 
 @kopf.index("", "v1", "pods", labels=OWNED)
@@ -210,12 +230,15 @@ async def reconcile(
     pods: kopf.Index[Any, Any],
     services: kopf.Index[Any, Any],
 ) -> None:
-    bodies = list(_values(jobs, (namespace, name)))
+    key = (namespace, name)
+    bodies = list(_values(jobs, key))
     if not bodies:
+        runtime.queued.discard(key)
         return
     uid = bodies[0]["metadata"]["uid"]
     lock = runtime.locks.setdefault(uid, asyncio.Lock())
     async with lock:
+        runtime.queued.discard(key)  # the pass reads the state from here: a newer event needs a new pass
         bodies = list(_values(jobs, (namespace, name)))  # the newest, after waiting for the lock
         if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
             return
@@ -239,14 +262,38 @@ async def reconcile(
 
 
 def _schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> None:
-    """One pending requeue per job: the soonest asked for."""
-    previous = runtime.requeues.pop(uid, None)
-    if previous:
-        previous.cancel()
+    """One pending requeue per job: the soonest asked for. A pass that needs no look, or a later one,
+    leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end)."""
     if delay is None:
         return
     loop = asyncio.get_running_loop()
-    runtime.requeues[uid] = loop.call_later(max(delay, 0.1), lambda: asyncio.ensure_future(again()))
+    when = loop.time() + max(delay, 0.1)
+    pending = runtime.requeues.get(uid)
+    if pending is not None and loop.time() < pending.when() <= when:
+        return
+    if pending is not None:
+        pending.cancel()
+    runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
+
+
+def request_pass(
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    jobs: kopf.Index[Any, Any],
+    pods: kopf.Index[Any, Any],
+    services: kopf.Index[Any, Any],
+) -> None:
+    """A pass for the job soon, as client-go's work queue would: however many events arrive before it
+    begins (a job's pods come in a burst), the job is queued once. The kopf handler returns at once, so
+    kopf drops the event's body instead of holding it while the pass waits for the job's lock."""
+    key = (namespace, name)
+    if key in runtime.queued:
+        return
+    runtime.queued.add(key)
+    task = asyncio.create_task(reconcile(runtime, namespace, name, jobs, pods, services))
+    runtime.passes.add(task)
+    task.add_done_callback(runtime.passes.discard)
 
 
 @kopf.on.event(*JOBS)
@@ -270,7 +317,7 @@ async def on_tpujob_event(
         return
     if runtime.reconciler.is_own_write(body):
         return  # the echo of the last pass' status write: that pass saw all the rest
-    await reconcile(memo.runtime, namespace, name, tpujob_index, pod_index, service_index)
+    request_pass(runtime, namespace, name, tpujob_index, pod_index, service_index)
 
 
 @kopf.on.event("", "v1", "pods", labels=OWNED)
@@ -285,7 +332,7 @@ async def on_pod_event(
 ) -> None:
     job_name = labels.get(c.LABEL_JOB_NAME)
     if job_name:
-        await reconcile(memo.runtime, namespace, job_name, tpujob_index, pod_index, service_index)
+        request_pass(memo.runtime, namespace, job_name, tpujob_index, pod_index, service_index)
 
 
 def _forget(runtime: Runtime, uid: str) -> None:

@@ -1,0 +1,71 @@
+"""The kopf glue's pure parts: what the job index keeps, and the one-requeue-per-job rule."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tpujob.api import parse_tpujob
+from tpujob.config import from_environment
+from tpujob.handlers import Runtime, _schedule, indexed_job
+
+
+def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk() -> None:
+    body: dict[str, Any] = {
+        "apiVersion": "tpujob.dev/v1alpha1",
+        "kind": "TPUJob",
+        "metadata": {
+            "name": "j",
+            "namespace": "ns",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "generation": 3,
+            "labels": {"team": "a"},
+            "finalizers": ["tpujob.dev/node-pools"],
+            "deletionTimestamp": "2026-11-22T00:00:00Z",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}" * 500},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 5,
+            "creationTimestamp": "2026-11-22T00:00:00Z",
+        },
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "2x2"},
+            "nodePool": {"policy": "existing"},
+            "trainer": {"image": "trainer:1"},
+        },
+        "status": {"phase": "Running"},
+    }
+    indexed = indexed_job(body)
+    assert "managedFields" not in indexed["metadata"] and "annotations" not in indexed["metadata"]
+    assert indexed["metadata"]["resourceVersion"] == "42"
+    assert indexed["metadata"]["finalizers"] == ["tpujob.dev/node-pools"]
+    assert indexed["metadata"]["deletionTimestamp"]
+    assert indexed["status"] == {"phase": "Running"}
+    job = parse_tpujob({**indexed, "status": None})  # a pass parses exactly this
+    assert (job.metadata.uid, job.metadata.generation, job.metadata.labels) == ("u-1", 3, {"team": "a"})
+    assert "status" not in indexed_job({**body, "status": None})
+
+
+def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:
+    async def scenario() -> list[str]:
+        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
+        fired: list[str] = []
+        done = asyncio.Event()
+
+        def again(label: str) -> Any:
+            async def run() -> None:
+                fired.append(label)
+                done.set()
+
+            return run
+
+        _schedule(runtime, "u", 0.2, again("soon"))
+        _schedule(runtime, "u", 30.0, again("late"))  # does not replace the sooner one
+        _schedule(runtime, "u", None, again("none"))  # nor does a pass that needs no look
+        await asyncio.wait_for(done.wait(), timeout=10)
+        _schedule(runtime, "u", 0.1, again("after"))  # the fired one no longer counts
+        done.clear()
+        await asyncio.wait_for(done.wait(), timeout=10)
+        runtime.requeues["u"].cancel()
+        return fired
+
+    assert asyncio.run(scenario()) == ["soon", "after"]
