@@ -43,6 +43,10 @@ def services(namespace: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{quote(namespace)}/services" + (f"/{quote(name)}" if name else "")
 
 
+def events(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/events"
+
+
 def tpujobs(namespace: str, name: str = "", subresource: str = "") -> str:
     path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace)}/{c.PLURAL}"
     return path + (f"/{quote(name)}" if name else "") + (f"/{subresource}" if subresource else "")

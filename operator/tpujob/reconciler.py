@@ -11,10 +11,11 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tpujob import kube, metrics
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # Pod and Service creates of one pass run at once, this many at a time.
 CREATE_CONCURRENCY = 8
+# Events name the operator as their source (kubectl get events: FROM tpujob-operator).
+EVENT_COMPONENT = "tpujob-operator"
+MAX_EVENT_MESSAGE = 1024
+
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
 # up at once; later polls are every POLL_PROVISIONING_SECONDS.
 FIRST_POLL_SECONDS = 0.25
@@ -37,11 +42,36 @@ FIRST_POLL_SECONDS = 0.25
 
 @dataclass
 class Outcome:
-    """What a pass did, for the kopf layer: events to post and when to look again."""
+    """What a pass did, for the kopf layer: when to look again."""
 
-    events: list[s.Event] = field(default_factory=list)
     requeue_after: float | None = None
     phase: str | None = None
+
+
+def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, instance: str) -> dict[str, Any]:
+    """A core/v1 Event about a TPUJob (`meta`: its name, namespace, uid)."""
+    moment = s.timestamp(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": f"{c.GROUP}/{c.VERSION}",
+            "kind": c.KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message[:MAX_EVENT_MESSAGE],
+        "firstTimestamp": moment,
+        "lastTimestamp": moment,
+        "count": 1,
+        "source": {"component": EVENT_COMPONENT},
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": instance,
+    }
 
 
 def pod_view(pod: Any) -> s.PodView:
@@ -97,6 +127,7 @@ class Reconciler:
         self._in_flight: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self.recorder = metrics.PassRecorder()
+        self.instance = socket.gethostname()  # the pod's name, in Events
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
         # The resourceVersion of each job's last status write (its watch echo is skipped).
         self._written_version: dict[str, str] = {}
@@ -197,13 +228,12 @@ class Reconciler:
         status_after = decision.status.to_wire()
         if status_after != status_before:
             self._write_status(job, status_after)
+        self._post_events(meta, decision.events, now)
         self.recorder.record(job, job.status or TPUJobStatus(), decision.status, now)
         if decision.delete_job:
             self._delete_job(job)
             self.forget(uid)
-        return Outcome(
-            events=decision.events, requeue_after=decision.requeue_after, phase=decision.status.phase
-        )
+        return Outcome(requeue_after=decision.requeue_after, phase=decision.status.phase)
 
     def _create_pools(self, job: TPUJob, observed: s.Observed, decision: s.Decision) -> s.Decision:
         """Create the pools, then decide again knowing which creates GKE refused (and why)."""
@@ -218,7 +248,9 @@ class Reconciler:
         for slice_index in decision.create_pools:
             if slice_index not in errors:
                 name = naming.node_pool_name(job, slice_index)
-                views[slice_index] = s.PoolView(slice_index, name, "PROVISIONING", "create requested")
+                # As GKE will report it (no status message while provisioning): the first poll that finds
+                # it so writes no status.
+                views[slice_index] = s.PoolView(slice_index, name, "PROVISIONING")
         again = s.decide(
             dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
         )
@@ -293,8 +325,9 @@ class Reconciler:
         wire = status.to_wire()
         if wire != status_before:
             self._patch_status(body["metadata"], wire)
-        events = [s.Event("Warning", s.REASON_INVALID_SPEC, message)] if changed else []
-        return Outcome(events=events, phase=s.FAILED)
+        if changed:
+            self._post_events(body["metadata"], [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
+        return Outcome(phase=s.FAILED)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -308,6 +341,16 @@ class Reconciler:
             "metadata": {"finalizers": [*finalizers, c.FINALIZER], "resourceVersion": meta["resourceVersion"]}
         }
         self.api.merge_patch(kube.tpujobs(meta["namespace"], meta["name"]), patch)
+
+    def _post_events(self, meta: dict[str, Any], events: list[s.Event], now: dt.datetime) -> None:
+        """Through the operator's own bounded connection pool (kopf's poster opens a connection per
+        object at once: hundreds in a burst). Best effort: a lost event must not fail the pass."""
+        namespace, name = meta["namespace"], meta["name"]
+        for event in events:
+            try:
+                self.api.create(kube.events(namespace), event_manifest(meta, event, now, self.instance))
+            except Exception as error:
+                log.warning("%s/%s: event %s not posted: %s", namespace, name, event.reason, error)
 
     def _write_status(self, job: TPUJob, status: dict[str, Any]) -> None:
         meta = job.metadata

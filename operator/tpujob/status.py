@@ -375,7 +375,7 @@ def _pools_ready(b: _Builder) -> bool:
         if pool.state in (POOL_MISSING, POOL_DELETED):
             if error is None:
                 b.decision.create_pools.append(slice_index)
-                pool = dataclasses.replace(pool, state="PROVISIONING", message="create requested")
+                pool = dataclasses.replace(pool, state="PROVISIONING", message="")
             else:
                 problems.append((error.reason, error.message))
                 pool = dataclasses.replace(pool, state=POOL_MISSING, message=error.message)

@@ -1,13 +1,16 @@
-"""The kopf glue's pure parts: what the job index keeps, and the one-requeue-per-job rule."""
+"""The glue's pure parts: what the job index keeps, the one-requeue-per-job rule, the Events."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from typing import Any
 
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
 from tpujob.handlers import Runtime, _schedule, indexed_job
+from tpujob.reconciler import event_manifest
+from tpujob.status import Event
 
 
 def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk() -> None:
@@ -69,3 +72,20 @@ def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:
         return fired
 
     assert asyncio.run(scenario()) == ["soon", "after"]
+
+
+def test_events_name_the_job_and_the_operator_and_stay_short() -> None:
+    meta = {"name": "train", "namespace": "ml", "uid": "u-7"}
+    now = dt.datetime(2026, 11, 22, 1, 2, 3, tzinfo=dt.UTC)
+    event = event_manifest(meta, Event("Warning", "WorkerFailed", "x" * 5000), now, "operator-pod-1")
+    assert event["involvedObject"] == {
+        "apiVersion": "tpujob.dev/v1alpha1",
+        "kind": "TPUJob",
+        "name": "train",
+        "namespace": "ml",
+        "uid": "u-7",
+    }
+    assert (event["type"], event["reason"], len(event["message"])) == ("Warning", "WorkerFailed", 1024)
+    assert event["metadata"] == {"generateName": "train.", "namespace": "ml"}
+    assert event["source"] == {"component": "tpujob-operator"}
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-11-22T01:02:03Z"

@@ -15,7 +15,6 @@ bench/operator_bench.py: a job's whole start costs its pods, its Service, one st
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -62,8 +61,6 @@ class Runtime:
         self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
         self.tasks: list[asyncio.Task[None]] = []
-        # A kopf handler's context: kopf.event() needs kopf's posting queue, which only handlers see.
-        self.handler_context: contextvars.Context | None = None
 
 
 @kopf.on.startup()
@@ -86,6 +83,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # instead of watching CRDs and namespaces cluster-wide, which the least-privilege RBAC does not allow
     # (kopf would retry those 403s at every start, and a namespace-scoped operator has no cluster scope).
     settings.scanning.disabled = True
+    # kopf keeps a task per watched object until it has been idle this long (default 5 s): in a burst of
+    # 1000 jobs that is thousands of tasks at once. Our handlers return at once, so a short wait will do.
+    settings.queueing.idle_timeout = 0.1
     # Kubernetes and GKE calls are synchronous and run in these threads.
     settings.execution.max_workers = config.workers
     # A slow API server must not hang a pass.
@@ -133,17 +133,11 @@ async def _resync_forever(
     lost requeue is made good. One loop for all jobs, a few passes at a time."""
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
-        context = runtime.handler_context
-        if context is None:  # no TPUJob event yet: no job either
-            continue
         keys = list(jobs)
         for start in range(0, len(keys), RESYNC_CONCURRENCY):
             batch = keys[start : start + RESYNC_CONCURRENCY]
             results = await asyncio.gather(
-                *(
-                    asyncio.create_task(reconcile(runtime, ns, name, jobs, pods, services), context=context)
-                    for ns, name in batch
-                ),
+                *(reconcile(runtime, ns, name, jobs, pods, services) for ns, name in batch),
                 return_exceptions=True,
             )
             for result in results:
@@ -170,7 +164,7 @@ async def _sweep_forever(runtime: Runtime, jobs: kopf.Index[Any, Any]) -> None:
 # --- indexes: the watched state every pass reads without API calls ---------------------------------
 
 
-# The metadata a pass, the finalizer patch and kopf.event() read; managedFields and annotations (kubectl's
+# The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
 # last-applied copy of the spec) would only be held in memory, once per job.
 INDEXED_METADATA = (
     "name",
@@ -254,8 +248,6 @@ async def reconcile(
             # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
             log.exception("%s/%s: reconcile failed; retrying", namespace, name)
             outcome = Outcome(requeue_after=RETRY_SECONDS)
-    for event in outcome.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     _schedule(
         runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name, jobs, pods, services)
     )
@@ -310,8 +302,6 @@ async def on_tpujob_event(
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
-    if runtime.handler_context is None:
-        runtime.handler_context = contextvars.copy_context()
     if type == "DELETED":
         _forget(runtime, uid)
         return
