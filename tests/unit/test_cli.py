@@ -84,3 +84,20 @@ def test_crd_and_catalog_commands(capsys):
     assert main(["catalog"]) == 0
     table = capsys.readouterr().out
     assert "v5p    tpu-v5p-slice         2x2x4     16     4      ct5p-hightpu-4t" in table
+
+
+def test_sandbox_without_its_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import importlib.util
+
+    from tpujob.sandbox import cli as sandbox_cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "kubernetes" else real(name, *a)
+    )
+    assert main(["sandbox", "up", "--dir", str(tmp_path)]) == 2
+    assert "pip install 'tpujob[sandbox]'" in capsys.readouterr().err
+    assert sandbox_cli.missing_extra()
+    assert not (tmp_path / "sandbox.json").exists()

@@ -6,6 +6,7 @@ import argparse
 import base64
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -101,7 +102,17 @@ def print_info(info: dict[str, Any]) -> None:
     print(f"try:          kubectl --kubeconfig {info['kubeconfig']} get nodes")
 
 
+def missing_extra() -> bool:
+    """The sandbox drives its API server through the `kubernetes` client, which the operator does without."""
+    if importlib.util.find_spec("kubernetes") is not None:
+        return False
+    print("tpujob sandbox needs the sandbox extra: pip install 'tpujob[sandbox]'", file=sys.stderr)
+    return True
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    if missing_extra():
+        return 2
     state_dir: Path = args.dir.resolve()
     running = read_info(state_dir)
     if running and pid_alive(int(running["pid"])):
@@ -189,6 +200,8 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if missing_extra():
+        return 2
     from tpujob.sandbox.controlplane import ControlPlane
 
     stop = threading.Event()
