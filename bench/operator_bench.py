@@ -58,8 +58,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
-from tpujob.render import Cluster
 from tpujob.reconciler import EVENT_COMPONENT
+from tpujob.render import Cluster
 from tpujob.render import plan as render
 from tpujob.sandbox.bed import Sandbox, start_sandbox
 from tpujob.sandbox.controlplane import free_port
