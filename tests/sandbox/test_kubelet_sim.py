@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+import threading
+from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from tests.sandbox.helpers import tpu_nodes
@@ -168,6 +172,7 @@ def test_preempting_a_node_fails_its_pods_as_a_node_shutdown_does_and_removes_th
     for name in ("plain", "local"):
         wait_phase(core, namespace, name, "Running")
     process = kubelet.process(namespace, "local")
+    seen = NodeWatch(core, node).start()
 
     kubelet.preempt_node(node)
 
@@ -180,6 +185,41 @@ def test_preempting_a_node_fails_its_pods_as_a_node_shutdown_does_and_removes_th
         assert disruption and disruption[0].reason == "TerminationByKubelet"
     assert not pid_alive(process.pid)
     assert node not in [n.metadata.name for n in core.list_node().items]
+    # Before its pods failed, the node went NotReady and unschedulable: no replacement lands on it.
+    states = seen.wait_deleted()
+    assert ("False", True) in states[:-1] and states[-1] == "DELETED"
+
+
+class NodeWatch:
+    """The node's (Ready status, not-ready taint) at each watch event, then DELETED."""
+
+    def __init__(self, core: k8s.CoreV1Api, node: str) -> None:
+        self.core, self.node = core, node
+        self.states: list[Any] = []
+        self.opened = threading.Event()
+        self.done = threading.Event()
+
+    def start(self) -> NodeWatch:
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self.opened.wait(timeout=30), "the node watch did not open"
+        return self
+
+    def _run(self) -> None:
+        selector = f"metadata.name={self.node}"
+        for event in watch.Watch().stream(self.core.list_node, field_selector=selector, timeout_seconds=60):
+            if event["type"] == "DELETED":
+                self.states.append("DELETED")
+                break
+            node = event["object"]
+            ready = next((c.status for c in node.status.conditions or [] if c.type == "Ready"), None)
+            tainted = any(t.key == kubelet_sim.NOT_READY_TAINT for t in node.spec.taints or [])
+            self.states.append((ready, tainted))
+            self.opened.set()  # the first event is the node as it is now
+        self.done.set()
+
+    def wait_deleted(self) -> list[Any]:
+        assert self.done.wait(timeout=60), f"no DELETED event for {self.node}"
+        return self.states
 
 
 @pytest.mark.parametrize(
@@ -213,10 +253,11 @@ def test_preempting_a_slice_fails_every_host_and_gke_brings_the_nodes_back(sandb
     assert sandbox.preempt_slice("slice", recreate_after=0.5) == nodes
 
     assert {phase_of(core, namespace, f"w{i}") for i in range(2)} == {"Failed"}
-    wait_for(
-        lambda: sorted(n.metadata.name for n in core.list_node().items if n.metadata.name in nodes) == nodes,
-        timeout=20,
-        what="GKE to recreate the slice's nodes",
-    )
-    ready = [n for n in core.list_node().items if n.metadata.name in nodes]
-    assert all(t.key != "node.kubernetes.io/not-ready" for n in ready for t in n.spec.taints)
+
+    def back_and_schedulable() -> bool:
+        back = [n for n in core.list_node().items if n.metadata.name in nodes]
+        untainted = all(t.key != kubelet_sim.NOT_READY_TAINT for n in back for t in n.spec.taints or [])
+        return sorted(n.metadata.name for n in back) == nodes and untainted
+
+    # Registration creates each node tainted not-ready and lifts the taint once it is Ready.
+    wait_for(back_and_schedulable, timeout=20, what="GKE to recreate the slice's nodes, Ready")

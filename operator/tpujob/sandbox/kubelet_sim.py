@@ -50,6 +50,7 @@ DEFAULT_TRAINER_IMAGES = ("tpujob-trainer",)
 DEFAULT_TRAINER_ENTRYPOINT = ("python", "-m", "tpujob_trainer")
 SHUTDOWN_REASON = "Terminated"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 EXIT_CODE_SIGTERM = 143
 EXIT_CODE_START_ERROR = 128
 
@@ -553,6 +554,8 @@ class KubeletSimulator:
         self._forget((pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
     def _shut_down_nodes(self, nodes: list[str]) -> None:
+        for node in nodes:
+            self._mark_shutting_down(node)
         pods = [
             self.api_client.sanitize_for_serialization(p)
             for node in nodes
@@ -592,6 +595,28 @@ class KubeletSimulator:
         for node in nodes:
             with contextlib.suppress(ApiException):
                 self.core.delete_node(node)
+
+    def _mark_shutting_down(self, node: str) -> None:
+        """First thing a kubelet's graceful shutdown does: the node goes NotReady ("node is shutting down"),
+        and (as the node lifecycle controller then does) gets the not-ready NoSchedule taint, so the
+        scheduler places no replacement pod on a node about to vanish."""
+        try:
+            found = self.core.read_node(node)
+        except ApiException:
+            return
+        now = _now()
+        ready = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "node is shutting down",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        self.core.patch_node_status(node, {"status": {"conditions": [ready]}})
+        taints = [self.api_client.sanitize_for_serialization(t) for t in found.spec.taints or []]
+        taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+        self.core.patch_node(node, {"spec": {"taints": taints}})
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
