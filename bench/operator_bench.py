@@ -67,6 +67,7 @@ from tpujob.sandbox.operators import OperatorProcess, install_crd, operator_kube
 from tpujob.sandbox.processes import stop_process
 from tpujob.sandbox.waiting import Timeout, wait_for
 
+WARM_UP = "warm-up"  # the job each operator phase runs first, outside the counted window
 OPERATOR_RESOURCES = {(c.GROUP, c.PLURAL), ("", "pods"), ("", "services"), ("", "events")}
 JOB_CONTROLLER_RESOURCES = {("batch", "jobs"), ("", "pods"), ("", "events")}
 SETTLE_SECONDS = 3.0
@@ -359,7 +360,7 @@ class Bench:
     def _warm_up(self, namespace: str, policy: str) -> None:
         """One job through, so the operator's watches are open before the clock starts."""
         self.custom.create_namespaced_custom_object(
-            c.GROUP, c.VERSION, namespace, c.PLURAL, tpujob_manifest("warm-up", namespace, self.tpu, policy)
+            c.GROUP, c.VERSION, namespace, c.PLURAL, tpujob_manifest(WARM_UP, namespace, self.tpu, policy)
         )
         wait_for(
             lambda: len(self.core.list_namespaced_pod(namespace).items) >= self.pods,
@@ -369,9 +370,12 @@ class Bench:
         )
 
     def _event_reasons(self, namespace: str) -> dict[str, int]:
-        """`component/reason` -> Events in the namespace (after the counted window), repeats included."""
+        """`component/reason` -> Events in the namespace (after the counted window), repeats included; not
+        the warm-up job's, posted before the window."""
         reasons: Counter[str] = Counter()
         for event in self.core.list_namespaced_event(namespace).items:
+            if event.involved_object.name == WARM_UP:
+                continue
             source = event.reporting_component or (event.source.component if event.source else "") or "?"
             reasons[f"{source}/{event.reason}"] += event.count or 1
         return dict(sorted(reasons.items()))
