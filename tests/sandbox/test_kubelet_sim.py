@@ -261,3 +261,24 @@ def test_preempting_a_slice_fails_every_host_and_gke_brings_the_nodes_back(sandb
 
     # Registration creates each node tainted not-ready and lifts the taint once it is Ready.
     wait_for(back_and_schedulable, timeout=20, what="GKE to recreate the slice's nodes, Ready")
+
+
+def test_trainer_pods_on_one_host_each_get_their_own_metrics_port(core, kubelet, namespace, node, tmp_path):
+    """Every worker pod declares the same metrics port; here all pods share the host's network."""
+    script = (
+        "import os, pathlib, socket, sys, time\n"
+        "port = os.environ['TPUJOB_METRICS_PORT']\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', int(port))); s.listen()\n"
+        f"pathlib.Path({str(tmp_path)!r}, os.environ['HOSTNAME']).write_text(port)\n"
+        "time.sleep(600)\n"
+    )
+    env = [{"name": "TPUJOB_METRICS_PORT", "value": "9090"}]
+    for name in ("w0", "w1"):
+        core.create_namespaced_pod(
+            namespace, pod_manifest(name, node, TRAINER_IMAGE, command=["python", "-c", script], env=env)
+        )
+    bound = wait_for(
+        lambda: len(files := list(tmp_path.iterdir())) == 2 and files, timeout=30, what="both to bind"
+    )
+    assert len({path.read_text() for path in bound}) == 2
+    assert all(phase_of(core, namespace, name) == "Running" for name in ("w0", "w1"))

@@ -37,6 +37,8 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from tpujob.render.plan import ENV_METRICS_PORT
+from tpujob.sandbox.controlplane import free_port
 from tpujob.sandbox.gke_sim import SIMULATED_NODE_LABEL
 from tpujob.sandbox.processes import start_process, stop_process
 from tpujob.sandbox.waiting import wait_for
@@ -452,6 +454,11 @@ class KubeletSimulator:
 
     def _spawn(self, pod: dict[str, Any], container: dict[str, Any]) -> subprocess.Popen[bytes]:
         env = container_env(pod, container)
+        if ENV_METRICS_PORT in env:
+            # Each pod has a network namespace of its own; these processes share the host's. Every worker
+            # pod serves metrics on the same port, so each process (of any attempt, old ones still shutting
+            # down) gets a free one instead.
+            env[ENV_METRICS_PORT] = str(free_port())
         argv = container_argv(container, env, self.python, self.trainer_entrypoint)
         base = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
         workdir = self.state_dir / "pods" / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
