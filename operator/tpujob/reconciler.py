@@ -45,7 +45,6 @@ class Outcome:
     """What a pass did, for the kopf layer: when to look again."""
 
     requeue_after: float | None = None
-    phase: str | None = None
 
 
 def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, instance: str) -> dict[str, Any]:
@@ -233,7 +232,7 @@ class Reconciler:
         if decision.delete_job:
             self._delete_job(job)
             self.forget(uid)
-        return Outcome(requeue_after=decision.requeue_after, phase=decision.status.phase)
+        return Outcome(requeue_after=decision.requeue_after)
 
     def _create_pools(self, job: TPUJob, observed: s.Observed, decision: s.Decision) -> s.Decision:
         """Create the pools, then decide again knowing which creates GKE refused (and why)."""
@@ -327,7 +326,7 @@ class Reconciler:
             self._patch_status(body["metadata"], wire)
         if changed:
             self._post_events(body["metadata"], [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
-        return Outcome(phase=s.FAILED)
+        return Outcome()
 
     # --- writes ----------------------------------------------------------------------------------
 

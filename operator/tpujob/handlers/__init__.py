@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -49,6 +50,16 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's watch-fed indexes, the state a pass reads: jobs by (namespace, name), their pods and Services
+    by (namespace, job name)."""
+
+    jobs: kopf.Index[Any, Any]
+    pods: kopf.Index[Any, Any]
+    services: kopf.Index[Any, Any]
+
+
 class Runtime:
     """Per-process state shared by the handlers (kopf's memo)."""
 
@@ -61,6 +72,7 @@ class Runtime:
         self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
         self.tasks: list[asyncio.Task[None]] = []
+        self.indexes: Indexes  # set by start_loops, before the watches deliver any event
 
 
 @kopf.on.startup()
@@ -111,9 +123,10 @@ async def start_loops(
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
+    runtime.indexes = Indexes(tpujob_index, pod_index, service_index)
     runtime.tasks = [
-        asyncio.create_task(_sweep_forever(runtime, tpujob_index)),
-        asyncio.create_task(_resync_forever(runtime, tpujob_index, pod_index, service_index)),
+        asyncio.create_task(_sweep_forever(runtime)),
+        asyncio.create_task(_resync_forever(runtime)),
     ]
 
 
@@ -126,18 +139,16 @@ async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
         handle.cancel()
 
 
-async def _resync_forever(
-    runtime: Runtime, jobs: kopf.Index[Any, Any], pods: kopf.Index[Any, Any], services: kopf.Index[Any, Any]
-) -> None:
+async def _resync_forever(runtime: Runtime) -> None:
     """A safety net: every job gets a pass at least every resync interval, so a lost watch event or a
     lost requeue is made good. One loop for all jobs, a few passes at a time."""
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
-        keys = list(jobs)
+        keys = list(runtime.indexes.jobs)
         for start in range(0, len(keys), RESYNC_CONCURRENCY):
             batch = keys[start : start + RESYNC_CONCURRENCY]
             results = await asyncio.gather(
-                *(reconcile(runtime, ns, name, jobs, pods, services) for ns, name in batch),
+                *(reconcile(runtime, ns, name) for ns, name in batch),
                 return_exceptions=True,
             )
             for result in results:
@@ -145,9 +156,10 @@ async def _resync_forever(
                     log.error("resync pass failed: %r", result)
 
 
-async def _sweep_forever(runtime: Runtime, jobs: kopf.Index[Any, Any]) -> None:
+async def _sweep_forever(runtime: Runtime) -> None:
     """Delete node pools whose TPUJob is gone: at start (after a crash) and then periodically."""
     loop = asyncio.get_running_loop()
+    jobs = runtime.indexes.jobs
     while True:
         live = {body["metadata"]["uid"] for key in list(jobs) for body in jobs.get(key, [])}
         try:
@@ -216,15 +228,9 @@ def _values(index: kopf.Index[Any, Any], key: Any) -> Iterator[Any]:
 # --- the pass -------------------------------------------------------------------------------------
 
 
-async def reconcile(
-    runtime: Runtime,
-    namespace: str,
-    name: str,
-    jobs: kopf.Index[Any, Any],
-    pods: kopf.Index[Any, Any],
-    services: kopf.Index[Any, Any],
-) -> None:
+async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     key = (namespace, name)
+    jobs, pods, services = runtime.indexes.jobs, runtime.indexes.pods, runtime.indexes.services
     bodies = list(_values(jobs, key))
     if not bodies:
         runtime.queued.discard(key)
@@ -233,12 +239,12 @@ async def reconcile(
     lock = runtime.locks.setdefault(uid, asyncio.Lock())
     async with lock:
         runtime.queued.discard(key)  # the pass reads the state from here: a newer event needs a new pass
-        bodies = list(_values(jobs, (namespace, name)))  # the newest, after waiting for the lock
+        bodies = list(_values(jobs, key))  # the newest, after waiting for the lock
         if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
             return
         body = bodies[0]
-        job_pods = list(_values(pods, (namespace, name)))
-        service_exists = any(_values(services, (namespace, name)))
+        job_pods = list(_values(pods, key))
+        service_exists = any(_values(services, key))
         loop = asyncio.get_running_loop()
         try:
             outcome = await loop.run_in_executor(
@@ -248,9 +254,7 @@ async def reconcile(
             # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
             log.exception("%s/%s: reconcile failed; retrying", namespace, name)
             outcome = Outcome(requeue_after=RETRY_SECONDS)
-    _schedule(
-        runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name, jobs, pods, services)
-    )
+    _schedule(runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name))
 
 
 def _schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> None:
@@ -268,14 +272,7 @@ def _schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> No
     runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
 
 
-def request_pass(
-    runtime: Runtime,
-    namespace: str,
-    name: str,
-    jobs: kopf.Index[Any, Any],
-    pods: kopf.Index[Any, Any],
-    services: kopf.Index[Any, Any],
-) -> None:
+def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     """A pass for the job soon, as client-go's work queue would: however many events arrive before it
     begins (a job's pods come in a burst), the job is queued once. The kopf handler returns at once, so
     kopf drops the event's body instead of holding it while the pass waits for the job's lock."""
@@ -283,7 +280,7 @@ def request_pass(
     if key in runtime.queued:
         return
     runtime.queued.add(key)
-    task = asyncio.create_task(reconcile(runtime, namespace, name, jobs, pods, services))
+    task = asyncio.create_task(reconcile(runtime, namespace, name))
     runtime.passes.add(task)
     task.add_done_callback(runtime.passes.discard)
 
@@ -296,9 +293,6 @@ async def on_tpujob_event(
     namespace: str,
     name: str,
     memo: kopf.Memo,
-    tpujob_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    service_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
@@ -307,7 +301,7 @@ async def on_tpujob_event(
         return
     if runtime.reconciler.is_own_write(body):
         return  # the echo of the last pass' status write: that pass saw all the rest
-    request_pass(runtime, namespace, name, tpujob_index, pod_index, service_index)
+    request_pass(runtime, namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels=OWNED)
@@ -315,14 +309,11 @@ async def on_pod_event(
     namespace: str,
     labels: kopf.Labels,
     memo: kopf.Memo,
-    tpujob_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    service_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     job_name = labels.get(c.LABEL_JOB_NAME)
     if job_name:
-        request_pass(memo.runtime, namespace, job_name, tpujob_index, pod_index, service_index)
+        request_pass(memo.runtime, namespace, job_name)
 
 
 def _forget(runtime: Runtime, uid: str) -> None:
