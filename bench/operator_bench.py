@@ -329,6 +329,7 @@ class Bench:
             "TPUJOB_GKE_PROJECT": self.bed.gke.project,
             "TPUJOB_GKE_LOCATION": self.bed.gke.location,
             "TPUJOB_GKE_CLUSTER": self.bed.gke.cluster,
+            "TPUJOB_GKE_ZONE": self.bed.default_zone,
             "TPUJOB_METRICS_PORT": str(free_port()),
             "TPUJOB_HEALTH_PORT": str(free_port()),
         }
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[PhaseResult] = []
     with tempfile.TemporaryDirectory(prefix="tpujob-bench-") as tmp:
         # Instant GKE for policy create: the operator's own provisioning poll is what remains.
-        bed = start_sandbox(Path(tmp) / "sandbox", provisioning_seconds=0.0)
+        bed = start_sandbox(Path(tmp) / "sandbox", time_scale=0.0)
         try:
             # Pods created is the metric: no scheduling, no kubelet (see the module docstring).
             stop_process(bed.control_plane.processes.pop("kube-scheduler"))

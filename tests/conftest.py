@@ -5,6 +5,7 @@ per test.
         core = kubernetes.client.CoreV1Api(sandbox.api_client)   # admin client of the real API server
         pools = gke.client()                                       # real google-cloud-container, REST, sim
         gke.inject_call_fault("quota")                             # next CreateNodePool answers 403
+        gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)    # a stockout in that zone
         gke.calls["CreateNodePool"]                                # calls received (this test only)
         kubelet.succeed(namespace, "pod-name")                     # the pod's containers exit 0
         kubelet.preempt_node(node_name)                            # spot reclaim / maintenance
@@ -23,12 +24,13 @@ from kubernetes import client as k8s
 
 from tpujob.sandbox.bed import Sandbox, start_sandbox
 from tpujob.sandbox.binaries import BinariesUnavailable, find_binaries
-from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.gke import GkeSimulator
 from tpujob.sandbox.kubelet_sim import KubeletSimulator
 from tpujob.sandbox.waiting import wait_for
 
-# Fast enough for tests, slow enough that a test can see PROVISIONING.
-TEST_PROVISIONING_SECONDS = 0.5
+# The simulated GKE runs this much faster than GKE: a TPU pool's 5 minutes of provisioning take 0.6 s, a
+# stockout GKE retries for 35 minutes lasts 4.2 s. Slow enough that a test can see PROVISIONING.
+TIME_SCALE = 0.002
 SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core"}
 
 
@@ -53,9 +55,7 @@ def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         binaries = find_binaries(progress=progress)
     except BinariesUnavailable as error:
         pytest.fail(str(error), pytrace=False)
-    bed = start_sandbox(
-        tmp_path_factory.mktemp("sandbox"), binaries=binaries, provisioning_seconds=TEST_PROVISIONING_SECONDS
-    )
+    bed = start_sandbox(tmp_path_factory.mktemp("sandbox"), binaries=binaries, time_scale=TIME_SCALE)
     yield bed
     bed.stop()
 

@@ -24,6 +24,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "TPUJOB_SWEEP_SECONDS": ("300", "delete node pools whose TPUJob is gone this often"),
     "TPUJOB_WORKERS": ("16", "threads for Kubernetes and GKE calls"),
     "TPUJOB_RESTART_BACKOFF_SECONDS": ("10", "first wait before an application restart; doubles, max 6 min"),
+    "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": (
+        "30",
+        "a pod unschedulable this long shows the scheduler's reason as the job's (reason Unschedulable)",
+    ),
 }
 
 
@@ -38,6 +42,7 @@ class OperatorConfig:
     sweep_seconds: float
     workers: int
     restart_backoff_seconds: float
+    unschedulable_grace_seconds: float
 
     @property
     def gke_configured(self) -> bool:
@@ -66,6 +71,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> OperatorConfig:
         sweep_seconds=float(get("TPUJOB_SWEEP_SECONDS")),
         workers=int(get("TPUJOB_WORKERS")),
         restart_backoff_seconds=float(get("TPUJOB_RESTART_BACKOFF_SECONDS")),
+        unschedulable_grace_seconds=float(get("TPUJOB_UNSCHEDULABLE_GRACE_SECONDS")),
     )
 
 
@@ -78,4 +84,5 @@ def sandbox_environment(sandbox_dir: Path) -> dict[str, str]:
         "TPUJOB_GKE_PROJECT": info["project"],
         "TPUJOB_GKE_LOCATION": info["location"],
         "TPUJOB_GKE_CLUSTER": info["cluster"],
+        "TPUJOB_GKE_ZONE": info["zone"],
     }

@@ -1,13 +1,20 @@
-"""GKE node pools through `google-cloud-container`: the operator's only GKE I/O.
+"""GKE through `google-cloud-container` (and, for tpu7x workload policies, `google-cloud-compute`): the
+operator's only GKE I/O.
 
-Every call is short: create/delete return a long-running operation that is never waited on here;
-the reconcile loop polls the pool's state on its next pass instead.
+Every call is short: create/delete return a long-running operation that is never waited on here; the
+reconcile loop polls the pool (and, while GKE retries it, its create operation) on its next pass.
+
+GKE's refusals are classified by what the API says, not by matching words: the HTTP code, the
+`google.rpc.Status` name and the `ErrorInfo.reason` of the error body (google-api-core exposes them), and
+a pool's `conditions[].code` for what fails after the create was accepted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +32,22 @@ log = logging.getLogger(__name__)
 # Seconds per GKE call: a hung call must not stall a reconcile pass.
 CALL_TIMEOUT = 30.0
 
+# google.rpc.ErrorInfo reasons GKE gives (seen in its error bodies).
+REASON_QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+REASON_RATE_LIMITED = "RATE_LIMIT_EXCEEDED"
+REASON_CLUSTER_BUSY = "CLUSTER_ALREADY_HAS_OPERATION"
+STOCKOUT_REASONS = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "STOCKOUT"})
+
+# Settings named in a configuration error: the environment variable and its chart value.
+SETTING_ZONE = "TPUJOB_GKE_ZONE (chart value gke.zone)"
+SETTING_CLUSTER = (
+    "TPUJOB_GKE_PROJECT, TPUJOB_GKE_LOCATION and TPUJOB_GKE_CLUSTER (chart values gke.project, gke.location, "
+    "gke.cluster)"
+)
+
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z0-9]+$")
+
 
 @dataclass(frozen=True)
 class OwnedPool:
@@ -35,19 +58,39 @@ class OwnedPool:
     state: str
 
 
+def _rpc_status(error: gexc.GoogleAPICallError) -> str:
+    """The google.rpc.Status name of the error body (over REST the exception class follows the HTTP code
+    only: FAILED_PRECONDITION and INVALID_ARGUMENT both arrive as BadRequest)."""
+    response = getattr(error, "response", None)
+    try:
+        status = response.json()["error"]["status"] if response is not None else ""
+    except (ValueError, KeyError, TypeError, AttributeError):
+        status = ""
+    if status:
+        return str(status)
+    code = getattr(error, "grpc_status_code", None)
+    return code.name if code is not None else ""
+
+
 def classify_error(error: Exception) -> s.GKEError:
-    """GKE's answer -> the reason the status shows while the operator retries."""
+    """GKE's refusal of a call -> the reason the status shows, and whether asking again can help."""
     message = getattr(error, "message", None) or str(error)
-    text = message.lower()
-    if s.classify_stockout(text):
-        return s.GKEError(s.REASON_STOCKOUT, message)
-    if "quota" in text and isinstance(error, gexc.Forbidden | gexc.TooManyRequests):
+    if not isinstance(error, gexc.GoogleAPICallError):
+        return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)  # timeouts, connection errors
+    reason = getattr(error, "reason", None) or ""
+    status = _rpc_status(error)
+    if reason == REASON_QUOTA_EXCEEDED:
         return s.GKEError(s.REASON_QUOTA, message)
-    if "incompatible operation" in text or isinstance(error, gexc.FailedPrecondition):
+    if reason in STOCKOUT_REASONS:
+        return s.GKEError(s.REASON_STOCKOUT, message)
+    if reason in (REASON_CLUSTER_BUSY, REASON_RATE_LIMITED) or status == "FAILED_PRECONDITION":
         return s.GKEError(s.REASON_GKE_BUSY, message)
-    if isinstance(error, gexc.TooManyRequests):
+    if status == "RESOURCE_EXHAUSTED":  # 429 without a reason: GKE's rate limits
         return s.GKEError(s.REASON_GKE_BUSY, message)
-    return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)
+    if status in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "OUT_OF_RANGE", "UNAUTHENTICATED"):
+        # The request (or the cluster it names) is wrong: the same call fails until someone changes it.
+        return s.GKEError(s.REASON_POOL_REJECTED, message, permanent=True)
+    return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)  # INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED ...
 
 
 def make_client(endpoint: str | None) -> container_v1.ClusterManagerClient:
@@ -61,6 +104,68 @@ def make_client(endpoint: str | None) -> container_v1.ClusterManagerClient:
     return container_v1.ClusterManagerClient()  # Application Default Credentials / Workload Identity
 
 
+# --- the cluster ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterCheck:
+    """What GetCluster says about the configured cluster, and whether the operator can make pools in it."""
+
+    problem: str = ""  # empty: ready
+    workload_identity: bool = False
+    release_channel: str = ""
+    version: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return not self.problem
+
+
+def region_of(location: str) -> str | None:
+    """us-central1-a -> us-central1; us-central1 -> us-central1; None when it is neither."""
+    if _REGION.match(location):
+        return location
+    match = _ZONE.match(location)
+    return match["region"] if match else None
+
+
+def zone_problem(cluster: Cluster, found: container_v1.Cluster) -> str:
+    """Why node pools cannot go to the configured zone of this cluster ("" when they can)."""
+    zone, region = cluster.zone, region_of(found.location or cluster.location)
+    if not zone:
+        return f"{SETTING_ZONE} is empty and the cluster {cluster.parent} is regional: name a zone of {region}"
+    if _REGION.match(zone):
+        zones = ", ".join(found.locations) or f"{zone}-a, ..."
+        return (
+            f"{SETTING_ZONE} is {zone!r}, a region: node pools need a zone of the cluster's region "
+            f"{region}, e.g. {zones}"
+        )
+    if region_of(zone) != region:
+        return f"{SETTING_ZONE} is {zone!r}, which is not in the cluster's region {region}"
+    return ""
+
+
+def check_cluster(cluster: Cluster, client: container_v1.ClusterManagerClient) -> ClusterCheck:
+    try:
+        found = client.get_cluster(name=cluster.parent, timeout=CALL_TIMEOUT)
+    except gexc.NotFound as error:
+        return ClusterCheck(f"GKE cluster {cluster.parent} not found ({error.message}); check {SETTING_CLUSTER}")
+    except gexc.GoogleAPICallError as error:
+        refusal = classify_error(error)
+        if refusal.permanent:
+            return ClusterCheck(f"GKE refused to read cluster {cluster.parent}: {refusal.message}")
+        raise
+    return ClusterCheck(
+        problem=zone_problem(cluster, found),
+        workload_identity=bool(found.workload_identity_config.workload_pool),
+        release_channel=found.release_channel.channel.name,
+        version=found.current_master_version,
+    )
+
+
+# --- node pools ----------------------------------------------------------------------------------------
+
+
 class NodePools:
     """Create, inspect and delete one cluster's node pools."""
 
@@ -71,25 +176,64 @@ class NodePools:
     def _path(self, name: str) -> str:
         return f"{self.cluster.parent}/nodePools/{name}"
 
-    def state(self, slice_index: int, name: str) -> s.PoolView:
+    @property
+    def _operations_parent(self) -> str:
+        return f"projects/{self.cluster.project}/locations/{self.cluster.location}"
+
+    def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
         try:
             pool = self.client.get_node_pool(name=self._path(name), timeout=CALL_TIMEOUT)
         except gexc.NotFound:
             return s.PoolView(slice_index, name, s.POOL_MISSING)
-        return s.PoolView(slice_index, name, pool.status.name, pool.status_message)
+        condition = pool.conditions[0] if pool.conditions else None
+        code = condition.code.name if condition is not None else ""
+        message = condition.message if condition is not None else pool.status_message
+        view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation)
+        if code in s.CAPACITY_CONDITIONS:
+            # GKE retries a stockout while the create operation runs; once it ends, GKE has given up.
+            found = operation or self._create_operation(name)
+            return s.PoolView(
+                slice_index, name, view.state, message, code, retrying=self._running(found), operation=found
+            )
+        return view
 
-    def create(self, pool: dict[str, Any]) -> s.GKEError | None:
-        """Ask GKE for a pool (rendered REST JSON). None when accepted or already there."""
+    def _create_operation(self, pool: str) -> str:
+        """The newest create operation of `pool` (after a restart the operator may not have recorded it)."""
+        response = self.client.list_operations(parent=self._operations_parent, timeout=CALL_TIMEOUT)
+        creates = [
+            op
+            for op in response.operations
+            if op.operation_type == container_v1.Operation.Type.CREATE_NODE_POOL
+            and op.target_link.endswith(f"/nodePools/{pool}")
+        ]
+        return max(creates, key=lambda op: op.start_time).name if creates else ""
+
+    def _running(self, operation: str) -> bool | None:
+        if not operation:
+            return None
+        try:
+            found = self.client.get_operation(
+                name=f"{self._operations_parent}/operations/{operation}", timeout=CALL_TIMEOUT
+            )
+        except gexc.NotFound:
+            return False
+        return found.status != container_v1.Operation.Status.DONE
+
+    def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
+        """Ask GKE for a pool (rendered REST JSON): (the operation's name, None) when accepted, ("", None)
+        when it exists already, ("", the refusal) when refused."""
         request = container_v1.NodePool.from_json(json.dumps(pool))
         try:
-            self.client.create_node_pool(parent=self.cluster.parent, node_pool=request, timeout=CALL_TIMEOUT)
+            operation = self.client.create_node_pool(
+                parent=self.cluster.parent, node_pool=request, timeout=CALL_TIMEOUT
+            )
         except gexc.AlreadyExists:
-            return None
+            return "", None
         except gexc.GoogleAPICallError as error:
             log.warning("create node pool %s: %s", pool["name"], error)
-            return classify_error(error)
-        log.info("node pool %s: create requested", pool["name"])
-        return None
+            return "", classify_error(error)
+        log.info("node pool %s: create requested (%s)", pool["name"], operation.name)
+        return operation.name, None
 
     def delete(self, name: str) -> s.GKEError | None:
         """Start deleting a pool. None when accepted or already gone."""
@@ -121,3 +265,62 @@ class NodePools:
                 )
             )
         return found
+
+
+# --- tpu7x workload policies ---------------------------------------------------------------------------
+
+
+class WorkloadPolicies:
+    """Reads a workload policy's accelerator topology through the Compute API (google-cloud-compute).
+
+    Imported on first use: its generated types cost about 130 MiB of memory and 2 s when loaded, which only
+    operators running tpu7x jobs should pay. Answers are cached: a policy cannot be edited in place."""
+
+    def __init__(self, project: str, region: str, endpoint: str | None) -> None:
+        self.project, self.region, self.endpoint = project, region, endpoint
+        self._client: Any = None
+        self._topologies: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _compute(self) -> Any:
+        if self._client is None:
+            from google.cloud.compute_v1.services.resource_policies import ResourcePoliciesClient
+
+            if self.endpoint:
+                self._client = ResourcePoliciesClient(
+                    credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                    transport="rest",
+                    client_options=ClientOptions(api_endpoint=self.endpoint),
+                )
+            else:
+                self._client = ResourcePoliciesClient()
+        return self._client
+
+    def problem(self, name: str, topology: str) -> s.GKEError | None:
+        """Why a pool placed by policy `name` cannot hold a `topology` slice (None: it can)."""
+        with self._lock:
+            found = self._topologies.get(name)
+            if found is None:
+                try:
+                    policy = self._compute().get(
+                        project=self.project, region=self.region, resource_policy=name, timeout=CALL_TIMEOUT
+                    )
+                except gexc.NotFound:
+                    return s.GKEError(
+                        s.REASON_POOL_REJECTED,
+                        f"workload policy {name} not found in projects/{self.project}/regions/{self.region}; "
+                        f"create it: gcloud compute resource-policies create workload-policy {name} "
+                        f"--type=HIGH_THROUGHPUT --accelerator-topology={topology} --region={self.region}",
+                        permanent=True,
+                    )
+                except gexc.GoogleAPICallError as error:
+                    return classify_error(error)
+                found = self._topologies[name] = policy.workload_policy.accelerator_topology
+        if found != topology:
+            return s.GKEError(
+                s.REASON_POOL_REJECTED,
+                f"workload policy {name} places {found} slices, but spec.tpu.topology is {topology}: name a "
+                f"policy with --accelerator-topology={topology}, or set spec.tpu.topology: {found}",
+                permanent=True,
+            )
+        return None

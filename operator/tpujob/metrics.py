@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -22,7 +22,13 @@ from tpujob.api.models import CapacityMode, TPUJob, TPUJobStatus
 
 PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)
 RESTART_REASONS = (s.REASON_WORKER_FAILED, s.REASON_PREEMPTED, s.REASON_NODE_LOST, s.REASON_POOL_LOST)
-GKE_ERROR_REASONS = (s.REASON_STOCKOUT, s.REASON_QUOTA, s.REASON_GKE_BUSY, s.REASON_GKE_UNAVAILABLE)
+GKE_ERROR_REASONS = (
+    s.REASON_STOCKOUT,
+    s.REASON_QUOTA,
+    s.REASON_GKE_BUSY,
+    s.REASON_GKE_UNAVAILABLE,
+    s.REASON_POOL_REJECTED,
+)
 POOL_OPERATIONS = ("create", "delete")
 POOL_RESULTS = ("accepted", "error")
 CAPACITY_MODES = tuple(m.value for m in CapacityMode)
@@ -56,6 +62,11 @@ RECONCILE_DURATION = Histogram(
     "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
 )
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
+GKE_CLUSTER_READY = Gauge(
+    "tpujob_gke_cluster_ready",
+    "1 when the configured GKE cluster was found and its zone setting fits it (GetCluster, at start and "
+    "every sweep); 0 when not: waiting jobs show GKEConfigError.",
+)
 CHIP_SECONDS = Counter(
     "tpujob_tpu_chip_seconds_total",
     "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis.",
@@ -193,10 +204,11 @@ class PassRecorder:
                     created = self._pool_created.pop(pool.name, None)
                     if created is not None:
                         POOL_PROVISIONING.observe((now - created).total_seconds())
-                # The usual stockout is not a refused call: the pool's creation ends in ERROR.
+                # The usual stockout is not a refused call: the pool's creation goes to ERROR with GKE's
+                # condition code, GKE retrying meanwhile.
                 if pool.state == "ERROR" and was != "ERROR":
-                    stockout = s.classify_stockout(pool.message)
-                    GKE_ERRORS.labels(s.REASON_STOCKOUT if stockout else s.REASON_GKE_UNAVAILABLE).inc()
+                    reason = s.CAPACITY_CONDITIONS.get(pool.condition or "", s.REASON_GKE_UNAVAILABLE)
+                    GKE_ERRORS.labels(reason).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
         held = chips_held(job, after)

@@ -18,12 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tpujob import kube, metrics
+from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api import constants as c
 from tpujob.api.models import NodePoolPolicy, TPUJobStatus
-from tpujob.gke import NodePools
+from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 
@@ -79,6 +79,12 @@ def pod_view(pod: Any) -> s.PodView:
     labels = meta.get("labels") or {}
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
+    unschedulable, since = "", ""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            if condition.get("status") == "False":
+                unschedulable = condition.get("message") or "Unschedulable"
+                since = condition.get("lastTransitionTime") or ""
     exit_code = None
     for container in status.get("containerStatuses") or []:
         terminated = (container.get("state") or {}).get("terminated")
@@ -94,6 +100,8 @@ def pod_view(pod: Any) -> s.PodView:
         reason=reason,
         exit_code=exit_code,
         deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable=unschedulable,
+        unschedulable_since=since,
     )
 
 
@@ -114,9 +122,16 @@ class Reconciler:
         api: kube.Kube,
         pools: NodePools | None,
         restart_backoff_seconds: float = 10.0,
+        *,
+        policies: WorkloadPolicies | None = None,
+        unschedulable_grace_seconds: float = 30.0,
     ) -> None:
         self.cluster = cluster
         self.restart_backoff_seconds = restart_backoff_seconds
+        self.unschedulable_grace_seconds = unschedulable_grace_seconds
+        self.policies = policies
+        # What the last GetCluster said (handlers.check_cluster, at start and every sweep); None: not yet.
+        self.cluster_check: ClusterCheck | None = None
         self.api = api
         self.pools = pools
         # The status this operator last wrote, per job UID: the watch may not have delivered it yet,
@@ -131,8 +146,10 @@ class Reconciler:
         # The resourceVersion of each job's last status write (its watch echo is skipped).
         self._written_version: dict[str, str] = {}
         # Pool creates GKE refused, per job UID: not asked again before the monotonic time, whatever
-        # event comes first (our own status write, a pod): refused calls back off.
+        # event comes first (our own status write, a pod): refused calls back off. The count of permanent
+        # refusals in a row makes their backoff grow.
         self._gke_refused: dict[str, tuple[float, dict[int, s.GKEError]]] = {}
+        self._rejections: dict[str, int] = {}
         # Jobs whose Service was created but maybe not yet seen by the watch: not created twice.
         self._service_in_flight: set[str] = set()
 
@@ -143,6 +160,7 @@ class Reconciler:
             self._service_in_flight.discard(uid)
             self._written_version.pop(uid, None)
             self._gke_refused.pop(uid, None)
+            self._rejections.pop(uid, None)
         self.recorder.forget(uid)
 
     # --- observe ---------------------------------------------------------------------------------
@@ -155,7 +173,30 @@ class Reconciler:
 
     def _pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
         assert self.pools is not None
-        return tuple(self.pools.state(i, naming.node_pool_name(job, i)) for i in range(job.spec.tpu.slices))
+        recorded = {p.slice: p.operation or "" for p in (job.status.node_pools if job.status else [])}
+        return tuple(
+            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""))
+            for i in range(job.spec.tpu.slices)
+        )
+
+    @property
+    def render_cluster(self) -> Cluster:
+        """The configured cluster as GetCluster described it (Workload Identity on or off)."""
+        check = self.cluster_check
+        if check is None or check.workload_identity == self.cluster.workload_identity:
+            return self.cluster
+        return dataclasses.replace(self.cluster, workload_identity=check.workload_identity)
+
+    def _configuration_errors(self, job: TPUJob) -> dict[int, s.GKEError]:
+        """Every slice's error when the operator cannot make pools at all (no cluster, wrong settings)."""
+        if self.pools is None:
+            problem = "the operator has no GKE cluster configured (TPUJOB_GKE_PROJECT, _LOCATION, _CLUSTER)"
+        elif self.cluster_check is not None and not self.cluster_check.ready:
+            problem = self.cluster_check.problem
+        else:
+            return {}
+        error = s.GKEError(s.REASON_GKE_CONFIG, problem, permanent=True)
+        return dict.fromkeys(range(job.spec.tpu.slices), error)
 
     def _service_seen(self, uid: str, seen: bool) -> bool:
         with self._lock:
@@ -205,16 +246,10 @@ class Reconciler:
             service_exists=self._service_seen(uid, service_exists),
             pods_in_flight=self._in_flight_pods(uid, pods),
             restart_backoff_seconds=self.restart_backoff_seconds,
+            unschedulable_grace_seconds=self.unschedulable_grace_seconds,
         )
-        if job.spec.node_pool.policy == NodePoolPolicy.create and self.pools is None:
-            observed = dataclasses.replace(
-                observed,
-                gke_errors={
-                    i: s.GKEError(s.REASON_GKE_UNAVAILABLE, "the operator has no GKE cluster configured")
-                    for i in range(job.spec.tpu.slices)
-                },
-                pools=(),
-            )
+        if job.spec.node_pool.policy == NodePoolPolicy.create and (config := self._configuration_errors(job)):
+            observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
         refused = self._refusals(uid)
         if refused:
             observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
@@ -238,28 +273,55 @@ class Reconciler:
         """Create the pools, then decide again knowing which creates GKE refused (and why)."""
         assert self.pools is not None
         errors: dict[int, s.GKEError] = {}
+        operations: dict[int, str] = {}
+        placement = self._placement_problem(job)
         for slice_index in decision.create_pools:
-            error = self.pools.create(render.node_pool(job, self.cluster, slice_index))
+            if placement is not None:
+                errors[slice_index] = placement
+                continue
+            operation, error = self.pools.create(render.node_pool(job, self.render_cluster, slice_index))
             metrics.record_pool_call("create", error)
             if error is not None:
                 errors[slice_index] = error
+            operations[slice_index] = operation
         views = {p.slice: p for p in observed.pools or ()}
         for slice_index in decision.create_pools:
             if slice_index not in errors:
                 name = naming.node_pool_name(job, slice_index)
                 # As GKE will report it (no status message while provisioning): the first poll that finds
                 # it so writes no status.
-                views[slice_index] = s.PoolView(slice_index, name, "PROVISIONING")
+                views[slice_index] = s.PoolView(
+                    slice_index, name, "PROVISIONING", operation=operations.get(slice_index, "")
+                )
         again = s.decide(
             dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
         )
         again.events = decision.events + [e for e in again.events if e not in decision.events]
-        if errors:
+        if not errors:
             with self._lock:
-                uid = job.metadata.uid or ""
-                self._gke_refused[uid] = (time.monotonic() + s.POLL_PROVISIONING_SECONDS, errors)
-        again.requeue(s.POLL_PROVISIONING_SECONDS if errors else FIRST_POLL_SECONDS)
+                self._rejections.pop(job.metadata.uid or "", None)
+        again.requeue(self._back_off(job.metadata.uid or "", errors) if errors else FIRST_POLL_SECONDS)
         return again
+
+    def _placement_problem(self, job: TPUJob) -> s.GKEError | None:
+        """tpu7x multi-host pools: the workload policy they name must exist and place this topology."""
+        policy = job.spec.node_pool.workload_policy
+        if policy is None or self.policies is None:
+            return None
+        return self.policies.problem(policy, render.slice_shape(job).topology)
+
+    def _back_off(self, uid: str, errors: dict[int, s.GKEError]) -> float:
+        """Refused creates are not asked again before the delay, whatever event comes: the polling interval
+        for transient refusals, a growing one for permanent ones."""
+        with self._lock:
+            if any(error.permanent for error in errors.values()):
+                self._rejections[uid] = self._rejections.get(uid, 0) + 1
+                delay = s.rejected_backoff_seconds(self._rejections[uid])
+            else:
+                self._rejections.pop(uid, None)
+                delay = s.POLL_PROVISIONING_SECONDS
+            self._gke_refused[uid] = (time.monotonic() + delay, errors)
+        return delay
 
     def _act(self, job: TPUJob, decision: s.Decision) -> None:
         namespace = job.metadata.namespace
@@ -280,7 +342,7 @@ class Reconciler:
         if decision.create_pods:
             attempt = decision.status.attempt
             uid = job.metadata.uid or ""
-            manifests = [render.pod(job, self.cluster, i, w, attempt) for i, w in decision.create_pods]
+            manifests = [render.pod(job, self.render_cluster, i, w, attempt) for i, w in decision.create_pods]
             with self._lock:
                 self._in_flight.setdefault(uid, set()).update(m["metadata"]["name"] for m in manifests)
             creates = [(kube.pods(namespace), m) for m in manifests]
@@ -410,6 +472,26 @@ class Reconciler:
         if not remaining:
             self.forget(body["metadata"]["uid"])
         return remaining
+
+    def check_cluster(self) -> ClusterCheck | None:
+        """Read the configured cluster (GetCluster): a wrong project, location, cluster or zone shows in
+        the status of every waiting job, and in the tpujob_gke_cluster_ready gauge."""
+        if self.pools is None:
+            return None
+        check = gke.check_cluster(self.cluster, self.pools.client)
+        if not check.ready:
+            log.error("GKE cluster not usable: %s", check.problem)
+        elif self.cluster_check is None or not self.cluster_check.ready:
+            log.info(
+                "GKE cluster %s: version %s, release channel %s, Workload Identity %s",
+                self.cluster.parent,
+                check.version,
+                check.release_channel,
+                "on" if check.workload_identity else "off",
+            )
+        self.cluster_check = check
+        metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
+        return check
 
     def sweep_orphans(self, live_uids: set[str], namespace: str | None = None) -> list[str]:
         """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs).

@@ -49,9 +49,17 @@ REASON_STOCKOUT = "Stockout"
 REASON_QUOTA = "QuotaExceeded"
 REASON_GKE_BUSY = "IncompatibleOperation"
 REASON_GKE_UNAVAILABLE = "GKEUnavailable"
+REASON_POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
+REASON_GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
 REASON_PROVISIONING = "Provisioning"
+REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
+REASON_UNSCHEDULABLE = "Unschedulable"
 
 INFRASTRUCTURE_REASONS = frozenset({REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST})
+# Waiting for these is worth a Warning event: someone may have to act (or at least know).
+WARNING_REASONS = frozenset(
+    {REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_REJECTED, REASON_GKE_CONFIG, REASON_UNSCHEDULABLE}
+)
 
 # Pod failure reasons a node going away leaves behind (kubelet graceful node shutdown, eviction,
 # node lifecycle / pod GC). A pod failing with one of these did nothing wrong itself.
@@ -74,6 +82,15 @@ RESTART_BACKOFF_CAP_SECONDS = 360.0
 POOL_ERROR_GRACE = dt.timedelta(seconds=60)
 POLL_PROVISIONING_SECONDS = 5.0
 
+# GKE's pool condition codes (container_v1.StatusCondition.Code) that mean "no capacity or quota now":
+# GKE retries them itself while the create operation runs.
+CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
+
+# A refused request GKE calls permanent is asked again after 30 s, 60 s, ... up to 10 minutes (an
+# administrator may fix the cluster meanwhile); transient refusals at the polling interval.
+REJECTED_BACKOFF_BASE_SECONDS = 30.0
+REJECTED_BACKOFF_CAP_SECONDS = 600.0
+
 
 @dataclass(frozen=True)
 class PodView:
@@ -87,6 +104,9 @@ class PodView:
     reason: str = ""  # pod.status.reason, else the container's terminated reason
     exit_code: int | None = None
     deleting: bool = False
+    # The scheduler's message and since when (RFC 3339) while PodScheduled is False for Unschedulable.
+    unschedulable: str = ""
+    unschedulable_since: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,14 +117,19 @@ class PoolView:
     name: str
     state: str  # POOL_MISSING or a GKE status
     message: str = ""
+    condition: str = ""  # GKE's condition code (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...), "" when none
+    # Whether GKE still runs the pool's create operation (it retries a stockout meanwhile); None: not asked.
+    retrying: bool | None = None
+    operation: str = ""  # the create operation, once known
 
 
 @dataclass(frozen=True)
 class GKEError:
     """The last failed GKE call for a slice, classified (see gke.classify_error)."""
 
-    reason: str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE
+    reason: str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
     message: str
+    permanent: bool = False  # the same request cannot succeed until someone changes the cluster or the job
 
 
 @dataclass(frozen=True)
@@ -119,6 +144,8 @@ class Observed:
     # Pods created but not yet seen by the watch; they are not "missing".
     pods_in_flight: frozenset[str] = frozenset()
     restart_backoff_seconds: float = 10.0
+    # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
+    unschedulable_grace_seconds: float = 30.0
 
     @property
     def status(self) -> TPUJobStatus:
@@ -186,12 +213,14 @@ def is_infrastructure_failure(pod: PodView) -> bool:
     return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
 
 
-def classify_stockout(message: str) -> bool:
-    text = message.lower()
-    return any(
-        marker in text
-        for marker in ("lack of capacity", "resource is exhausted", "not have enough resources", "stockout")
-    )
+def rejected_backoff_seconds(refusals: int) -> float:
+    """Wait before asking GKE again after the n-th refusal in a row of a permanently refused request."""
+    return min(REJECTED_BACKOFF_BASE_SECONDS * 2.0 ** max(refusals - 1, 0), REJECTED_BACKOFF_CAP_SECONDS)
+
+
+def pool_error_reason(pool: PoolView) -> str:
+    """Why a pool is in ERROR, from GKE's condition code: capacity or quota, else the pool is broken."""
+    return CAPACITY_CONDITIONS.get(pool.condition, REASON_POOL_LOST)
 
 
 # --- the decision --------------------------------------------------------------------------------
@@ -223,7 +252,7 @@ class _Builder:
             self.decision.events.remove(self._phase_event)
             self._phase_event = None
         if (phase, reason) != (self.previous_phase, self.previous_reason):
-            warning = phase in (FAILED, RESTARTING) or reason in (REASON_STOCKOUT, REASON_QUOTA)
+            warning = phase in (FAILED, RESTARTING) or reason in WARNING_REASONS
             self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
             self.decision.events.append(self._phase_event)
 
@@ -290,12 +319,23 @@ def _known_pools(b: _Builder) -> list[PoolView]:
     """This pass' GKE view, else what the status last recorded."""
     if b.observed.pools is not None:
         return list(b.observed.pools)
-    return [PoolView(p.slice, p.name, p.state, p.message) for p in b.status.node_pools]
+    return [
+        PoolView(p.slice, p.name, p.state, p.message, p.condition or "", operation=p.operation or "")
+        for p in b.status.node_pools
+    ]
 
 
 def _record_pools(b: _Builder, pools: list[PoolView]) -> None:
     b.status.node_pools = [
-        NodePoolStatus(name=p.name, slice=p.slice, state=p.state, message=p.message) for p in pools
+        NodePoolStatus(
+            name=p.name,
+            slice=p.slice,
+            state=p.state,
+            message=p.message,
+            condition=p.condition or None,
+            operation=p.operation or None,
+        )
+        for p in pools
     ]
 
 
@@ -371,35 +411,70 @@ def _pools_ready(b: _Builder) -> bool:
     for slice_index in range(job.spec.tpu.slices):
         name = naming.node_pool_name(job, slice_index)
         pool = pools.get(slice_index, PoolView(slice_index, name, POOL_MISSING))
-        error = b.observed.gke_errors.get(slice_index)
-        if pool.state in (POOL_MISSING, POOL_DELETED):
-            if error is None:
-                b.decision.create_pools.append(slice_index)
-                pool = dataclasses.replace(pool, state="PROVISIONING", message="")
-            else:
-                problems.append((error.reason, error.message))
-                pool = dataclasses.replace(pool, state=POOL_MISSING, message=error.message)
-        elif pool.state == "ERROR":
-            if classify_stockout(pool.message) or _error_outlived_grace(b, slice_index, pool):
-                reason = REASON_STOCKOUT if classify_stockout(pool.message) else REASON_POOL_LOST
-                problems.append((reason, pool.message))
-                b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
-        elif pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
-            problems.append(cause)  # still why the job waits, until the pool is recreated
-        elif pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
-            problems.append((REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}"))
+        pool, problem = _slice_pool(b, pool, b.observed.gke_errors.get(slice_index))
+        if problem is not None:
+            problems.append(problem)
         views.append(pool)
     if b.observed.pools is not None or b.decision.create_pools:
         _record_pools(b, views)
     ready = all(v.state in POOL_READY_STATES for v in views)
     if ready:
+        b.status.provisioning_since = None
         b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
         return True
+    # Permanent refusals first: they need someone to act, the rest only time.
+    problems.sort(key=lambda problem: problem[0] not in (REASON_POOL_REJECTED, REASON_GKE_CONFIG))
     reason, message = problems[0] if problems else (REASON_PROVISIONING, _pools_message(views))
+    if b.status.provisioning_since is None:
+        b.status.provisioning_since = timestamp(b.now)
+    if _provisioning_timed_out(b, reason, message):
+        return False
     b.condition("NodePoolsReady", False, reason, message)
     b.set_phase(PROVISIONING, reason, message)
     b.decision.requeue(POLL_PROVISIONING_SECONDS)
     return False
+
+
+def _slice_pool(b: _Builder, pool: PoolView, error: GKEError | None) -> tuple[PoolView, tuple[str, str] | None]:
+    """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
+    if pool.state in (POOL_MISSING, POOL_DELETED):
+        if error is None:
+            b.decision.create_pools.append(pool.slice)
+            return dataclasses.replace(pool, state="PROVISIONING", message="", condition="", operation=""), None
+        return dataclasses.replace(pool, state=POOL_MISSING, message=error.message), (error.reason, error.message)
+    capacity = CAPACITY_CONDITIONS.get(pool.condition)
+    if capacity is not None and pool.retrying is not False and pool.state in ("ERROR", "PROVISIONING"):
+        # GKE retries a stockout or a quota shortfall itself while the create operation runs: wait for it
+        # (deleting would throw its place away, and GKE refuses the delete anyway).
+        return pool, (capacity, pool.message)
+    if pool.state == "ERROR":
+        reason = pool_error_reason(pool)
+        if capacity is not None or _error_outlived_grace(b, pool):
+            b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
+        return pool, (reason, pool.message)
+    if pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
+        return pool, cause  # still why the job waits, until the pool is recreated
+    if pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
+        return pool, (REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}")
+    return pool, None
+
+
+def _provisioning_timed_out(b: _Builder, reason: str, message: str) -> bool:
+    """spec.runPolicy.provisioningTimeoutSeconds: give up waiting for pools, and give them back."""
+    timeout = b.job.spec.run_policy.provisioning_timeout_seconds
+    if timeout is None or b.status.provisioning_since is None:
+        return False
+    ends = parse_timestamp(b.status.provisioning_since) + dt.timedelta(seconds=timeout)
+    if b.now < ends:
+        b.decision.requeue((ends - b.now).total_seconds())
+        return False
+    b.decision.create_pools.clear()
+    _fail(
+        b,
+        REASON_PROVISIONING_TIMEOUT,
+        f"node pools not running {timeout} s after the job began waiting (last: {reason}: {message})",
+    )
+    return True
 
 
 def _pool_removal_cause(b: _Builder) -> tuple[str, str] | None:
@@ -407,7 +482,7 @@ def _pool_removal_cause(b: _Builder) -> tuple[str, str] | None:
     condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
     if condition is None or condition.status != ConditionStatus.false:
         return None
-    if condition.reason not in (REASON_STOCKOUT, REASON_POOL_LOST):
+    if condition.reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_LOST):
         return None
     return condition.reason, condition.message
 
@@ -416,9 +491,9 @@ def _pools_message(views: list[PoolView]) -> str:
     return ", ".join(f"{v.name}: {v.state}" for v in views)
 
 
-def _error_outlived_grace(b: _Builder, slice_index: int, pool: PoolView) -> bool:
+def _error_outlived_grace(b: _Builder, pool: PoolView) -> bool:
     """ERROR seen in the previous status too, for longer than the grace period."""
-    before = next((p for p in b.status.node_pools if p.slice == slice_index), None)
+    before = next((p for p in b.status.node_pools if p.slice == pool.slice), None)
     condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
     if before is None or before.state != "ERROR" or condition is None or not condition.last_transition_time:
         return False
@@ -483,8 +558,25 @@ def _run_workers(b: _Builder) -> None:
             status.running_time = timestamp(b.now)
         b.set_phase(RUNNING, "Running", f"{workers.running} of {len(wanted)} workers running")
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+    elif (stuck := _unschedulable(b, list(current.values()))) is not None:
+        b.set_phase(STARTING, REASON_UNSCHEDULABLE, stuck)
+        b.condition("Running", False, REASON_UNSCHEDULABLE, stuck)
     else:
         b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+
+
+def _unschedulable(b: _Builder, pods: list[PodView]) -> str | None:
+    """The scheduler's own reason, once a pod has been unschedulable past the grace period (a node may be on
+    its way); else None, with a look again when the first grace period ends."""
+    grace = dt.timedelta(seconds=b.observed.unschedulable_grace_seconds)
+    for pod in sorted(pods, key=lambda p: (p.slice, p.worker)):
+        if pod.phase != "Pending" or not pod.unschedulable or not pod.unschedulable_since:
+            continue
+        waited = b.now - parse_timestamp(pod.unschedulable_since)
+        if waited >= grace:
+            return f"pod {pod.name} cannot be scheduled: {pod.unschedulable}"
+        b.decision.requeue((grace - waited).total_seconds())
+    return None
 
 
 def _restart_backoff_left(b: _Builder) -> float:

@@ -130,6 +130,7 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "gke.project": sandbox.gke.project,
         "gke.location": sandbox.gke.location,
         "gke.cluster": sandbox.gke.cluster,
+        "gke.zone": sandbox.default_zone,
         "gke.endpoint": sandbox.gke.endpoint,
         "metrics.port": str(metrics_port),
         "health.port": str(health_port),

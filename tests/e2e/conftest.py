@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from tpujob.api import constants as c
 from tpujob.sandbox.bed import Sandbox
 from tpujob.sandbox.controlplane import free_port
-from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.gke import GkeSimulator
 from tpujob.sandbox.operators import OperatorProcess, install_crd, operator_kubeconfig
 from tpujob.sandbox.waiting import wait_for
 
@@ -29,6 +29,7 @@ def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "TPUJOB_GKE_PROJECT": sandbox.gke.project,
         "TPUJOB_GKE_LOCATION": sandbox.gke.location,
         "TPUJOB_GKE_CLUSTER": sandbox.gke.cluster,
+        "TPUJOB_GKE_ZONE": sandbox.default_zone,
         "TPUJOB_RESYNC_SECONDS": "2",
         "TPUJOB_RESTART_BACKOFF_SECONDS": "0.5",
         "TPUJOB_SWEEP_SECONDS": "2",

@@ -9,6 +9,7 @@ import json
 from google.cloud import container_v1
 
 from tests.manifests import base_job
+from tests.sandbox.helpers import render_cluster
 from tpujob.api import constants as c
 from tpujob.sandbox.waiting import wait_for
 
@@ -43,7 +44,7 @@ def finish(jobs, kubelet, gke, core, name, pods):
 
 
 def test_killed_right_after_the_pool_create_call(jobs, gke, kubelet, core, operator):
-    gke.inject_pool_fault("slow", provisioning_seconds=3)
+    gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
     jobs.create(base_job("train", tpu=MULTI_HOST))
     wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
     with killed(operator):
@@ -53,7 +54,7 @@ def test_killed_right_after_the_pool_create_call(jobs, gke, kubelet, core, opera
 
 
 def test_killed_while_polling_provisioning(jobs, gke, kubelet, core, operator):
-    gke.inject_pool_fault("slow", provisioning_seconds=4)
+    gke.inject_pool_fault("slow", provisioning_seconds=4 / gke.time_scale)
     jobs.create(base_job("train", tpu=MULTI_HOST))
     jobs.wait_phase("train", "Provisioning", timeout=30)
     with killed(operator):
@@ -94,10 +95,9 @@ def test_pools_of_vanished_jobs_are_swept_at_startup(jobs, gke, operator):
     manifest = base_job("ghost")
     manifest["metadata"].update(namespace=jobs.namespace, uid="00000000-dead-beef-0000-000000000000")
     from tpujob.api import parse_tpujob
-    from tpujob.render import Cluster, render_plan
+    from tpujob.render import render_plan
 
-    cluster = Cluster(project=gke.project, location=gke.location, cluster=gke.cluster, zone=gke.location)
-    (pool,) = render_plan(parse_tpujob(manifest), cluster).node_pools
+    (pool,) = render_plan(parse_tpujob(manifest), render_cluster(gke)).node_pools
     with killed(operator):
         gke.client().create_node_pool(
             parent=gke.parent, node_pool=container_v1.NodePool.from_json(json.dumps(pool))

@@ -115,7 +115,7 @@ def test_stockout_then_quota_then_recovery(jobs, gke, kubelet):
 
 
 def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
-    gke.inject_pool_fault("slow", provisioning_seconds=3)
+    gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
     jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
     wait_for(lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, what="the pool create call")
     jobs.delete("train")

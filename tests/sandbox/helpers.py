@@ -7,14 +7,28 @@ import json
 from google.cloud import container_v1
 
 from tpujob.api import constants as c
-from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.render import Cluster
+from tpujob.sandbox.gke import GkeSimulator
 from tpujob.sandbox.waiting import wait_for
 
 DONE = container_v1.Operation.Status.DONE
 
 
+def render_cluster(gke: GkeSimulator) -> Cluster:
+    """The operator's view of the simulated cluster: its pools go to the cluster's first zone."""
+    zone = gke.cluster_model.default_node_zones[0]
+    return Cluster(project=gke.project, location=gke.location, cluster=gke.cluster, zone=zone)
+
+
 def pool_request(**fields) -> container_v1.NodePool:
-    pool = {"name": "pool", "initialNodeCount": 1, "config": {"machineType": "ct5lp-hightpu-4t"}, **fields}
+    """A v5e pool in us-central1-a (a zone of the sandbox's region that offers v5e and v5p)."""
+    pool = {
+        "name": "pool",
+        "initialNodeCount": 1,
+        "locations": ["us-central1-a"],
+        "config": {"machineType": "ct5lp-hightpu-4t"},
+        **fields,
+    }
     return container_v1.NodePool.from_json(json.dumps(pool))
 
 

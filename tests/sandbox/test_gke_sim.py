@@ -11,18 +11,14 @@ from google.api_core import exceptions as google_errors
 from google.cloud import container_v1
 
 from tests.manifests import base_job
-from tests.sandbox.helpers import create_pool, nodes_of, pool_request, wait_operation
+from tests.sandbox.helpers import create_pool, nodes_of, pool_request, render_cluster, wait_operation
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
-from tpujob.render import Cluster, render_plan
-from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.render import render_plan
+from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel
 from tpujob.sandbox.waiting import wait_for
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-
-def cluster_of(gke: GkeSimulator) -> Cluster:
-    return Cluster(project=gke.project, location=gke.location, cluster=gke.cluster, zone=gke.location)
 
 
 # Not the trainer image: the kubelet simulation only reports these pods Running, it runs nothing.
@@ -34,7 +30,7 @@ def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     # No UID: no owner reference for the garbage collector to act on, and no job UID label that
     # would make the pool an orphan for a running operator's sweep.
     manifest["metadata"].update(namespace=namespace)
-    return render_plan(parse_tpujob(manifest), cluster_of(gke))
+    return render_plan(parse_tpujob(manifest), render_cluster(gke))
 
 
 def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_pods_to(gke, core, namespace):
@@ -63,7 +59,8 @@ def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_p
         assert labels[c.NODE_LABEL_ACCELERATOR] == "tpu-v5-lite-podslice"
         assert labels[c.NODE_LABEL_TOPOLOGY] == "4x4"
         assert labels["node.kubernetes.io/instance-type"] == "ct5lp-hightpu-4t"
-        assert labels["topology.kubernetes.io/zone"] == gke.location
+        assert labels["topology.kubernetes.io/zone"] == "us-central1-a"
+        assert labels["topology.kubernetes.io/region"] == "us-central1"
         assert labels["kubernetes.io/hostname"] == node.metadata.name
         assert labels[c.POOL_LABEL_MANAGED_BY] == c.MANAGED_BY  # config.labels become node labels
         taints = {(t.key, t.value, t.effect) for t in node.spec.taints}
@@ -111,7 +108,10 @@ def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gk
     create_pool(
         gke,
         pool_request(
-            name="spot", initialNodeCount=2, config={"machineType": "ct6e-standard-8t", "spot": True}
+            name="spot",
+            initialNodeCount=2,
+            locations=["us-central1-b"],
+            config={"machineType": "ct6e-standard-8t", "spot": True},
         ),
     )
     nodes = nodes_of(core, "spot")
@@ -127,12 +127,12 @@ def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gk
     ("pool", "message"),
     [
         (
-            {"config": {"machineType": "ct5lp-hightpu-8t"}, "placementPolicy": {"tpuTopology": "2x4"}},
+            {"config": {"machineType": "ct5lp-hightpu-8t"}, "placementPolicy": {"tpuTopology": "4x4"}},
             "single-host TPU machine type",
         ),
         (
-            {"placementPolicy": {"type": "COMPACT", "tpuTopology": "2x2"}},
-            "single-host slice",
+            {"config": {"machineType": "ct5lp-hightpu-8t"}, "placementPolicy": {"tpuTopology": "2x2"}},
+            "cannot be built",
         ),
         (
             {"initialNodeCount": 3, "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"}},
@@ -143,10 +143,20 @@ def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gk
         ({"name": "Bad_Name"}, "Invalid node pool name"),
         ({"name": "a" * 41}, "at most 40 characters"),
         ({"config": {"machineType": "ct5lp-hightpu-3t"}}, "Invalid machine type"),
-        ({"locations": ["europe-west4-a"]}, "must be within"),
+        ({"locations": ["europe-west4-a"]}, "is not in the cluster's region"),
+        ({"locations": ["us-central1"]}, "is not a valid zone"),
+        ({"locations": ["us-central1-a", "us-central1-b"]}, "exactly one node location"),
+        ({"locations": ["us-central1-b"]}, 'not available in zone "us-central1-b"'),
+        ({"management": {"autoRepair": True}}, "Auto_upgrade cannot be false when release_channel REGULAR"),
+        (
+            {"config": {"machineType": "tpu7x-standard-4t"}, "locations": ["us-central1-c"],
+             "initialNodeCount": 2, "placementPolicy": {"policyName": "missing"}},
+            'Placement policy "missing" was not found',
+        ),
     ],
-    ids=["topology-on-single-host-type", "single-host-topology", "count-mismatch", "3d-on-2d", "too-big",
-         "bad-name", "long-name", "unknown-machine", "other-zone"],
+    ids=["topology-on-single-host-type", "topology-not-the-vm", "count-mismatch", "3d-on-2d", "too-big",
+         "bad-name", "long-name", "unknown-machine", "other-region", "region-as-zone", "two-zones",
+         "zone-without-the-tpu", "auto-upgrade-off-on-a-channel", "missing-workload-policy"],
 )  # fmt: skip
 def test_invalid_requests_are_refused_as_gke_refuses_them(gke, pool, message):
     with pytest.raises(google_errors.BadRequest, match=message):
@@ -213,24 +223,147 @@ def test_a_call_fault_can_target_one_pool_and_another_rpc(gke):
             client.get_node_pool(name=f"{gke.parent}/nodePools/b")
 
 
-def test_a_stockout_ends_the_operation_with_resource_exhausted_and_the_pool_in_error(gke, core):
-    gke.inject_pool_fault("stockout", pool="scarce")
+def multi_host_v5p(name: str):
+    return pool_request(
+        name=name,
+        initialNodeCount=2,
+        config={"machineType": "ct5p-hightpu-4t"},
+        placementPolicy={"type": "COMPACT", "tpuTopology": "2x2x2"},
+    )
+
+
+def pool_state(client, gke, name):
+    return client.get_node_pool(name=f"{gke.parent}/nodePools/{name}")
+
+
+def test_a_stockout_is_retried_by_gke_and_the_slice_comes_up_whole_when_capacity_returns(gke, core):
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 1)  # one VM free: a 2-VM slice is all or nothing
     client = gke.client()
-    operation = client.create_node_pool(
-        parent=gke.parent,
-        node_pool=pool_request(
-            name="scarce", initialNodeCount=4, placementPolicy={"type": "COMPACT", "tpuTopology": "4x4"}
+    operation = client.create_node_pool(parent=gke.parent, node_pool=multi_host_v5p("scarce"))
+    assert pool_state(client, gke, "scarce").status == container_v1.NodePool.Status.PROVISIONING
+
+    pool = wait_for(
+        lambda: (p := pool_state(client, gke, "scarce")).status == container_v1.NodePool.Status.ERROR and p,
+        timeout=30,
+        what="the stockout",
+    )
+    (condition,) = pool.conditions
+    assert condition.code == container_v1.StatusCondition.Code.GCE_STOCKOUT
+    assert condition.canonical_code == 8  # RESOURCE_EXHAUSTED
+    assert "does not have enough resources available to fulfill the request" in condition.message
+    assert not nodes_of(core, "scarce")
+    # GKE keeps retrying: the operation runs, blocks other operations, and the pool cannot be deleted.
+    parent = f"projects/{gke.project}/locations/{gke.location}"
+    assert client.get_operation(name=f"{parent}/operations/{operation.name}").status.name == "RUNNING"
+    with pytest.raises(google_errors.BadRequest, match=f"incompatible operation {operation.name}") as refused:
+        client.delete_node_pool(name=f"{gke.parent}/nodePools/scarce")
+    assert refused.value.reason == "CLUSTER_ALREADY_HAS_OPERATION"
+    with pytest.raises(google_errors.BadRequest, match=operation.name):
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="other"))
+
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)
+    finished = wait_operation(client, gke, operation)
+    assert not finished.error.message
+    pool = pool_state(client, gke, "scarce")
+    assert pool.status == container_v1.NodePool.Status.RUNNING
+    assert not pool.conditions
+    assert len(nodes_of(core, "scarce")) == 2
+
+
+def test_gke_gives_up_on_a_stockout_after_its_retry_window(gke, core):
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
+    client = gke.client()
+    started = time.monotonic()
+    operation = client.create_node_pool(parent=gke.parent, node_pool=multi_host_v5p("gone"))
+    finished = wait_operation(client, gke, operation, timeout=60)
+    window = gke.pools.retry_window_seconds * gke.time_scale
+    assert time.monotonic() - started >= window  # minutes of GKE time, time-scaled
+    assert finished.error.code == 8
+    assert "GCE_STOCKOUT" in finished.error.message
+    assert pool_state(client, gke, "gone").status == container_v1.NodePool.Status.ERROR
+    # GKE stopped retrying: the pool can go now, and other operations run again.
+    wait_operation(client, gke, client.delete_node_pool(name=f"{gke.parent}/nodePools/gone"))
+
+
+def test_quota_too_small_for_the_slice_fails_asynchronously(gke, core):
+    gke.set_quota("us-central1", "ct5p-hightpu-4t", 4)  # 4 chips free, the slice needs 8
+    client = gke.client()
+    operation = client.create_node_pool(parent=gke.parent, node_pool=multi_host_v5p("short"))  # accepted
+    pool = wait_for(
+        lambda: (p := pool_state(client, gke, "short")).status == container_v1.NodePool.Status.ERROR and p,
+        timeout=30,
+        what="the quota failure",
+    )
+    assert pool.conditions[0].code == container_v1.StatusCondition.Code.GCE_QUOTA_EXCEEDED
+    assert "QUOTA_EXCEEDED" in pool.conditions[0].message
+    gke.set_quota("us-central1", "ct5p-hightpu-4t", 8)  # the administrator raised it
+    wait_operation(client, gke, operation)
+    assert len(nodes_of(core, "short")) == 2
+
+
+def test_a_cluster_without_release_channel_accepts_auto_upgrade_off(gke):
+    gke.cluster_model.release_channel = ReleaseChannel.NONE
+    try:
+        create_pool(gke, pool_request(name="manual", management={"autoRepair": True}))
+    finally:
+        gke.cluster_model.release_channel = ReleaseChannel.REGULAR
+    create_pool(gke, pool_request(name="channel", management={"autoRepair": True, "autoUpgrade": True}))
+    create_pool(gke, pool_request(name="defaults"))  # no management block: the channel's defaults
+
+
+def test_a_single_host_pool_may_carry_its_own_topology(gke, core):
+    create_pool(gke, pool_request(name="own", placementPolicy={"type": "COMPACT", "tpuTopology": "2x2"}))
+    assert nodes_of(core, "own")[0].metadata.labels[c.NODE_LABEL_TOPOLOGY] == "2x2"
+
+
+def test_get_cluster_tells_the_release_channel_version_and_zones(gke):
+    cluster = gke.client().get_cluster(name=gke.parent)
+    assert cluster.release_channel.channel == container_v1.ReleaseChannel.Channel.REGULAR
+    assert cluster.location == "us-central1"
+    assert list(cluster.locations) == ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]
+    assert cluster.current_master_version.startswith("1.")
+    with pytest.raises(google_errors.NotFound, match="clusters/nope"):
+        gke.client().get_cluster(name=gke.parent.replace("/sandbox", "/nope"))
+
+
+def test_tpu7x_pools_are_placed_by_a_workload_policy_whose_topology_labels_the_nodes(gke, core):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.compute_v1.services.resource_policies import ResourcePoliciesClient
+
+    gke.add_workload_policy("ironwood-2x2x2", "2x2x2")
+    policies = ResourcePoliciesClient(
+        credentials=AnonymousCredentials(),
+        transport="rest",
+        client_options=ClientOptions(api_endpoint=gke.endpoint),
+    )
+    read = policies.get(project=gke.project, region="us-central1", resource_policy="ironwood-2x2x2")
+    assert read.workload_policy.accelerator_topology == "2x2x2"
+    with pytest.raises(google_errors.NotFound):
+        policies.get(project=gke.project, region="us-central1", resource_policy="absent")
+
+    create_pool(
+        gke,
+        pool_request(
+            name="ironwood",
+            initialNodeCount=2,
+            locations=["us-central1-c"],
+            config={"machineType": "tpu7x-standard-4t"},
+            placementPolicy={"policyName": "ironwood-2x2x2"},
         ),
     )
-    finished = wait_operation(client, gke, operation)
-    assert finished.error.code == 8  # google.rpc.Code.RESOURCE_EXHAUSTED
-    assert "does not have enough resources available to fulfill the request" in finished.error.message
-    assert "GCE_STOCKOUT" in finished.status_message
-    pool = client.get_node_pool(name=f"{gke.parent}/nodePools/scarce")
-    assert pool.status == container_v1.NodePool.Status.ERROR
-    assert pool.conditions[0].code == container_v1.StatusCondition.Code.GCE_STOCKOUT
-    assert not nodes_of(core, "scarce")  # a multi-host slice is all or nothing
-    wait_operation(client, gke, client.delete_node_pool(name=f"{gke.parent}/nodePools/scarce"))
+    labels = [n.metadata.labels for n in nodes_of(core, "ironwood")]
+    assert [lab[c.NODE_LABEL_TOPOLOGY] for lab in labels] == ["2x2x2", "2x2x2"]
+    assert labels[0][c.NODE_LABEL_ACCELERATOR] == "tpu7x"
+    create_pool(
+        gke,
+        pool_request(
+            name="one-chip", locations=["us-central1-c"], config={"machineType": "tpu7x-standard-1t"}
+        ),
+    )
+    (node,) = nodes_of(core, "one-chip")
+    assert node.metadata.labels[c.NODE_LABEL_TOPOLOGY] == "1x1x1"
+    assert node.status.allocatable[c.TPU_RESOURCE] == "1"
 
 
 def test_a_pool_can_end_in_error(gke, core):
@@ -242,7 +375,7 @@ def test_a_pool_can_end_in_error(gke, core):
 
 
 def test_slow_provisioning_keeps_the_pool_provisioning_and_blocks_its_deletion(gke):
-    gke.inject_pool_fault("slow", provisioning_seconds=3)
+    gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
     client = gke.client()
     started = time.monotonic()
     operation = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="slow"))
@@ -254,7 +387,7 @@ def test_slow_provisioning_keeps_the_pool_provisioning_and_blocks_its_deletion(g
 
 
 def test_serialized_operations_refuse_a_concurrent_create(gke):
-    gke.serialize_operations = True
+    gke.pools.serialize_operations = True
     try:
         client = gke.client()
         first = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="first"))
@@ -263,7 +396,7 @@ def test_serialized_operations_refuse_a_concurrent_create(gke):
         wait_operation(client, gke, first)
         client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="second"))
     finally:
-        gke.serialize_operations = False
+        gke.pools.serialize_operations = False
 
 
 def test_operations_are_listed_and_unknown_ones_are_not_found(gke):
@@ -280,14 +413,17 @@ def test_operations_are_listed_and_unknown_ones_are_not_found(gke):
 def test_faults_and_call_counts_are_reachable_over_http_for_a_sandbox_in_another_process(gke):
     controls = f"{gke.endpoint}/sandbox/v1"
     assert requests.post(f"{controls}/faults", json={"fault": "quota"}, timeout=5).status_code == 200
-    assert requests.post(f"{controls}/faults", json={"poolFault": "stockout"}, timeout=5).status_code == 200
+    capacity = {"zone": "us-central1-a", "machineType": "ct5lp-hightpu-4t", "vms": 0}
+    assert requests.put(f"{controls}/capacity", json=capacity, timeout=5).status_code == 200
     assert requests.post(f"{controls}/faults", json={"fault": "meteor"}, timeout=5).status_code == 400
     client = gke.client()
     with pytest.raises(google_errors.Forbidden):
         client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="remote"))
-    finished = wait_operation(
-        client, gke, client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="remote"))
+    client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="remote"))
+    wait_for(
+        lambda: gke.node_pools()["remote"].conditions,
+        timeout=30,
+        what="the stockout the remote control set up",
     )
-    assert finished.error.code == 8
     assert requests.get(f"{controls}/calls", timeout=5).json()["CreateNodePool"] == 2
     assert requests.delete(f"{controls}/faults", timeout=5).status_code == 200

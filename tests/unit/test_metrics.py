@@ -79,7 +79,9 @@ def test_a_pool_ending_in_error_for_lack_of_capacity_counts_as_a_stockout():
     j = job("metrics-4")
     creating = TPUJobStatus(node_pools=[NodePoolStatus(name="pool-y", slice=0, state="PROVISIONING")])
     stockout = TPUJobStatus(
-        node_pools=[NodePoolStatus(name="pool-y", slice=0, state="ERROR", message="lack of capacity")]
+        node_pools=[
+            NodePoolStatus(name="pool-y", slice=0, state="ERROR", message="...", condition="GCE_STOCKOUT")
+        ]
     )
     before = sample("tpujob_gke_errors_total", reason="Stockout")
     recorder.record(j, creating, stockout, NOW)

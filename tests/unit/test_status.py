@@ -225,21 +225,125 @@ def test_create_errors_show_their_reason_while_retrying(error, reason):
     assert decision.requeue_after is not None
 
 
-def test_stockout_pool_in_error_is_deleted_to_retry():
+STOCKOUT_MESSAGE = "[GCE_STOCKOUT]: The zone does not have enough resources available to fulfill the request."
+
+
+@pytest.mark.parametrize(
+    ("condition", "reason"), [("GCE_STOCKOUT", s.REASON_STOCKOUT), ("GCE_QUOTA_EXCEEDED", s.REASON_QUOTA)]
+)
+def test_a_pool_gke_retries_for_capacity_or_quota_is_waited_for_not_recreated(condition, reason):
+    job = make_job()
+    pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", STOCKOUT_MESSAGE, condition, retrying=True)
+    decision = step(job, pools=(pool,))
+    assert decision.delete_pools == [] and decision.create_pools == []
+    assert (decision.status.phase, decision.status.reason) == (s.PROVISIONING, reason)
+    assert decision.status.message == STOCKOUT_MESSAGE  # GKE's own words
+    assert decision.events[-1].type == "Warning"
+    assert decision.status.node_pools[0].condition == condition
+    # Minutes later, GKE still retrying: still waiting, no event again, still no churn.
+    later = step(advance(job, decision), pools=(pool,), now=NOW + dt.timedelta(minutes=30))
+    assert (later.delete_pools, later.events, later.status.reason) == ([], [], reason)
+
+
+def test_a_stockout_gke_gave_up_on_is_deleted_and_asked_for_again():
     job = make_job()
     pool = s.PoolView(
-        0, naming.node_pool_name(job, 0), "ERROR", "Requested resource is exhausted: lack of capacity"
+        0, naming.node_pool_name(job, 0), "ERROR", STOCKOUT_MESSAGE, "GCE_STOCKOUT", retrying=False
     )
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == [pool.name]
     assert decision.status.reason == s.REASON_STOCKOUT
     # While GKE removes it, the stockout is still why the job waits; then the pool is asked for again.
-    stopping = dataclasses.replace(pool, state=s.POOL_STOPPING)
+    stopping = dataclasses.replace(pool, state=s.POOL_STOPPING, retrying=None)
     waiting = step(advance(job, decision), pools=(stopping,))
     assert (waiting.status.reason, waiting.delete_pools, waiting.events) == (s.REASON_STOCKOUT, [], [])
     gone = step(advance(job, waiting), pools=(dataclasses.replace(pool, state=s.POOL_MISSING),))
     assert gone.create_pools == [0]
     assert gone.status.reason == s.REASON_PROVISIONING
+
+
+def test_an_error_message_alone_is_not_read_as_a_stockout():
+    """Codes, not words: an ERROR pool without GKE's capacity condition is a broken pool (grace, then lost)."""
+    job = make_job()
+    pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", "Requested resource is exhausted")
+    decision = step(job, pools=(pool,))
+    assert decision.delete_pools == []
+    assert decision.status.reason == s.REASON_POOL_LOST
+
+
+def test_a_permanent_refusal_shows_gke_message_and_names_no_retry_storm():
+    job = make_job()
+    refusal = s.GKEError(
+        s.REASON_POOL_REJECTED,
+        "Auto_upgrade cannot be false when release_channel REGULAR is set.",
+        permanent=True,
+    )
+    decision = step(job, pools=(), gke_errors={0: refusal})
+    assert decision.create_pools == []
+    assert (decision.status.phase, decision.status.reason) == (s.PROVISIONING, s.REASON_POOL_REJECTED)
+    assert decision.status.message == refusal.message
+    condition = next(c for c in decision.status.conditions if c.type == "NodePoolsReady")
+    assert (condition.reason, condition.message) == (s.REASON_POOL_REJECTED, refusal.message)
+    assert decision.events[-1].type == "Warning"
+
+
+def test_a_permanent_refusal_outranks_a_transient_one_in_the_status():
+    job = make_job(tpu={"type": "v6e", "topology": "4x4", "slices": 2})
+    errors = {
+        0: s.GKEError(s.REASON_GKE_BUSY, "Cluster is running incompatible operation"),
+        1: s.GKEError(s.REASON_POOL_REJECTED, "bad request", permanent=True),
+    }
+    assert step(job, pools=(), gke_errors=errors).status.reason == s.REASON_POOL_REJECTED
+
+
+def test_rejected_requests_back_off_exponentially_up_to_a_cap():
+    delays = [s.rejected_backoff_seconds(n) for n in range(1, 8)]
+    assert delays[:3] == [30.0, 60.0, 120.0]
+    assert delays == sorted(delays) and delays[-1] == s.REJECTED_BACKOFF_CAP_SECONDS
+
+
+def test_provisioning_timeout_fails_the_job_and_gives_the_pools_back():
+    job = make_job(runPolicy={"provisioningTimeoutSeconds": 600})
+    pool = s.PoolView(
+        0, naming.node_pool_name(job, 0), "ERROR", STOCKOUT_MESSAGE, "GCE_STOCKOUT", retrying=True
+    )
+    waiting = step(job, pools=(pool,))
+    assert waiting.status.provisioning_since == "2026-11-21T12:00:00Z"
+    assert waiting.requeue_after == s.POLL_PROVISIONING_SECONDS
+    still = step(advance(job, waiting), pools=(pool,), now=NOW + dt.timedelta(seconds=599))
+    assert still.status.phase == s.PROVISIONING
+    timed_out = step(advance(job, still), pools=(pool,), now=NOW + dt.timedelta(seconds=600))
+    assert (timed_out.status.phase, timed_out.status.reason) == (s.FAILED, s.REASON_PROVISIONING_TIMEOUT)
+    assert "GCE_STOCKOUT" in timed_out.status.message
+    assert timed_out.delete_pools == [pool.name]
+    assert timed_out.create_pools == []
+
+
+def test_without_a_provisioning_timeout_the_job_waits_as_long_as_it_takes():
+    job = make_job()
+    pool = s.PoolView(
+        0, naming.node_pool_name(job, 0), "ERROR", STOCKOUT_MESSAGE, "GCE_STOCKOUT", retrying=True
+    )
+    first = step(job, pools=(pool,))
+    days = step(advance(job, first), pools=(pool,), now=NOW + dt.timedelta(days=3))
+    assert days.status.phase == s.PROVISIONING
+
+
+def test_unschedulable_pods_show_the_scheduler_reason_after_the_grace():
+    job = make_job(nodePool={"policy": "existing"})
+    message = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    started = step(job)
+    pending = pods(job, 0, "Pending", unschedulable=message, unschedulable_since="2026-11-21T12:00:00Z")
+    early = step(advance(job, started), pods=pending, service_exists=True, unschedulable_grace_seconds=30)
+    assert early.status.reason == "Starting"
+    assert early.requeue_after == 30
+    late = step(
+        advance(job, early), pods=pending, service_exists=True, unschedulable_grace_seconds=30,
+        now=NOW + dt.timedelta(seconds=30),
+    )  # fmt: skip
+    assert (late.status.phase, late.status.reason) == (s.STARTING, s.REASON_UNSCHEDULABLE)
+    assert message in late.status.message
+    assert late.events[-1].type == "Warning"
 
 
 def test_transient_error_state_is_tolerated_within_the_grace():

@@ -224,6 +224,14 @@ class RunPolicy(ApiModel):
     active_deadline_seconds: int | None = Field(
         default=None, ge=1, description="Fail the job (DeadlineExceeded) after this many seconds from start."
     )
+    provisioning_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Fail the job (ProvisioningTimeout) and delete its node pools when they are not all running this "
+            "many seconds after the job began waiting for them. Unset: wait for capacity as long as it takes."
+        ),
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Delete the TPUJob this many seconds after it succeeded or failed."
     )
@@ -268,6 +276,10 @@ class NodePoolStatus(ApiModel):
     slice: int = Field(description="Slice index the pool holds.")
     state: str = Field(description="GKE state (PROVISIONING, RUNNING, ERROR, ...) or Deleted.")
     message: str = Field(default="", description="GKE's last message about the pool.")
+    condition: str | None = Field(
+        default=None, description="GKE's condition code for the pool (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...)."
+    )
+    operation: str | None = Field(default=None, description="GKE operation creating the pool.")
 
 
 class WorkerCounts(ApiModel):
@@ -303,6 +315,9 @@ class TPUJobStatus(ApiModel):
     restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
+    provisioning_since: str | None = Field(
+        default=None, description="When the job began waiting for its node pools (RFC 3339); unset once they run."
+    )
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")
 

@@ -102,15 +102,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.execution.max_workers = config.workers
     # A slow API server must not hang a pass.
     settings.networking.request_timeout = 60
-    pools = None
+    pools = policies = None
     if config.gke_configured:
         pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
+        region = gke.region_of(config.cluster.location) or config.cluster.location
+        policies = gke.WorkloadPolicies(config.cluster.project, region, config.gke_endpoint)
     else:
         log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
     if config.metrics_port:
         metrics.register()
         start_http_server(config.metrics_port)
-    reconciler = Reconciler(config.cluster, kube.Kube.login(settings), pools, config.restart_backoff_seconds)
+    reconciler = Reconciler(
+        config.cluster,
+        kube.Kube.login(settings),
+        pools,
+        config.restart_backoff_seconds,
+        policies=policies,
+        unschedulable_grace_seconds=config.unschedulable_grace_seconds,
+    )
     memo.runtime = Runtime(config, reconciler)
 
 
@@ -157,10 +166,15 @@ async def _resync_forever(runtime: Runtime) -> None:
 
 
 async def _sweep_forever(runtime: Runtime) -> None:
-    """Delete node pools whose TPUJob is gone: at start (after a crash) and then periodically."""
+    """Read the cluster (GetCluster), then delete node pools whose TPUJob is gone: at start (after a crash)
+    and then periodically."""
     loop = asyncio.get_running_loop()
     jobs = runtime.indexes.jobs
     while True:
+        try:
+            await loop.run_in_executor(None, runtime.reconciler.check_cluster)
+        except Exception:
+            log.exception("reading the GKE cluster failed; will retry")
         live = {body["metadata"]["uid"] for key in list(jobs) for body in jobs.get(key, [])}
         try:
             deleted = await loop.run_in_executor(

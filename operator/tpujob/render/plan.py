@@ -123,8 +123,10 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
         "initialNodeCount": shape.hosts,
         "locations": [job.spec.node_pool.zone or cluster.zone],
         "config": config,
-        # Upgrades would recreate TPU VMs mid-training; repairs of a broken VM are welcome.
-        "management": {"autoUpgrade": False, "autoRepair": True},
+        # Auto-upgrade stays on: clusters on a release channel (the default for new clusters) refuse a pool
+        # without it ("Auto_upgrade cannot be false when release_channel REGULAR is set"). Running slices are
+        # protected from upgrades by a maintenance exclusion on the cluster instead. Repairs are welcome.
+        "management": {"autoUpgrade": True, "autoRepair": True},
     }
     # A single-host pool must not carry a topology; a multi-host pool is one compact slice.
     if shape.multi_host:

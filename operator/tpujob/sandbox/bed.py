@@ -13,7 +13,7 @@ from kubernetes import config as k8s_config
 
 from tpujob.sandbox.binaries import Binaries, Progress, find_binaries, stderr_progress
 from tpujob.sandbox.controlplane import ControlPlane
-from tpujob.sandbox.gke_sim import GkeSimulator
+from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
 from tpujob.sandbox.kubelet_sim import KubeletSimulator
 from tpujob.sandbox.layout import INFO_FILE
 
@@ -38,10 +38,17 @@ class Sandbox:
             "project": self.gke.project,
             "location": self.gke.location,
             "cluster": self.gke.cluster,
+            "zone": self.default_zone,
+            "releaseChannel": self.gke.cluster_model.release_channel.value,
             "pid": os.getpid(),
             "pids": self.control_plane.pids,
             "logs": str(self.control_plane.logs),
         }
+
+    @property
+    def default_zone(self) -> str:
+        """The zone the operator is configured with: the cluster's first zone (offers v5e and v5p)."""
+        return self.gke.cluster_model.default_node_zones[0]
 
     def write_info(self) -> Path:
         path = self.state_dir / INFO_FILE
@@ -52,8 +59,8 @@ class Sandbox:
 
     def preempt_slice(self, pool: str, *, recreate_after: float | None = None) -> list[str]:
         """Spot reclaim of a whole TPU slice: every node of `pool` shuts down (its pods fail as on a real
-        node shutdown) and goes away; GKE brings the VMs back after `recreate_after` seconds (None: never).
-        Returns the node names."""
+        node shutdown) and goes away; GKE brings the VMs back after `recreate_after` seconds of GKE time
+        (None: never). Returns the node names."""
         nodes = self.gke.node_names(pool)
         self.kubelet.preempt_nodes(nodes)
         if recreate_after is not None:
@@ -73,19 +80,22 @@ def start_sandbox(
     *,
     binaries: Binaries | None = None,
     progress: Progress = stderr_progress,
-    provisioning_seconds: float = 1.0,
+    time_scale: float = 1.0,
+    release_channel: ReleaseChannel = ReleaseChannel.REGULAR,
     gke_port: int = 0,
     control_plane: ControlPlane | None = None,
 ) -> Sandbox:
     """Start everything (or add the simulators to a started `control_plane`); binaries are found, or built
-    once, if not given. Stop with `Sandbox.stop()`."""
+    once, if not given. `time_scale` multiplies GKE's durations (1.0: as slow as GKE). Stop with
+    `Sandbox.stop()`."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if control_plane is None:
         control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
     api_client = k8s_config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     gke = kubelet = None
     try:
-        gke = GkeSimulator(api_client, provisioning_seconds=provisioning_seconds).start(gke_port)
+        cluster = SimCluster(release_channel=release_channel)
+        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale).start(gke_port)
         kubelet = KubeletSimulator(api_client, state_dir).start()
     except BaseException:
         for part in (kubelet, gke):

@@ -27,6 +27,9 @@ from tpujob.sandbox.layout import DAEMON_LOG, INFO_FILE
 from tpujob.sandbox.processes import log_tail, pid_alive
 from tpujob.sandbox.waiting import Timeout, wait_for
 
+# gke.cluster.ReleaseChannel's values, spelled here so `up`, `status` and `down` import no client library.
+RELEASE_CHANNELS = ("none", "rapid", "regular", "stable")
+
 DEFAULT_DIR = Path(".state/sandbox")
 UP_TIMEOUT_SECONDS = 120.0
 DOWN_TIMEOUT_SECONDS = 30.0
@@ -55,10 +58,17 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action.set_defaults(func=func)
     for action_name in ("up", "serve"):
         actions.choices[action_name].add_argument(
-            "--provisioning-seconds",
+            "--time-scale",
             type=float,
-            default=5.0,
-            help="how long the simulated GKE takes to provision a node pool (default: 5)",
+            default=0.02,
+            help="the simulated GKE's time factor: 1 is as slow as GKE (minutes to provision a TPU pool); "
+            "default 0.02 (a 5-minute provisioning takes 6 s)",
+        )
+        actions.choices[action_name].add_argument(
+            "--release-channel",
+            choices=RELEASE_CHANNELS,
+            default="regular",
+            help="the simulated cluster's release channel (default: regular, as for a new GKE cluster)",
         )
 
 
@@ -131,7 +141,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     with log_path.open("ab") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "tpujob.sandbox.cli", "serve", "--dir", str(state_dir),
-             "--provisioning-seconds", str(args.provisioning_seconds)],
+             "--time-scale", str(args.time_scale), "--release-channel", args.release_channel],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this command and the terminal's Ctrl+C
         )  # fmt: skip
@@ -214,9 +224,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     control_plane = ControlPlane(find_binaries(), state_dir).start()
     warm_up.join()
     from tpujob.sandbox.bed import start_sandbox
+    from tpujob.sandbox.gke import ReleaseChannel
 
     bed = start_sandbox(
-        state_dir, provisioning_seconds=args.provisioning_seconds, control_plane=control_plane
+        state_dir,
+        time_scale=args.time_scale,
+        release_channel=ReleaseChannel(args.release_channel),
+        control_plane=control_plane,
     )
     try:
         bed.write_info()

@@ -39,6 +39,8 @@ MACHINE_TYPES: dict[str, MachineType] = {
         MachineType("ct6e-standard-1t", "tpu-v6e-slice", 1, 2, "1x1", False, 44, 176),
         MachineType("ct6e-standard-4t", "tpu-v6e-slice", 4, 2, "2x2", True, 180, 720),
         MachineType("ct6e-standard-8t", "tpu-v6e-slice", 8, 2, "2x4", False, 180, 1440),
+        # TPU7x (Ironwood): GKE "TPU7x" page; -1t is a single-chip VM labelled 1x1x1.
+        MachineType("tpu7x-standard-1t", "tpu7x", 1, 3, "1x1x1", False, 56, 240),
         MachineType("tpu7x-standard-4t", "tpu7x", 4, 3, "2x2x1", True, 224, 960),
     )
 }
@@ -114,8 +116,12 @@ class PoolShape:
     topology: str  # "" for a non-TPU pool
 
 
-def pool_shape(name: str, machine_type_name: str, node_count: int, tpu_topology: str) -> PoolShape:
-    """Validate a create request as GKE would; return the shape or raise InvalidNodePool."""
+def pool_shape(
+    name: str, machine_type_name: str, node_count: int, tpu_topology: str, *, policy_topology: str = ""
+) -> PoolShape:
+    """Validate a create request as GKE would; return the shape or raise InvalidNodePool.
+
+    `policy_topology` is the accelerator topology of the workload policy the pool names (tpu7x)."""
     if not name:
         raise InvalidNodePool("Node pool name must be specified.")
     if len(name) > MAX_NODE_POOL_NAME or not _NODE_POOL_NAME.match(name):
@@ -126,29 +132,39 @@ def pool_shape(name: str, machine_type_name: str, node_count: int, tpu_topology:
     machine = machine_type(machine_type_name)
     if node_count < 1:
         raise InvalidNodePool("Node pool initial_node_count must be at least 1.")
-    if not tpu_topology:
+    topology = tpu_topology or policy_topology
+    if not topology:
         return PoolShape(machine, node_count, machine.single_host_topology)
     if not machine.is_tpu:
         raise InvalidNodePool(
             f'placementPolicy.tpuTopology is set but "{machine.name}" is not a TPU machine type.'
         )
+    hosts = hosts_for_topology(machine, topology)
+    if hosts == 1:
+        # GKE accepts a topology on a single-host pool when it is the VM's own shape (GKE's tpu-provisioner
+        # sends it for every TPU pool).
+        if topology != machine.single_host_topology:
+            raise InvalidNodePool(
+                f'TPU topology "{topology}" does not match single-host machine type "{machine.name}", '
+                f"whose slice is {machine.single_host_topology}."
+            )
+        if node_count != 1:
+            raise InvalidNodePool(
+                f'TPU topology "{topology}" on "{machine.name}" is one VM; '
+                f"initial_node_count is {node_count}."
+            )
+        return PoolShape(machine, 1, topology)
     if not machine.multi_host:
         raise InvalidNodePool(
-            f'"{machine.name}" is a single-host TPU machine type: do not set placementPolicy.tpuTopology '
-            f"(each VM is its own {machine.single_host_topology} slice)."
-        )
-    hosts = hosts_for_topology(machine, tpu_topology)
-    if hosts == 1:
-        raise InvalidNodePool(
-            f'TPU topology "{tpu_topology}" on "{machine.name}" is a single-host slice: create the node pool '
-            "without placementPolicy.tpuTopology."
+            f'"{machine.name}" is a single-host TPU machine type: it cannot form the multi-host topology '
+            f'"{topology}".'
         )
     if node_count != hosts:
         raise InvalidNodePool(
-            f'TPU topology "{tpu_topology}" on "{machine.name}" needs exactly {hosts} nodes; '
+            f'TPU topology "{topology}" on "{machine.name}" needs exactly {hosts} nodes; '
             f"initial_node_count is {node_count}."
         )
-    return PoolShape(machine, node_count, tpu_topology)
+    return PoolShape(machine, node_count, topology)
 
 
 def allocatable_cpu_millis(cpus: int) -> int:

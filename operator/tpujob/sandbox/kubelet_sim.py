@@ -39,7 +39,7 @@ from kubernetes.client.rest import ApiException
 
 from tpujob.render.plan import ENV_METRICS_PORT
 from tpujob.sandbox.controlplane import free_port
-from tpujob.sandbox.gke_sim import SIMULATED_NODE_LABEL
+from tpujob.sandbox.gke.nodes import SIMULATED_NODE_LABEL
 from tpujob.sandbox.processes import start_process, stop_process
 from tpujob.sandbox.waiting import wait_for
 

@@ -1,0 +1,383 @@
+"""The simulated GKE API over HTTP, as `google-cloud-container` (and google-cloud-compute, for workload
+policies) send it over REST. `GkeSimulator` is the one object tests and the sandbox hold.
+
+The real clients drive it unchanged through `client_options.api_endpoint`. Requests are parsed with GKE's
+own message types (unknown fields are refused, as GKE does) and answered in GKE's JSON.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import re
+import threading
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from google.cloud import container_v1
+from kubernetes import client as k8s
+
+from tpujob.sandbox.gke import errors, zones
+from tpujob.sandbox.gke.cluster import ReleaseChannel, SimCluster
+from tpujob.sandbox.gke.errors import GkeError
+from tpujob.sandbox.gke.faults import CallFault, Faults, PoolFault, call_fault_error
+from tpujob.sandbox.gke.nodepools import NodePools
+from tpujob.sandbox.gke.nodes import NodeRegistry
+from tpujob.sandbox.gke.operations import Operations
+from tpujob.sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy, policy_not_found
+
+log = logging.getLogger(__name__)
+
+ADMIN_PREFIX = "/sandbox/v1/"
+
+_LOCATION = r"^/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)"
+_CLUSTER = _LOCATION + r"/clusters/(?P<c>[^/:]+)"
+_POOLS = _CLUSTER + r"/nodePools"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (method, re.compile(pattern), rpc)
+    for method, pattern, rpc in (
+        ("GET", _CLUSTER + "$", "GetCluster"),
+        ("POST", _POOLS + "$", "CreateNodePool"),
+        ("GET", _POOLS + "$", "ListNodePools"),
+        ("GET", _POOLS + r"/(?P<np>[^/:]+)$", "GetNodePool"),
+        ("DELETE", _POOLS + r"/(?P<np>[^/:]+)$", "DeleteNodePool"),
+        ("GET", _LOCATION + r"/operations/(?P<op>[^/:]+)$", "GetOperation"),
+        ("GET", _LOCATION + r"/operations$", "ListOperations"),
+        (
+            "GET",
+            r"^/compute/v1/projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/resourcePolicies/(?P<rp>[^/:]+)$",
+            "GetResourcePolicy",
+        ),
+    )
+]
+
+
+def route(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    for route_method, pattern, rpc in _ROUTES:
+        match = pattern.match(path)
+        if match and route_method == method:
+            return rpc, match.groupdict()
+    return None
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    rpc: str
+    method: str
+    path: str
+    body: dict[str, Any]
+
+
+class GkeSimulator:
+    """One simulated GKE cluster in one project. Start with `start()`; the endpoint is `endpoint`."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        cluster: SimCluster | None = None,
+        time_scale: float = 1.0,
+    ) -> None:
+        self.cluster_model = cluster or SimCluster()
+        self.time_scale = time_scale
+        self.calls: Counter[str] = Counter()
+        self.recorded: list[RecordedCall] = []
+        self.faults = Faults()
+        self.policies = WorkloadPolicies()
+        self.operations = Operations(self.project, self.location, self.parent)
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.Lock()
+        nodes = NodeRegistry(k8s.CoreV1Api(api_client), self.project, self.cluster_model.version)
+        self.pools = NodePools(
+            self.cluster_model,
+            self.operations,
+            nodes,
+            self.faults,
+            self.policies,
+            time_scale=time_scale,
+            later=self._later,
+        )
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    # ---- where -----------------------------------------------------------------------------------------
+
+    @property
+    def project(self) -> str:
+        return self.cluster_model.project
+
+    @property
+    def location(self) -> str:
+        return self.cluster_model.location
+
+    @property
+    def cluster(self) -> str:
+        return self.cluster_model.name
+
+    @property
+    def parent(self) -> str:
+        return self.cluster_model.parent
+
+    @property
+    def capacity(self) -> zones.Capacity:
+        return self.pools.capacity
+
+    @property
+    def quota(self) -> zones.Quota:
+        return self.pools.quota
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self, port: int = 0) -> GkeSimulator:
+        simulator = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                simulator._handle(self)
+
+            do_POST = do_DELETE = do_PUT = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("gke-sim: " + format, *args)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="gke-sim", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            for timer in self._timers:
+                timer.cancel()
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server, "start() first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def client(self) -> container_v1.ClusterManagerClient:
+        """The real google-cloud-container client, pointed at this simulator."""
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+
+        return container_v1.ClusterManagerClient(
+            credentials=AnonymousCredentials(),
+            transport="rest",
+            client_options=ClientOptions(api_endpoint=self.endpoint),
+        )
+
+    def _later(self, gke_seconds: float, function: Any, *args: Any) -> None:
+        timer = threading.Timer(gke_seconds * self.time_scale, self._guarded, (function, *args))
+        timer.daemon = True
+        with self._lock:
+            self._timers = [t for t in self._timers if t.is_alive()]
+            self._timers.append(timer)
+        timer.start()
+
+    @staticmethod
+    def _guarded(function: Any, *args: Any) -> None:
+        try:
+            function(*args)
+        except Exception:
+            log.exception("gke-sim: %s failed", getattr(function, "__name__", function))
+
+    # ---- test controls ---------------------------------------------------------------------------------
+
+    def inject_call_fault(
+        self,
+        fault: CallFault | str,
+        rpc: str = "CreateNodePool",
+        *,
+        pool: str | None = None,
+        times: int | None = 1,
+    ) -> None:
+        """Answer the next `times` calls of `rpc` (optionally only for node pool `pool`) with `fault`."""
+        self.faults.inject_call(fault, rpc, pool, times)
+
+    def inject_pool_fault(
+        self,
+        fault: PoolFault | str,
+        *,
+        pool: str | None = None,
+        times: int | None = 1,
+        provisioning_seconds: float | None = None,
+    ) -> None:
+        """Make the next `times` created pools (or those named `pool`) end as `fault` describes;
+        `provisioning_seconds` is GKE time."""
+        self.faults.inject_pool(fault, pool, times, provisioning_seconds)
+
+    def set_capacity(self, zone: str, machine_type: str, vms: int | None) -> None:
+        """Free VMs of `machine_type` in `zone` (0: stocked out; None: plenty)."""
+        self.capacity.set(zone, machine_type, vms)
+
+    def set_quota(self, region: str, machine_type: str, chips: int | None) -> None:
+        """Free chips of the machine type's TPU quota in `region` (None: plenty)."""
+        self.quota.set(region, zones.quota_family(machine_type), chips)
+
+    def add_workload_policy(self, name: str, accelerator_topology: str, region: str | None = None) -> None:
+        self.policies.add(WorkloadPolicy(name, region or self.cluster_model.region, accelerator_topology))
+
+    def clear_faults(self) -> None:
+        """Faults, capacity and quota limits, workload policies: back to a healthy project."""
+        self.faults.clear()
+        self.capacity.clear()
+        self.quota.clear()
+        self.policies.clear()
+
+    def reset_calls(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.recorded.clear()
+
+    def remove_all_pools(self, *, drain: bool = True) -> None:
+        self.pools.remove_all(drain=drain)
+
+    def node_pools(self) -> dict[str, container_v1.NodePool]:
+        return self.pools.all()
+
+    def node_names(self, pool: str) -> list[str]:
+        return self.pools.node_names(pool)
+
+    def recreate_nodes(self, pool: str, after_seconds: float | None = None) -> None:
+        """GKE brings a preempted slice's VMs back after `after_seconds` of GKE time (default: the
+        provisioning time)."""
+        self.pools.recreate_nodes(pool, after_seconds)
+
+    # ---- HTTP ------------------------------------------------------------------------------------------
+
+    def _handle(self, request: http.server.BaseHTTPRequestHandler) -> None:
+        url = urllib.parse.urlsplit(request.path)
+        query = urllib.parse.parse_qs(url.query)
+        length = int(request.headers.get("Content-Length") or 0)
+        raw = request.rfile.read(length) if length else b""
+        status, payload = self._answer(request.command, url.path, raw)
+        # rest_numeric_enums: the client asks for integer enums with `$alt=json;enum-encoding=int`.
+        numeric_enums = any("enum-encoding=int" in value for value in query.get("$alt", []))
+        data = self._encode(payload, numeric_enums).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json; charset=UTF-8")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+    def _answer(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+        try:
+            body = json.loads(raw) if raw else {}
+            if path.startswith(ADMIN_PREFIX):
+                return 200, self._admin(method, path, body)
+            matched = route(method, path)
+            if matched is None:
+                raise GkeError(404, "NOT_FOUND", f"The requested URL {path} was not found on this server.")
+            rpc, params = matched
+            with self._lock:
+                self.calls[rpc] += 1
+                self.recorded.append(RecordedCall(rpc, method, path, body))
+            return 200, self._dispatch(rpc, params, raw)
+        except GkeError as error:
+            return error.http_status, error.body()
+        except json.JSONDecodeError as error:
+            return 400, errors.invalid_argument(f"Invalid JSON payload received. {error}").body()
+
+    @staticmethod
+    def _encode(payload: Any, numeric_enums: bool) -> str:
+        if isinstance(payload, dict):
+            return json.dumps(payload)
+        return type(payload).to_json(
+            payload,
+            use_integers_for_enums=numeric_enums,
+            indent=None,
+            always_print_fields_with_no_presence=False,
+        )
+
+    def _check_parent(self, params: dict[str, str]) -> None:
+        if params["p"] != self.project or params["l"] != self.location:
+            raise errors.not_found(f"projects/{params['p']}/locations/{params['l']}")
+        if "c" in params and params["c"] != self.cluster:
+            raise errors.not_found(
+                f"projects/{self.project}/locations/{self.location}/clusters/{params['c']}"
+            )
+
+    def _dispatch(self, rpc: str, params: dict[str, str], raw: bytes) -> Any:
+        if rpc == "GetResourcePolicy":
+            return self._get_policy(params)
+        self._check_parent(params)
+        if rpc == "CreateNodePool":
+            return self.pools.create(raw)
+        if rpc == "DeleteNodePool":
+            return self.pools.delete(params["np"])
+        fault = self.faults.take_call(rpc, params.get("np"))
+        if fault is not None:
+            raise call_fault_error(fault, self.cluster, self.cluster_model.region, "")
+        if rpc == "GetCluster":
+            return self.cluster_model.resource()
+        if rpc == "ListNodePools":
+            return container_v1.ListNodePoolsResponse(node_pools=list(self.pools.all().values()))
+        if rpc == "GetNodePool":
+            return self.pools.get(params["np"])
+        if rpc == "GetOperation":
+            operation = self.operations.get(params["op"])
+            if operation is None:
+                raise errors.not_found(
+                    f"projects/{self.project}/locations/{self.location}/operations/{params['op']}"
+                )
+            return operation
+        return container_v1.ListOperationsResponse(operations=self.operations.all())
+
+    def _get_policy(self, params: dict[str, str]) -> dict[str, Any]:
+        policy = self.policies.find(params["r"], params["rp"])
+        if params["p"] != self.project or policy is None:
+            raise policy_not_found(params["p"], params["r"], params["rp"])
+        return policy.resource(self.project)
+
+    def _admin(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Test controls over HTTP, for a sandbox running in another process (`tpujob sandbox up`):
+        POST /sandbox/v1/faults {"fault": "quota", "rpc": "CreateNodePool", "pool": null, "times": 1}
+        POST /sandbox/v1/faults {"poolFault": "slow", "pool": null, "times": 1, "provisioningSeconds": 900}
+        PUT /sandbox/v1/capacity {"zone": "us-central1-a", "machineType": "ct5p-hightpu-4t", "vms": 0}
+        PUT /sandbox/v1/quota {"region": "us-central1", "machineType": "ct5p-hightpu-4t", "chips": 8}
+        POST /sandbox/v1/workloadPolicies {"name": "p", "acceleratorTopology": "2x2x2"}
+        DELETE /sandbox/v1/faults; GET /sandbox/v1/calls (calls received per RPC)."""
+        try:
+            action = (method, path.removeprefix(ADMIN_PREFIX))
+            if action == ("GET", "calls"):
+                with self._lock:
+                    return dict(self.calls)
+            if action == ("DELETE", "faults"):
+                self.clear_faults()
+                return {}
+            if action == ("POST", "faults") and "fault" in body:
+                self.inject_call_fault(
+                    body["fault"],
+                    body.get("rpc", "CreateNodePool"),
+                    pool=body.get("pool"),
+                    times=body.get("times", 1),
+                )
+                return {}
+            if action == ("POST", "faults") and "poolFault" in body:
+                self.inject_pool_fault(
+                    body["poolFault"],
+                    pool=body.get("pool"),
+                    times=body.get("times", 1),
+                    provisioning_seconds=body.get("provisioningSeconds"),
+                )
+                return {}
+            if action == ("PUT", "capacity"):
+                self.set_capacity(body["zone"], body["machineType"], body.get("vms"))
+                return {}
+            if action == ("PUT", "quota"):
+                self.set_quota(body["region"], body["machineType"], body.get("chips"))
+                return {}
+            if action == ("POST", "workloadPolicies"):
+                self.add_workload_policy(body["name"], body["acceleratorTopology"], body.get("region"))
+                return {}
+        except (ValueError, KeyError) as error:
+            raise errors.invalid_argument(f"bad sandbox control: {error}") from None
+        raise GkeError(404, "NOT_FOUND", f"No sandbox control at {method} {path}.")
+
+
+__all__ = ["CallFault", "GkeSimulator", "PoolFault", "ReleaseChannel", "SimCluster"]

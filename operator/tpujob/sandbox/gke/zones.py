@@ -1,0 +1,122 @@
+"""Where TPUs are: which zones offer which TPU machine types, the zones of each region, and capacity.
+
+The simulation's own table, stated apart from the operator's catalog on purpose. Source: Cloud TPU "TPU
+regions and zones", https://docs.cloud.google.com/tpu/docs/types-zones (North America, as read for this
+table: TPU7x us-central1-c; v6e us-central1-b, us-east1-d, us-east5-a, us-east5-b; v5p us-central1-a,
+us-east5-a; v5e us-central1-a, us-south1-a, us-west1-c, us-west4-a; v4 us-central2-b; Europe: v6e
+europe-west4-a). AI zones (us-central1-ai1a ...) and single-tenant zones are left out. A zone missing here
+may still offer a TPU on real GKE: the README says the table is a snapshot.
+
+Capacity is unlimited unless a test limits it: `Capacity.set(zone, machine_type, vms)` stands for a stockout
+(0 VMs free), `Quota.set(region, family, chips)` for a quota too small for the pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+# Compute Engine regions and their zones (https://cloud.google.com/compute/docs/regions-zones).
+REGION_ZONES: dict[str, tuple[str, ...]] = {
+    "us-central1": ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"),
+    "us-central2": ("us-central2-b",),
+    "us-east1": ("us-east1-b", "us-east1-c", "us-east1-d"),
+    "us-east5": ("us-east5-a", "us-east5-b", "us-east5-c"),
+    "us-south1": ("us-south1-a", "us-south1-b", "us-south1-c"),
+    "us-west1": ("us-west1-a", "us-west1-b", "us-west1-c"),
+    "us-west4": ("us-west4-a", "us-west4-b", "us-west4-c"),
+    "europe-west4": ("europe-west4-a", "europe-west4-b", "europe-west4-c"),
+}
+
+_V4 = ("ct4p-hightpu-4t",)
+_V5E = ("ct5lp-hightpu-1t", "ct5lp-hightpu-4t", "ct5lp-hightpu-8t")
+_V5P = ("ct5p-hightpu-4t",)
+_V6E = ("ct6e-standard-1t", "ct6e-standard-4t", "ct6e-standard-8t")
+_TPU7X = ("tpu7x-standard-1t", "tpu7x-standard-4t")
+
+TPU_MACHINE_TYPES_BY_ZONE: dict[str, frozenset[str]] = {
+    zone: frozenset(types)
+    for zone, types in (
+        ("us-central1-a", _V5E + _V5P),
+        ("us-central1-b", _V6E),
+        ("us-central1-c", _TPU7X),
+        ("us-central2-b", _V4),
+        ("us-east1-d", _V6E),
+        ("us-east5-a", _V6E + _V5P),
+        ("us-east5-b", _V6E),
+        ("us-south1-a", _V5E),
+        ("us-west1-c", _V5E),
+        ("us-west4-a", _V5E),
+        ("europe-west4-a", _V6E),
+    )
+}
+
+
+def region_of(location: str) -> str:
+    """us-central1-a -> us-central1; a region is its own region."""
+    return location if location in REGION_ZONES else location.rsplit("-", 1)[0]
+
+
+def is_zone(location: str) -> bool:
+    return location not in REGION_ZONES and region_of(location) in REGION_ZONES
+
+
+def offers(zone: str, machine_type: str) -> bool:
+    return machine_type in TPU_MACHINE_TYPES_BY_ZONE.get(zone, frozenset())
+
+
+def zones_offering(machine_type: str) -> list[str]:
+    return sorted(z for z, types in TPU_MACHINE_TYPES_BY_ZONE.items() if machine_type in types)
+
+
+def quota_family(machine_type: str) -> str:
+    """The regional quota a TPU VM counts against, in chips (Cloud TPU quotas are per family and region;
+    the metric names here are ours: GKE's message names the real metric, which the docs do not list)."""
+    return "TPU_" + machine_type.split("-")[0].upper() + "_CHIPS"
+
+
+@dataclass
+class _Limits:
+    """Free units per key; a missing key is unlimited."""
+
+    free: dict[tuple[str, str], int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, where: str, what: str, units: int | None) -> None:
+        with self.lock:
+            if units is None:
+                self.free.pop((where, what), None)
+            else:
+                self.free[(where, what)] = units
+
+    def available(self, where: str, what: str) -> int | None:
+        with self.lock:
+            return self.free.get((where, what))
+
+    def take(self, where: str, what: str, units: int) -> bool:
+        """Take `units` if there are that many free (or no limit)."""
+        with self.lock:
+            free = self.free.get((where, what))
+            if free is None:
+                return True
+            if free < units:
+                return False
+            self.free[(where, what)] = free - units
+            return True
+
+    def give_back(self, where: str, what: str, units: int) -> None:
+        with self.lock:
+            if (where, what) in self.free:
+                self.free[(where, what)] += units
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+
+
+class Capacity(_Limits):
+    """Free TPU VMs per (zone, machine type): 0 is a stockout."""
+
+
+class Quota(_Limits):
+    """Free TPU chips per (region, quota family)."""
