@@ -133,7 +133,9 @@ def zone_problem(cluster: Cluster, found: container_v1.Cluster) -> str:
     """Why node pools cannot go to the configured zone of this cluster ("" when they can)."""
     zone, region = cluster.zone, region_of(found.location or cluster.location)
     if not zone:
-        return f"{SETTING_ZONE} is empty and the cluster {cluster.parent} is regional: name a zone of {region}"
+        return (
+            f"{SETTING_ZONE} is empty and the cluster {cluster.parent} is regional: name a zone of {region}"
+        )
     if _REGION.match(zone):
         zones = ", ".join(found.locations) or f"{zone}-a, ..."
         return (
@@ -149,7 +151,9 @@ def check_cluster(cluster: Cluster, client: container_v1.ClusterManagerClient) -
     try:
         found = client.get_cluster(name=cluster.parent, timeout=CALL_TIMEOUT)
     except gexc.NotFound as error:
-        return ClusterCheck(f"GKE cluster {cluster.parent} not found ({error.message}); check {SETTING_CLUSTER}")
+        return ClusterCheck(
+            f"GKE cluster {cluster.parent} not found ({error.message}); check {SETTING_CLUSTER}"
+        )
     except gexc.GoogleAPICallError as error:
         refusal = classify_error(error)
         if refusal.permanent:

@@ -81,10 +81,10 @@ def pod_view(pod: Any) -> s.PodView:
     reason = status.get("reason") or ""
     unschedulable, since = "", ""
     for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            if condition.get("status") == "False":
-                unschedulable = condition.get("message") or "Unschedulable"
-                since = condition.get("lastTransitionTime") or ""
+        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if scheduled and condition.get("reason") == "Unschedulable":
+            unschedulable = condition.get("message") or "Unschedulable"
+            since = condition.get("lastTransitionTime") or ""
     exit_code = None
     for container in status.get("containerStatuses") or []:
         terminated = (container.get("state") or {}).get("terminated")

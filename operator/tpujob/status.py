@@ -127,7 +127,9 @@ class PoolView:
 class GKEError:
     """The last failed GKE call for a slice, classified (see gke.classify_error)."""
 
-    reason: str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
+    reason: (
+        str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
+    )
     message: str
     permanent: bool = False  # the same request cannot succeed until someone changes the cluster or the job
 
@@ -435,13 +437,20 @@ def _pools_ready(b: _Builder) -> bool:
     return False
 
 
-def _slice_pool(b: _Builder, pool: PoolView, error: GKEError | None) -> tuple[PoolView, tuple[str, str] | None]:
+def _slice_pool(
+    b: _Builder, pool: PoolView, error: GKEError | None
+) -> tuple[PoolView, tuple[str, str] | None]:
     """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
     if pool.state in (POOL_MISSING, POOL_DELETED):
         if error is None:
             b.decision.create_pools.append(pool.slice)
-            return dataclasses.replace(pool, state="PROVISIONING", message="", condition="", operation=""), None
-        return dataclasses.replace(pool, state=POOL_MISSING, message=error.message), (error.reason, error.message)
+            return dataclasses.replace(
+                pool, state="PROVISIONING", message="", condition="", operation=""
+            ), None
+        return dataclasses.replace(pool, state=POOL_MISSING, message=error.message), (
+            error.reason,
+            error.message,
+        )
     capacity = CAPACITY_CONDITIONS.get(pool.condition)
     if capacity is not None and pool.retrying is not False and pool.state in ("ERROR", "PROVISIONING"):
         # GKE retries a stockout or a quota shortfall itself while the create operation runs: wait for it

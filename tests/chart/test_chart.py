@@ -104,7 +104,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "gke.endpoint=http://gke.local,watchNamespace=ml",
         "--set", "metrics.port=9100,health.port=9101",
         "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
-        "--set", "operator.restartBackoffSeconds=3",
+        "--set", "operator.restartBackoffSeconds=3,operator.unschedulableGraceSeconds=4",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
     env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -122,6 +122,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_SWEEP_SECONDS": "8",
         "TPUJOB_WORKERS": "9",
         "TPUJOB_RESTART_BACKOFF_SECONDS": "3",
+        "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "4",
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +19,9 @@ from tpujob.sandbox.operators import OperatorProcess, install_crd, operator_kube
 from tpujob.sandbox.waiting import wait_for
 
 
-@pytest.fixture(scope="session")
-def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    install_crd(sandbox)
-    folder = tmp_path_factory.mktemp("operator")
-    env = {
+def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
+    """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount."""
+    return {
         **os.environ,
         "KUBECONFIG": str(operator_kubeconfig(sandbox, folder / "kubeconfig")),
         "TPUJOB_GKE_ENDPOINT": sandbox.gke.endpoint,
@@ -35,8 +34,15 @@ def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "TPUJOB_SWEEP_SECONDS": "2",
         "TPUJOB_METRICS_PORT": "0",
         "TPUJOB_HEALTH_PORT": str(free_port()),
+        "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "1",
     }
-    process = OperatorProcess(env, folder / "operator.log").start()
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    install_crd(sandbox)
+    folder = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(operator_env(sandbox, folder), folder / "operator.log").start()
     yield process
     process.stop()
 

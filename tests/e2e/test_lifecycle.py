@@ -20,16 +20,17 @@ def env_of(pod):
 
 
 @pytest.mark.parametrize(
-    ("tpu", "pools", "pods"),
+    ("tpu", "zone", "pools", "pods"),
     [
-        ({"type": "v5e", "topology": "2x2"}, 1, 1),
-        ({"type": "v5p", "topology": "2x2x4"}, 1, 4),
-        ({"type": "v6e", "topology": "4x4", "slices": 2}, 2, 8),
+        ({"type": "v5e", "topology": "2x2"}, None, 1, 1),
+        ({"type": "v5p", "topology": "2x2x4"}, None, 1, 4),
+        # v6e is not offered in the operator's default zone (us-central1-a), but in us-central1-b.
+        ({"type": "v6e", "topology": "4x4", "slices": 2}, "us-central1-b", 2, 8),
     ],
     ids=["single-host-v5e", "multi-host-v5p", "multislice-v6e"],
 )
-def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tpu, pools, pods):
-    jobs.create(base_job("train", tpu=tpu))
+def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tpu, zone, pools, pods):
+    jobs.create(base_job("train", tpu=tpu, nodePool={"zone": zone} if zone else {}))
     running = jobs.wait_pods_running("train", pods)
     jobs.wait_phase("train", "Running")
     for pod in running:
@@ -96,18 +97,27 @@ def test_preemption_restarts_without_spending_max_restarts(sandbox, jobs, gke, k
     assert jobs.wait_phase("train", "Succeeded")["restarts"] == 1
 
 
-def test_stockout_then_quota_then_recovery(jobs, gke, kubelet):
-    gke.inject_pool_fault("stockout")
-    gke.inject_call_fault("quota", times=2)
+def test_quota_refusals_then_a_stockout_then_recovery(jobs, gke, kubelet):
+    gke.inject_call_fault("quota", times=2)  # the create call itself refused twice (403)
+    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)  # then accepted, but the zone is stocked out
     jobs.create(base_job("train"))
     seen = set()
 
-    def recovered():
-        status = jobs.status("train")
-        seen.add(status.get("reason"))
-        return status.get("phase") in ("Starting", "Running") and status
+    def reason_seen(reason: str):
+        def check():
+            status = jobs.status("train")
+            seen.add(status.get("reason"))
+            return reason in seen and status
 
-    wait_for(recovered, timeout=90, interval=0.05, what="provisioning to recover")
+        return check
+
+    wait_for(reason_seen("Stockout"), timeout=60, interval=0.05, what="the stockout")
+    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", None)
+    wait_for(
+        lambda: jobs.status("train").get("phase") in ("Starting", "Running"),
+        timeout=60,
+        what="provisioning to recover",
+    )
     assert {"Stockout", "QuotaExceeded"} <= seen
     (pod,) = jobs.wait_pods_running("train", 1)
     kubelet.succeed(jobs.namespace, pod.metadata.name)
@@ -134,6 +144,7 @@ def test_existing_policy_uses_pools_made_elsewhere(jobs, gke, kubelet):
         node_pool=container_v1.NodePool(
             name="platform-v5e",
             initial_node_count=1,
+            locations=["us-central1-a"],
             config=container_v1.NodeConfig(machine_type="ct5lp-hightpu-4t"),
         ),
     )

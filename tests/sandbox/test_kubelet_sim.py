@@ -282,3 +282,25 @@ def test_trainer_pods_on_one_host_each_get_their_own_metrics_port(core, kubelet,
     )
     assert len({path.read_text() for path in bound}) == 2
     assert all(phase_of(core, namespace, name) == "Running" for name in ("w0", "w1"))
+
+
+@pytest.mark.parametrize(
+    ("asked", "priority_class", "granted"),
+    [
+        (120, None, 15.0),
+        (30, None, 15.0),
+        (5, None, 5.0),
+        (None, None, 15.0),
+        (120, "system-node-critical", 15.0),
+    ],
+    ids=["long-grace-capped", "default-grace-capped", "shorter-kept", "unset", "system-pod"],
+)
+def test_node_shutdown_gives_non_system_pods_15_seconds_whatever_they_ask(
+    sandbox, asked, priority_class, granted
+):
+    """GKE's spot reclaim: 30 s for the node, the last 15 s kept for system pods."""
+    pod = pod_manifest("p", "node")
+    pod["spec"]["terminationGracePeriodSeconds"] = asked
+    if priority_class:
+        pod["spec"]["priorityClassName"] = priority_class
+    assert sandbox.kubelet.pod_shutdown_grace_seconds(pod) == granted

@@ -316,7 +316,8 @@ class TPUJobStatus(ApiModel):
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
     provisioning_since: str | None = Field(
-        default=None, description="When the job began waiting for its node pools (RFC 3339); unset once they run."
+        default=None,
+        description="When the job began waiting for its node pools (RFC 3339); unset once they run.",
     )
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")

@@ -32,9 +32,11 @@ class Cluster:
     """Where node pools go. The operator's configuration; defaults match `tpujob sandbox`."""
 
     project: str = "tpujob-sandbox"
-    location: str = "us-central2-b"
+    location: str = "us-central1"
     cluster: str = "sandbox"
-    zone: str = "us-central2-b"
+    zone: str = "us-central1-a"
+    # The cluster runs Workload Identity (GetCluster says so): pools then get the GKE metadata server.
+    workload_identity: bool = False
 
     @property
     def parent(self) -> str:

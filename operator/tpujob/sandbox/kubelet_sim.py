@@ -234,6 +234,7 @@ class KubeletSimulator:
         python: str = sys.executable,
         extra_env: dict[str, str] | None = None,
         shutdown_grace_seconds: float = 30.0,
+        critical_pods_grace_seconds: float = 15.0,
     ) -> None:
         self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
@@ -243,8 +244,12 @@ class KubeletSimulator:
         self.python = python
         # Passed to local processes on top of PATH/HOME/LANG and the pod's env (e.g. PYTHONPATH).
         self.extra_env = dict(extra_env or {})
-        # GKE's shutdownGracePeriod for spot/maintenance: about 30 s before the VM goes.
+        # GKE's graceful node shutdown on spot reclaim and maintenance: 30 s before the VM goes, of which the
+        # last 15 s are kept for system-critical pods, so other pods get 15 s whatever their
+        # terminationGracePeriodSeconds asks ("Spot VMs" in GKE docs: shutdownGracePeriod 30s,
+        # shutdownGracePeriodCriticalPods 15s). Real seconds: these are the trainer's own processes.
         self.shutdown_grace_seconds = shutdown_grace_seconds
+        self.critical_pods_grace_seconds = critical_pods_grace_seconds
         self._runs: dict[tuple[str, str], _Run] = {}
         self._simulated_nodes: set[str] = set()
         self._next_ip = 2
@@ -570,12 +575,17 @@ class KubeletSimulator:
         ]
         active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         runs = [self._runs.get((p["metadata"]["namespace"], p["metadata"]["name"])) for p in active]
-        processes = [run.process for run in runs if run and run.process and run.process.poll() is None]
-        for process in processes:
+        live = [
+            (pod, run.process)
+            for pod, run in zip(active, runs, strict=True)
+            if run and run.process and run.process.poll() is None
+        ]
+        for _, process in live:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.shutdown_grace_seconds
-        for process in processes:
+        started = time.monotonic()
+        for pod, process in live:
+            deadline = started + self.pod_shutdown_grace_seconds(pod)
             try:
                 process.wait(timeout=max(deadline - time.monotonic(), 0))
             except subprocess.TimeoutExpired:
@@ -602,6 +612,15 @@ class KubeletSimulator:
         for node in nodes:
             with contextlib.suppress(ApiException):
                 self.core.delete_node(node)
+
+    def pod_shutdown_grace_seconds(self, pod: dict[str, Any]) -> float:
+        """What a pod gets on node shutdown: the non-critical share of the shutdown grace period, or less if
+        the pod asks for less (kubelet's graceful node shutdown takes the smaller)."""
+        share = self.shutdown_grace_seconds - self.critical_pods_grace_seconds
+        if pod["spec"].get("priorityClassName") in ("system-node-critical", "system-cluster-critical"):
+            share = self.critical_pods_grace_seconds
+        asked = pod["spec"].get("terminationGracePeriodSeconds")
+        return share if asked is None else min(float(asked), share)
 
     def _mark_shutting_down(self, node: str) -> None:
         """First thing a kubelet's graceful shutdown does: the node goes NotReady ("node is shutting down"),

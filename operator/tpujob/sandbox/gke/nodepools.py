@@ -22,6 +22,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,8 @@ class NodePools:
         self._later = later  # (gke_seconds, function, *args)
         self._clock = clock  # real (monotonic) seconds
         self._pools: dict[str, _Pool] = {}
+        # Times GKE asked for each pool's VMs (the first try and every retry), for tests to wait on.
+        self.attempts: Counter[str] = Counter()
         self._lock = threading.RLock()
 
     # --- reads ------------------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ class NodePools:
             if self._pools.get(record.pool.name) is not record or record.delete_operation:
                 return
             problem = self._reserve(record)
+            self.attempts[record.pool.name] += 1
         if problem is None:
             self._bring_up(record)
             return

@@ -1,0 +1,247 @@
+"""The operator against GKE as GKE behaves (the simulated GKE's models, see tpujob.sandbox.gke): release
+channels, asynchronous stockouts and quota that GKE retries itself, permanent refusals, provisioning
+timeouts, a misconfigured zone, unschedulable pods, tpu7x workload policies and spot reclaim's 15 s."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tests.e2e.conftest import operator_env
+from tests.manifests import base_job
+from tpujob.sandbox.kubelet_sim import EXIT_CODE_SIGTERM
+from tpujob.sandbox.operators import OperatorProcess
+from tpujob.sandbox.processes import log_tail
+from tpujob.sandbox.waiting import wait_for
+
+PLAIN_IMAGE = "registry.example/sleeper:1"  # the kubelet simulation runs nothing for it
+V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts in us-central1-a, the operator's zone
+
+
+def plain_job(name: str = "train", **spec):
+    return base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
+
+
+def succeed_all(jobs, kubelet, name: str, count: int) -> None:
+    for pod in jobs.wait_pods_running(name, count, timeout=60):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase(name, "Succeeded")
+
+
+def test_a_create_job_runs_on_a_release_channel_cluster_with_auto_upgrade_on(jobs, gke, kubelet):
+    cluster = gke.client().get_cluster(name=gke.parent)
+    assert cluster.release_channel.channel.name == "REGULAR"  # the default of a new GKE cluster
+    jobs.create(plain_job(tpu=V5P_MULTI_HOST))
+    succeed_all(jobs, kubelet, "train", 2)
+    (create,) = [call for call in gke.recorded if call.rpc == "CreateNodePool"]
+    assert create.body["nodePool"]["management"]["autoUpgrade"] is True
+
+
+def test_a_stockout_gke_retries_shows_stockout_throughout_without_churn_and_succeeds_later(
+    jobs, gke, kubelet
+):
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
+    gke.pools.retry_window_seconds = 3600  # GKE retries for an hour of GKE time (7.2 s here)
+    jobs.create(plain_job(tpu=V5P_MULTI_HOST))
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "Stockout" and st,
+        timeout=30,
+        what="the stockout in the status",
+    )
+    assert "GCE_STOCKOUT" in status["message"]  # GKE's own words
+    assert status["nodePools"][0]["condition"] == "GCE_STOCKOUT"
+    # GKE retries every minute of GKE time: 20 retries later the status still says why, and the pool was
+    # neither deleted nor asked for again.
+    pool = status["nodePools"][0]["name"]
+
+    def twenty_retries_later() -> bool:
+        assert jobs.status("train")["reason"] == "Stockout"
+        return gke.pools.attempts[pool] >= 20
+
+    wait_for(twenty_retries_later, timeout=60, interval=0.2, what="20 retries by GKE")
+    assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 0)
+    warnings = [e for e in jobs.events("train") if e.reason == "Stockout"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)  # capacity is back
+    succeed_all(jobs, kubelet, "train", 2)
+    assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 1)
+
+
+def test_an_asynchronous_quota_failure_shows_quota_exceeded(jobs, gke, kubelet):
+    gke.set_quota("us-central1", "ct5p-hightpu-4t", 4)  # the slice needs 8 chips
+    jobs.create(plain_job(tpu=V5P_MULTI_HOST))
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "QuotaExceeded" and st,
+        timeout=30,
+        what="the quota failure in the status",
+    )
+    assert "GCE_QUOTA_EXCEEDED" in status["message"]
+    gke.set_quota("us-central1", "ct5p-hightpu-4t", None)  # the administrator raised the quota
+    succeed_all(jobs, kubelet, "train", 2)
+    assert gke.calls["CreateNodePool"] == 1
+
+
+def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs_off(jobs, gke):
+    # v5p is not offered in us-central1-b: GKE refuses the request itself (400 INVALID_ARGUMENT).
+    jobs.create(plain_job(tpu=V5P_MULTI_HOST, nodePool={"zone": "us-central1-b"}))
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
+        timeout=30,
+        what="the refusal in the status",
+    )
+    assert 'Machine type "ct5p-hightpu-4t" is not available in zone "us-central1-b"' in status["message"]
+    condition = next(c for c in status["conditions"] if c["type"] == "NodePoolsReady")
+    assert condition["reason"] == "NodePoolRejected"
+    event = wait_for(
+        lambda: next((e for e in jobs.events("train") if e.reason == "NodePoolRejected"), None),
+        timeout=10,
+        what="the Warning event",
+    )
+    assert event.type == "Warning" and "us-central1-b" in event.message
+    # Resyncs (every 2 s here) look at GKE again, but do not ask for the pool again inside the 30 s backoff.
+    looks = gke.calls["GetNodePool"]
+    wait_for(lambda: gke.calls["GetNodePool"] >= looks + 3, timeout=30, what="three more passes")
+    assert gke.calls["CreateNodePool"] == 1
+
+
+def test_provisioning_timeout_fails_the_job_and_leaves_no_pool(jobs, gke):
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)  # never comes back
+    jobs.create(plain_job(tpu=V5P_MULTI_HOST, runPolicy={"provisioningTimeoutSeconds": 3}))
+    status = jobs.wait_phase("train", "Failed", timeout=30)
+    assert status["reason"] == "ProvisioningTimeout"
+    assert "Stockout" in status["message"]
+    # GKE refuses the delete while it still retries the create; the pool goes once GKE gives up.
+    wait_for(lambda: not gke.node_pools(), timeout=60, what="the stocked-out pool to be deleted")
+    assert gke.calls["CreateNodePool"] == 1
+
+
+def test_a_region_configured_as_the_zone_is_a_configuration_error_naming_the_setting(
+    sandbox, jobs, gke, operator, tmp_path
+):
+    env = {**operator_env(sandbox, tmp_path), "TPUJOB_GKE_ZONE": "us-central1"}
+    operator.stop()
+    wrong = OperatorProcess(env, tmp_path / "wrong-operator.log").start()
+    try:
+        jobs.create(plain_job())
+        status = wait_for(
+            lambda: (st := jobs.status("train")).get("reason") == "GKEConfigError" and st,
+            timeout=30,
+            what="the configuration error in the status",
+            last_state=lambda: log_tail(tmp_path / "wrong-operator.log"),
+        )
+        assert "TPUJOB_GKE_ZONE (chart value gke.zone)" in status["message"]
+        assert "'us-central1', a region" in status["message"]
+        assert "us-central1-a" in status["message"]  # the fix: a zone of the cluster's region
+        assert gke.calls["CreateNodePool"] == 0
+    finally:
+        wrong.stop()
+        operator.start()
+
+
+def test_a_2x4_job_runs_on_an_xpk_style_pool_of_two_4_chip_nodes_and_a_mismatched_one_is_unschedulable(
+    jobs, gke, kubelet
+):
+    from google.cloud import container_v1
+
+    # What xpk's `v6e-8` makes: one slice of two ct6e-standard-4t VMs in a 2x4 topology.
+    gke.client().create_node_pool(
+        parent=gke.parent,
+        node_pool=container_v1.NodePool(
+            name="xpk-v6e-8",
+            initial_node_count=2,
+            locations=["us-central1-b"],
+            config=container_v1.NodeConfig(machine_type="ct6e-standard-4t"),
+            placement_policy=container_v1.NodePool.PlacementPolicy(
+                type_=container_v1.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology="2x4"
+            ),
+        ),
+    )
+    tpu = {"type": "v6e", "topology": "2x4", "machineType": "ct6e-standard-4t"}
+    jobs.create(plain_job("fits", tpu=tpu, nodePool={"policy": "existing"}))
+    succeed_all(jobs, kubelet, "fits", 2)
+
+    # The default machine type for 2x4 is one 8-chip VM: no such node here.
+    jobs.create(
+        plain_job("mismatch", tpu={"type": "v6e", "topology": "2x4"}, nodePool={"policy": "existing"})
+    )
+    status = wait_for(
+        lambda: (st := jobs.status("mismatch")).get("reason") == "Unschedulable" and st,
+        timeout=60,
+        what="the scheduler's reason in the status",
+    )
+    assert status["phase"] == "Starting"
+    assert "nodes are available" in status["message"]  # the scheduler's own words
+
+
+def test_a_tpu7x_job_with_a_workload_policy_schedules_and_its_workers_get_process_addresses(
+    jobs, gke, kubelet
+):
+    gke.add_workload_policy("ironwood-2x2x2", "2x2x2")
+    jobs.create(
+        plain_job(
+            tpu={"type": "tpu7x", "topology": "2x2x2"},
+            nodePool={"zone": "us-central1-c", "workloadPolicy": "ironwood-2x2x2"},
+        )
+    )
+    pods = jobs.wait_pods_running("train", 2, timeout=60)
+    for pod in pods:
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        addresses = env["TPU_PROCESS_ADDRESSES"].split(",")
+        assert len(addresses) == 2 and all(a.endswith(":8471") for a in addresses)
+        assert env["TPU_PROCESS_PORT"] == "8471"
+    for pod in pods:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded")
+
+
+def test_a_tpu7x_job_whose_workload_policy_has_another_topology_is_rejected_before_any_pool(jobs, gke):
+    gke.add_workload_policy("ironwood-2x2x4", "2x2x4")
+    jobs.create(
+        plain_job(
+            tpu={"type": "tpu7x", "topology": "2x2x2"},
+            nodePool={"zone": "us-central1-c", "workloadPolicy": "ironwood-2x2x4"},
+        )
+    )
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
+        timeout=30,
+        what="the policy mismatch in the status",
+    )
+    assert "places 2x2x4 slices, but spec.tpu.topology is 2x2x2" in status["message"]
+    assert gke.calls["CreateNodePool"] == 0
+
+
+def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
+    sandbox, jobs, gke, kubelet, tmp_path
+):
+    checkpoints = tmp_path / "checkpoints"
+    manifest = base_job("spot", capacity={"mode": "spot"})
+    manifest["spec"]["trainer"] = {
+        "image": "tpujob-trainer:test",
+        "args": ["--steps", "1000000", "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
+                 "--progress", "log"],
+        "checkpointDir": str(checkpoints),
+    }  # fmt: skip
+    jobs.create(manifest)
+    (pod,) = jobs.wait_pods_running("spot", 1, timeout=60)
+    log_path = kubelet.log_path(jobs.namespace, pod.metadata.name)
+    wait_for(lambda: "step" in log_tail(log_path), timeout=120, what="the trainer to take steps")
+    pool = jobs.status("spot")["nodePools"][0]["name"]
+    assert pod.spec.termination_grace_period_seconds >= 15  # what the pod asks does not extend the 15 s
+
+    started = time.monotonic()
+    sandbox.preempt_slice(pool)
+    elapsed = time.monotonic() - started
+    assert elapsed <= 15 + 5, f"the node shutdown took {elapsed:.1f} s"
+    (ended,) = [p for p in jobs.pods("spot", attempt=0)]
+    terminated = ended.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == EXIT_CODE_SIGTERM, log_tail(log_path)
+    assert "checkpoint at step" in log_tail(log_path), log_tail(log_path)
+    assert any(name.startswith("ckpt") for name in os.listdir(checkpoints))
+    status = wait_for(
+        lambda: (st := jobs.status("spot")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart after the reclaim",
+    )
+    assert status["restartsByReason"] == {"Preempted": 1}

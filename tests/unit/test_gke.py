@@ -1,0 +1,110 @@
+"""GKE's answers as google-api-core raises them (built from GKE's REST error bodies), classified."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from google.api_core import exceptions as gexc
+from google.cloud import container_v1
+
+from tpujob import gke
+from tpujob import status as s
+from tpujob.render import Cluster
+
+
+def gke_error(code: int, status: str, message: str, reason: str = "") -> gexc.GoogleAPICallError:
+    """What the REST transport raises for this google.rpc.Status body (google-api-core's own parser)."""
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason}] if reason else []
+    response = requests.Response()
+    response.status_code = code
+    response._content = json.dumps(
+        {"error": {"code": code, "message": message, "status": status, "details": details}}
+    ).encode()
+    response.request = requests.Request("POST", "https://container.googleapis.com/v1/x").prepare()
+    return gexc.from_http_response(response)
+
+
+AUTO_UPGRADE = "Auto_upgrade cannot be false when release_channel REGULAR is set."
+BUSY = "Cluster is running incompatible operation operation-1-a."
+QUOTA = "Insufficient regional quota to satisfy request"
+CLASSIFIED = {
+    "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), s.REASON_POOL_REJECTED, True),
+    "incompatible-operation": (
+        gke_error(400, "FAILED_PRECONDITION", BUSY, "CLUSTER_ALREADY_HAS_OPERATION"),
+        s.REASON_GKE_BUSY,
+        False,
+    ),
+    "failed-precondition": (
+        gke_error(400, "FAILED_PRECONDITION", "Cluster is busy."),
+        s.REASON_GKE_BUSY,
+        False,
+    ),
+    "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA, "QUOTA_EXCEEDED"), s.REASON_QUOTA, False),
+    "permission": (gke_error(403, "PERMISSION_DENIED", "Required permission"), s.REASON_POOL_REJECTED, True),
+    "not-found": (gke_error(404, "NOT_FOUND", "Not found: projects/p."), s.REASON_POOL_REJECTED, True),
+    "rate-limit": (
+        gke_error(429, "RESOURCE_EXHAUSTED", "Too many operations", "RATE_LIMIT_EXCEEDED"),
+        s.REASON_GKE_BUSY,
+        False,
+    ),
+    "stockout": (
+        gke_error(429, "RESOURCE_EXHAUSTED", "zone exhausted", "ZONE_RESOURCE_POOL_EXHAUSTED"),
+        s.REASON_STOCKOUT,
+        False,
+    ),
+    "internal": (gke_error(500, "INTERNAL", "Internal error."), s.REASON_GKE_UNAVAILABLE, False),
+    "unavailable": (gke_error(503, "UNAVAILABLE", "Unavailable."), s.REASON_GKE_UNAVAILABLE, False),
+    "timeout": (TimeoutError("timed out"), s.REASON_GKE_UNAVAILABLE, False),
+}
+
+
+@pytest.mark.parametrize(("error", "reason", "permanent"), CLASSIFIED.values(), ids=CLASSIFIED.keys())
+def test_refusals_are_classified_by_status_and_reason_not_words(error, reason, permanent):
+    classified = gke.classify_error(error)
+    assert (classified.reason, classified.permanent) == (reason, permanent)
+    assert classified.message  # GKE's message, verbatim, for the status
+
+
+def test_words_alone_do_not_make_a_stockout():
+    error = gke_error(400, "INVALID_ARGUMENT", "the zone does not have enough resources (lack of capacity)")
+    assert gke.classify_error(error).reason == s.REASON_POOL_REJECTED
+
+
+def cluster_resource(location: str, zones: list[str]) -> container_v1.Cluster:
+    return container_v1.Cluster(name="c", location=location, locations=zones)
+
+
+@pytest.mark.parametrize(
+    ("zone", "fragment"),
+    [
+        ("us-central1-b", ""),
+        ("us-central1", "TPUJOB_GKE_ZONE (chart value gke.zone) is 'us-central1', a region"),
+        ("europe-west4-a", "not in the cluster's region us-central1"),
+        ("", "is empty and the cluster"),
+    ],
+)
+def test_the_zone_setting_is_checked_against_the_cluster(zone, fragment):
+    cluster = Cluster(project="p", location="us-central1", cluster="c", zone=zone)
+    problem = gke.zone_problem(cluster, cluster_resource("us-central1", ["us-central1-a", "us-central1-b"]))
+    if not fragment:
+        assert problem == ""
+    else:
+        assert fragment in problem
+    if zone == "us-central1":
+        assert "us-central1-a, us-central1-b" in problem  # the fix: the cluster's zones
+
+
+def test_a_zonal_cluster_accepts_its_own_zone():
+    cluster = Cluster(project="p", location="us-central2-b", cluster="c", zone="us-central2-b")
+    assert gke.zone_problem(cluster, cluster_resource("us-central2-b", ["us-central2-b"])) == ""
+
+
+@pytest.mark.parametrize(
+    ("location", "region"),
+    [("us-central1", "us-central1"), ("us-central1-a", "us-central1"), ("us-central1-ai1a", "us-central1"),
+     ("nowhere", None)],
+)  # fmt: skip
+def test_region_of(location, region):
+    assert gke.region_of(location) == region
