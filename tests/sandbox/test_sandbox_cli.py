@@ -39,14 +39,21 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
     state = tmp_path / "sandbox"
     try:
         started = time.monotonic()
-        up = sandbox_command("up", "--dir", str(state), "--provisioning-seconds", "1")
+        up = sandbox_command(
+            "up", "--dir", str(state), "--time-scale", "0.004", "--release-channel", "stable"
+        )
         warm_start = time.monotonic() - started
         assert up.returncode == 0, up.stderr
         record_property("warm_start_seconds", round(warm_start, 1))
         assert warm_start < WARM_START_LIMIT_SECONDS, f"warm start took {warm_start:.1f} s"
 
         info = json.loads((state / "sandbox.json").read_text())
-        assert {"kubeconfig", "gkeEndpoint", "project", "location", "cluster"} <= set(info)
+        assert {"kubeconfig", "gkeEndpoint", "project", "location", "cluster", "zone"} <= set(info)
+        assert (info["location"], info["zone"], info["releaseChannel"]) == (
+            "us-central1",
+            "us-central1-a",
+            "stable",
+        )
         assert info["kubeconfig"] == str(state / "kubeconfig")
         pids = [info["pid"], *info["pids"].values()]
         assert len(pids) == 5 and all(pid_alive(pid) for pid in pids)

@@ -56,7 +56,8 @@ def test_pools_and_pods_follow_the_slice_shape(tpu_spec, n_pools, hosts, chips, 
         assert pool["initialNodeCount"] == hosts
         assert pool["config"]["machineType"] == machine
         assert pool["locations"] == ["us-east5-b"]
-        assert pool["management"] == {"autoUpgrade": False, "autoRepair": True}
+        # Release-channel clusters (GKE's default) refuse a pool with auto-upgrade off.
+        assert pool["management"] == {"autoUpgrade": True, "autoRepair": True}
         if placement:
             assert pool["placementPolicy"] == {"type": "COMPACT", "tpuTopology": placement}
         else:

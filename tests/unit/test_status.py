@@ -263,7 +263,7 @@ def test_a_stockout_gke_gave_up_on_is_deleted_and_asked_for_again():
 
 
 def test_an_error_message_alone_is_not_read_as_a_stockout():
-    """Codes, not words: an ERROR pool without GKE's capacity condition is a broken pool (grace, then lost)."""
+    """Codes, not words: an ERROR pool without a capacity condition is a broken pool (grace, then lost)."""
     job = make_job()
     pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", "Requested resource is exhausted")
     decision = step(job, pools=(pool,))
