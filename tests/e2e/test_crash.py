@@ -106,3 +106,23 @@ def test_pools_of_vanished_jobs_are_swept_at_startup(jobs, gke, operator):
     wait_for(
         lambda: pool["name"] not in gke.node_pools(), timeout=60, what="the sweep to delete the orphan pool"
     )
+
+
+def test_killed_while_gke_retries_a_stockout(jobs, gke, kubelet, core, operator):
+    """Killed right after the create call (the status may not have recorded GKE's operation yet): the new
+    process finds the operation and keeps waiting on GKE's retry, with no delete and no second create."""
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
+    gke.pools.retry_window_seconds = 3600
+    jobs.create(base_job("train", tpu=MULTI_HOST))
+    wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
+    with killed(operator):
+        pass
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "Stockout" and st,
+        timeout=30,
+        what="the stockout after the restart",
+    )
+    assert status["nodePools"][0]["operation"].startswith("operation-")
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)
+    finish(jobs, kubelet, gke, core, "train", 4)
+    assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 1)
