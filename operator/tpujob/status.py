@@ -387,13 +387,20 @@ def _suspend(b: _Builder) -> None:
         b.decision.requeue(POLL_PROVISIONING_SECONDS)
 
 
-def _deadline_passed(b: _Builder) -> bool:
-    deadline = b.job.spec.run_policy.active_deadline_seconds
-    if deadline is None or b.status.start_time is None:
+def _limit_reached(b: _Builder, since: str | None, seconds: int | None) -> bool:
+    """A time limit counted from `since`: reached, or a look again when it will be."""
+    if seconds is None or since is None:
         return False
-    ends = parse_timestamp(b.status.start_time) + dt.timedelta(seconds=deadline)
+    ends = parse_timestamp(since) + dt.timedelta(seconds=seconds)
     if b.now < ends:
         b.decision.requeue((ends - b.now).total_seconds())
+        return False
+    return True
+
+
+def _deadline_passed(b: _Builder) -> bool:
+    deadline = b.job.spec.run_policy.active_deadline_seconds
+    if not _limit_reached(b, b.status.start_time, deadline):
         return False
     _fail(b, REASON_DEADLINE, f"the job ran longer than activeDeadlineSeconds ({deadline} s)")
     return True
@@ -471,11 +478,7 @@ def _slice_pool(
 def _provisioning_timed_out(b: _Builder, reason: str, message: str) -> bool:
     """spec.runPolicy.provisioningTimeoutSeconds: give up waiting for pools, and give them back."""
     timeout = b.job.spec.run_policy.provisioning_timeout_seconds
-    if timeout is None or b.status.provisioning_since is None:
-        return False
-    ends = parse_timestamp(b.status.provisioning_since) + dt.timedelta(seconds=timeout)
-    if b.now < ends:
-        b.decision.requeue((ends - b.now).total_seconds())
+    if not _limit_reached(b, b.status.provisioning_since, timeout):
         return False
     b.decision.create_pools.clear()
     _fail(

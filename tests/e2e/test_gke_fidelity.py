@@ -9,6 +9,7 @@ import time
 
 from tests.e2e.conftest import operator_env
 from tests.manifests import base_job
+from tests.sandbox.helpers import create_pool, pool_request
 from tpujob.sandbox.kubelet_sim import EXIT_CODE_SIGTERM
 from tpujob.sandbox.operators import OperatorProcess
 from tpujob.sandbox.processes import log_tail
@@ -142,21 +143,15 @@ def test_a_region_configured_as_the_zone_is_a_configuration_error_naming_the_set
 def test_a_2x4_job_runs_on_an_xpk_style_pool_of_two_4_chip_nodes_and_a_mismatched_one_is_unschedulable(
     jobs, gke, kubelet
 ):
-    from google.cloud import container_v1
-
     # What xpk's `v6e-8` makes: one slice of two ct6e-standard-4t VMs in a 2x4 topology.
-    gke.client().create_node_pool(
-        parent=gke.parent,
-        node_pool=container_v1.NodePool(
-            name="xpk-v6e-8",
-            initial_node_count=2,
-            locations=["us-central1-b"],
-            config=container_v1.NodeConfig(machine_type="ct6e-standard-4t"),
-            placement_policy=container_v1.NodePool.PlacementPolicy(
-                type_=container_v1.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology="2x4"
-            ),
-        ),
+    xpk_pool = pool_request(
+        name="xpk-v6e-8",
+        initialNodeCount=2,
+        locations=["us-central1-b"],
+        config={"machineType": "ct6e-standard-4t"},
+        placementPolicy={"type": "COMPACT", "tpuTopology": "2x4"},
     )
+    create_pool(gke, xpk_pool)
     tpu = {"type": "v6e", "topology": "2x4", "machineType": "ct6e-standard-4t"}
     jobs.create(plain_job("fits", tpu=tpu, nodePool={"policy": "existing"}))
     succeed_all(jobs, kubelet, "fits", 2)

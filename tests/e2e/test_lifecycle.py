@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.manifests import base_job
+from tests.sandbox.helpers import create_pool, pool_request
 from tpujob.api import constants as c
 from tpujob.sandbox.waiting import wait_for
 
@@ -137,17 +138,7 @@ def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
 
 
 def test_existing_policy_uses_pools_made_elsewhere(jobs, gke, kubelet):
-    from google.cloud import container_v1
-
-    gke.client().create_node_pool(
-        parent=gke.parent,
-        node_pool=container_v1.NodePool(
-            name="platform-v5e",
-            initial_node_count=1,
-            locations=["us-central1-a"],
-            config=container_v1.NodeConfig(machine_type="ct5lp-hightpu-4t"),
-        ),
-    )
+    create_pool(gke, pool_request(name="platform-v5e"))
     jobs.create(base_job("train", nodePool={"policy": "existing"}))
     (pod,) = jobs.wait_pods_running("train", 1)
     assert gke.calls["CreateNodePool"] == 1  # only the platform team's
