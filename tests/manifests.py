@@ -70,6 +70,42 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "need multi-host slices",
     ),
     (
+        "multislice-on-one-8-chip-host",
+        with_change("spec.tpu", {"type": "v6e", "topology": "2x4", "slices": 2}),
+        "spec.tpu.slices",
+        "set spec.tpu.machineType: ct6e-standard-4t",
+    ),
+    (
+        "tensorflow-on-tpu7x",
+        with_change("spec.tpu", {"type": "tpu7x", "topology": "1x1x1"}),
+        "spec.trainer.image",
+        "TensorFlow does not run on tpu7x",
+    ),
+    (
+        "v5p-dimensions-descending",
+        with_change("spec.tpu", {"type": "v5p", "topology": "4x2x2"}),
+        "spec.tpu.topology",
+        "write the dimensions ascending (2x2x4)",
+    ),
+    (
+        "max-pods-per-node-too-small",
+        with_change("spec.nodePool", {"maxPodsPerNode": 4}),
+        "spec.nodePool.maxPodsPerNode",
+        "greater than or equal to 8",
+    ),
+    (
+        "oauth-scope-not-a-url",
+        with_change("spec.nodePool", {"oauthScopes": ["storage-full"]}),
+        "spec.nodePool.oauthScopes[0]",
+        "does not match",
+    ),
+    (
+        "provisioning-timeout-zero",
+        with_change("spec.runPolicy", {"provisioningTimeoutSeconds": 0}),
+        "spec.runPolicy.provisioningTimeoutSeconds",
+        "greater than or equal to 1",
+    ),
+    (
         "machine-type-wrong-generation",
         with_change("spec.tpu.machineType", "ct4p-hightpu-4t"),
         "spec.tpu.machineType",
@@ -103,7 +139,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "reservation-bad-name",
         with_change("spec.capacity", {"mode": "reservation", "reservation": "My_Res"}),
         "spec.capacity.reservation",
-        "does not match",
+        "or projects/PROJECT/reservations/NAME",
     ),
     (
         "unknown-pool-policy",

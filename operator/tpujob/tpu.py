@@ -3,7 +3,8 @@
 Pure data and arithmetic. Facts from GKE's "Plan TPUs in GKE" and Cloud TPU docs, xpk's system
 catalog and GKE's tpu-provisioner (see shared/reference/gke-tpu.md). Rules used:
   chips = product of the topology's dimensions; hosts (VMs) = max(chips / chips per VM, 1).
-  2D generations take AxB, 3D generations take AxBxC, dimensions in ascending order.
+  2D generations take AxB, 3D generations take AxBxC, dimensions in ascending order (v4 in any order:
+  xpk's catalog builds v4 shapes without that rule).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class Generation:
     topologies: tuple[str, ...]
     # Ironwood places multi-host pools with a workload policy instead of a tpuTopology field.
     multi_host_needs_workload_policy: bool = False
+    # v4 takes its 3D dimensions in any order; the others ascending.
+    any_dimension_order: bool = False
+    # TensorFlow runs on it (Cloud TPU's TPU7x page: JAX and PyTorch only).
+    runs_tensorflow: bool = True
 
     def machine_type(self, name: str) -> MachineType | None:
         return next((m for m in self.machine_types if m.name == name), None)
@@ -79,6 +84,7 @@ GENERATIONS: Final[dict[str, Generation]] = {
             machine_types=(MachineType("ct4p-hightpu-4t", 4),),
             max_chips=4096,
             topologies=_SMALL_3D,
+            any_dimension_order=True,
         ),
         Generation(
             type="v5e",
@@ -116,10 +122,12 @@ GENERATIONS: Final[dict[str, Generation]] = {
             type="tpu7x",
             accelerator="tpu7x",
             dimensions=3,
-            machine_types=(MachineType("tpu7x-standard-4t", 4),),
+            # tpu7x-standard-1t is one chip, labelled 1x1x1 (GKE's TPU7x page).
+            machine_types=(MachineType("tpu7x-standard-1t", 1), MachineType("tpu7x-standard-4t", 4)),
             max_chips=9216,
-            topologies=_SMALL_3D,
+            topologies=("1x1x1", *_SMALL_3D),
             multi_host_needs_workload_policy=True,
+            runs_tensorflow=False,
         ),
     )
 }
@@ -170,10 +178,12 @@ def _topology_problem(generation: Generation, topology: str) -> str | None:
             f"{topology!r} has {chips} chips, more than the largest {generation.type} slice "
             f"({generation.max_chips} chips); use more slices instead"
         )
-    if list(dims) != sorted(dims):
+    if list(dims) != sorted(dims) and not generation.any_dimension_order:
         ordered = "x".join(str(d) for d in sorted(dims))
         return f"{topology!r} is not a {generation.type} topology: write the dimensions ascending ({ordered})"
     if generation.dimensions == 3 and all(d % 4 == 0 for d in dims):
+        return None
+    if generation.any_dimension_order and "x".join(str(d) for d in sorted(dims)) in generation.topologies:
         return None
     return f"{topology!r} is not a {generation.type} topology; {valid}"
 
@@ -182,7 +192,8 @@ def _machine_type_problem(machine_type: MachineType, chips: int, topology: str) 
     """Single-host machine types fit exactly one shape; the 4-chip ones tile larger slices."""
     per_vm = machine_type.chips_per_vm
     if per_vm == 1 and chips != 1:
-        return f"{machine_type.name} has 1 chip and serves only topology 1x1, not {topology}"
+        one_chip = "x".join("1" for _ in topology.split("x"))
+        return f"{machine_type.name} has 1 chip and serves only topology {one_chip}, not {topology}"
     if per_vm == 8 and chips != 8:
         return f"{machine_type.name} has 8 chips and serves only topology 2x4, not {topology}"
     if per_vm == 4 and chips < 4:
@@ -231,6 +242,17 @@ def resolve_slice(tpu_type: str, topology: str, machine_type: str | None = None)
         chips=chips,
         hosts=max(chips // chosen.chips_per_vm, 1),
     )
+
+
+def machine_type_is_ambiguous(generation: Generation, topology: str) -> bool:
+    """More than one machine type of the generation serves this topology (v5e/v6e 2x4: one 8-chip VM or
+    two 4-chip VMs): pods on pools made elsewhere must name the machine type, or sit on the wrong nodes."""
+    dims = parse_topology(topology)
+    if dims is None:
+        return False
+    chips = math.prod(dims)
+    fits = [m for m in generation.machine_types if _machine_type_problem(m, chips, topology) is None]
+    return len(fits) > 1
 
 
 def catalog_rows() -> list[tuple[str, str, str, int, int, str]]:

@@ -14,6 +14,10 @@ from tpujob.render.naming import MAX_POOL_NAME
 CLUSTER = Cluster(project="p", location="us-east5", cluster="c", zone="us-east5-b")
 
 
+TPU7X_2X2X2 = {"type": "tpu7x", "topology": "2x2x2"}
+JAX = {"image": "registry.example/jax-trainer:1"}  # TensorFlow does not run on tpu7x
+
+
 def job(name="train", uid="1234", **spec):
     manifest = base_job(name, **spec)
     manifest["metadata"]["uid"] = uid
@@ -204,12 +208,77 @@ def test_user_settings_reach_the_container():
 
 
 def test_tpu7x_multihost_pool_uses_the_workload_policy():
-    plan = render_plan(
-        job(tpu={"type": "tpu7x", "topology": "2x2x2"}, nodePool={"workloadPolicy": "wp-1"}), CLUSTER
-    )
+    plan = render_plan(job(tpu=TPU7X_2X2X2, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX), CLUSTER)
     (pool,) = plan.node_pools
     assert pool["placementPolicy"] == {"policyName": "wp-1"}
     assert pool["initialNodeCount"] == 2
+
+
+def test_tpu7x_workers_get_process_addresses_by_worker_id():
+    plan = render_plan(job(tpu=TPU7X_2X2X2, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX), CLUSTER)
+    hostnames = env_of(pods_of(plan)[0])["TPU_WORKER_HOSTNAMES"].split(",")
+    for pod in pods_of(plan):
+        env = env_of(pod)
+        assert env["TPU_PROCESS_ADDRESSES"].split(",") == [f"{h}:8471" for h in hostnames]
+        assert env["TPU_PROCESS_PORT"] == "8471"
+    multislice = {**TPU7X_2X2X2, "slices": 2}
+    plan = render_plan(job(tpu=multislice, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX), CLUSTER)
+    assert env_of(pods_of(plan)[0])["MEGASCALE_COORDINATOR_ADDRESS"].endswith(":8080")
+    single = render_plan(job(tpu={"type": "tpu7x", "topology": "1x1x1"}, trainer=JAX), CLUSTER)
+    (pool,) = single.node_pools
+    assert pool["config"]["machineType"] == "tpu7x-standard-1t" and "placementPolicy" not in pool
+    assert "TPU_PROCESS_ADDRESSES" not in env_of(pods_of(single)[0])  # one host: nobody to find
+
+
+def test_pool_hygiene_as_gke_tools_do_it():
+    (pool,) = render_plan(job(), CLUSTER).node_pools
+    assert pool["maxPodsConstraint"] == {"maxPodsPerNode": "16"}
+    assert pool["config"]["gvnic"] == {"enabled": True}
+    assert pool["config"]["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert "workloadMetadataConfig" not in pool["config"]
+    parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    assert parsed.max_pods_constraint.max_pods_per_node == 16
+    assert parsed.config.gvnic.enabled is True
+
+    workload_identity = Cluster(**{**CLUSTER.__dict__, "workload_identity": True})
+    custom = {
+        "maxPodsPerNode": 32,
+        "gvnic": False,
+        "oauthScopes": ["https://www.googleapis.com/auth/devstorage.read_write"],
+    }
+    (pool,) = render_plan(job(nodePool=custom), workload_identity).node_pools
+    assert pool["config"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    assert pool["maxPodsConstraint"] == {"maxPodsPerNode": "32"}
+    assert "gvnic" not in pool["config"]
+    assert pool["config"]["oauthScopes"] == ["https://www.googleapis.com/auth/devstorage.read_write"]
+    parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    assert (
+        parsed.config.workload_metadata_config.mode == container_v1.WorkloadMetadataConfig.Mode.GKE_METADATA
+    )
+
+
+def test_a_shared_reservation_is_named_by_its_project_path():
+    shared = "projects/other-project/reservations/res-1"
+    (pool,) = render_plan(job(capacity={"mode": "reservation", "reservation": shared}), CLUSTER).node_pools
+    assert pool["config"]["reservationAffinity"]["values"] == [shared]
+
+
+@pytest.mark.parametrize(
+    ("tpu_spec", "selected"),
+    [
+        ({"type": "v6e", "topology": "2x4"}, "ct6e-standard-8t"),
+        ({"type": "v6e", "topology": "2x4", "machineType": "ct6e-standard-4t"}, "ct6e-standard-4t"),
+        ({"type": "v5e", "topology": "2x4"}, "ct5lp-hightpu-8t"),
+        ({"type": "v5e", "topology": "2x2"}, None),  # only -4t serves 2x2
+        ({"type": "v6e", "topology": "4x4"}, None),
+    ],
+)
+def test_pods_on_existing_pools_name_the_machine_type_when_the_topology_leaves_a_choice(tpu_spec, selected):
+    plan = render_plan(job(tpu=tpu_spec, nodePool={"policy": "existing"}), CLUSTER)
+    selector = pods_of(plan)[0]["spec"]["nodeSelector"]
+    assert selector.get(c.NODE_LABEL_INSTANCE_TYPE) == selected
+    created = render_plan(job(tpu=tpu_spec), CLUSTER)  # its own pool is pinned by name instead
+    assert c.NODE_LABEL_INSTANCE_TYPE not in pods_of(created)[0]["spec"]["nodeSelector"]
 
 
 def test_rendering_is_deterministic_byte_for_byte():

@@ -13,6 +13,10 @@ FACTS = [
     ("v4", "4x4x4", None, 64, 16, "ct4p-hightpu-4t", "tpu-v4-podslice"),
     ("v4", "4x4x8", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
     ("v4", "16x16x16", None, 4096, 1024, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    # v4 takes its dimensions in any order (xpk's catalog): 4x2x2 is 2x2x4 turned.
+    ("v4", "4x2x2", None, 16, 4, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "8x4x4", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("tpu7x", "1x1x1", None, 1, 1, "tpu7x-standard-1t", "tpu7x"),
     ("v5e", "1x1", None, 1, 1, "ct5lp-hightpu-1t", "tpu-v5-lite-podslice"),
     ("v5e", "2x2", None, 4, 1, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
     ("v5e", "2x4", None, 8, 1, "ct5lp-hightpu-8t", "tpu-v5-lite-podslice"),

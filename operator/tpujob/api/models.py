@@ -17,6 +17,17 @@ from tpujob.api.constants import API_VERSION, KIND
 
 # GCE resource names (node pools, reservations, resource policies): RFC 1035 labels.
 GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A reservation by name, or shared from another project: projects/PROJECT/reservations/NAME (GKE
+# "Consume reserved zonal resources": shared reservations are named so in reservationAffinity.values).
+RESERVATION_PATTERN = (
+    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+)
+# Google's OAuth scope URLs (https://developers.google.com/identity/protocols/oauth2/scopes).
+OAUTH_SCOPE_PATTERN = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$"
+# Every Google Cloud API, access then governed by IAM: Google's recommendation for VM service accounts. The
+# node default (devstorage.read_only among gke-default) cannot write gs:// checkpoints without Workload
+# Identity; xpk asks for `--scopes=storage-full,gke-default` for the same reason.
+DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$"
 # Longest TPUJob name: pod hostnames append "-s<slice>-w<worker>" and must stay a 63-character label.
@@ -119,9 +130,12 @@ class CapacitySpec(ApiModel):
     )
     reservation: str | None = Field(
         default=None,
-        pattern=GCE_NAME_PATTERN,
-        max_length=63,
-        description="Name of the Compute Engine reservation to consume; required when mode is reservation.",
+        pattern=RESERVATION_PATTERN,
+        max_length=128,
+        description=(
+            "The Compute Engine reservation to consume: its name, or projects/PROJECT/reservations/NAME for "
+            "one shared from another project. Required when mode is reservation."
+        ),
     )
 
     cel_rules = (
@@ -154,6 +168,29 @@ class NodePoolSpec(ApiModel):
         description=(
             "Name of the workload (resource) policy that places multi-host tpu7x pools; GKE uses it "
             "instead of a TPU topology for Ironwood."
+        ),
+    )
+    max_pods_per_node: int = Field(
+        default=16,
+        ge=8,
+        le=256,
+        description=(
+            "Pods per node of the pools the operator makes. A TPU node runs one trainer pod plus system "
+            "pods; the default 110 would reserve a /24 of the cluster's pod range per node and exhaust it "
+            "on large slices (xpk uses 15)."
+        ),
+    )
+    gvnic: bool = Field(
+        default=True,
+        description="Google Virtual NIC on the pools' nodes: the faster DCN path TPU docs advise.",
+    )
+    oauth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
+        default_factory=lambda: list(DEFAULT_OAUTH_SCOPES),
+        min_length=1,
+        description=(
+            "OAuth scopes of the nodes' service account. The default (cloud-platform, IAM decides) lets a "
+            "trainer without Workload Identity write gs:// checkpoints; GKE's default scopes are read-only "
+            "for Cloud Storage."
         ),
     )
 

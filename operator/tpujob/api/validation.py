@@ -14,6 +14,7 @@ from tpujob.api.models import (
     GCE_NAME_PATTERN,
     MAX_JOB_NAME_LENGTH,
     QUANTITY_PATTERN,
+    RESERVATION_PATTERN,
     ApiModel,
     CapacityMode,
     NodePoolPolicy,
@@ -29,8 +30,18 @@ RESERVED_ENV = frozenset(
         "MEGASCALE_NUM_SLICES",
         "MEGASCALE_SLICE_ID",
         "MEGASCALE_PORT",
+        "TPU_PROCESS_ADDRESSES",
+        "TPU_PROCESS_PORT",
     }
 )
+# The default trainer image (repository name); it is TensorFlow.
+DEFAULT_TRAINER_REPOSITORY = "tpujob-trainer"
+
+
+def is_default_trainer_image(image: str) -> bool:
+    """`registry/path/tpujob-trainer:tag`: the last path segment names the repository."""
+    repository = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+    return repository.startswith(DEFAULT_TRAINER_REPOSITORY)
 
 
 @dataclass(frozen=True, order=True)
@@ -133,6 +144,11 @@ def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> st
         return f"{given!r} does not match {pattern}: not a Kubernetes quantity; write e.g. 8, 500m or 64Gi"
     if pattern == GCE_NAME_PATTERN:
         return f"{given!r} does not match {pattern}: a GCE name is lowercase letters, digits and '-'"
+    if pattern == RESERVATION_PATTERN:
+        return (
+            f"{given!r} does not match {pattern}: write the reservation's name (lowercase letters, digits "
+            "and '-'), or projects/PROJECT/reservations/NAME for one shared from another project"
+        )
     return f"{given!r} does not match {pattern}"
 
 
@@ -146,10 +162,27 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
         yield Problem(f"spec.tpu.{error.field}", error.message)
 
     if shape is not None and spec.tpu.slices > 1 and not shape.multi_host:
+        four_chip = next((m.name for m in shape.generation.machine_types if m.chips_per_vm == 4), None)
+        fix = "use a larger topology or slices: 1"
+        if four_chip and shape.chips > 4:  # 2x4 on v5e/v6e: two 4-chip hosts make it a multi-host slice
+            fix = (
+                f"set spec.tpu.machineType: {four_chip} (2 hosts of 4 chips), a larger topology, or slices: 1"
+            )
         yield Problem(
             "spec.tpu.slices",
             f"{spec.tpu.slices} slices need multi-host slices, but {spec.tpu.topology} is one "
-            f"{shape.machine_type.name} host; use a larger topology or slices: 1",
+            f"{shape.machine_type.name} host; {fix}",
+        )
+    if (
+        shape is not None
+        and not shape.generation.runs_tensorflow
+        and is_default_trainer_image(spec.trainer.image)
+    ):
+        yield Problem(
+            "spec.trainer.image",
+            f"{spec.trainer.image!r} is the TensorFlow trainer, and TensorFlow does not run on "
+            f"{spec.tpu.type} (Cloud TPU's TPU7x page: JAX and PyTorch only); use a JAX or PyTorch/XLA "
+            "image that reads the worker env the operator sets",
         )
 
     capacity = spec.capacity

@@ -106,12 +106,19 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
     shape = slice_shape(job)
     capacity = job.spec.capacity
     labels = pool_ownership_labels(job, slice_index)
+    pool_spec = job.spec.node_pool
     config: dict[str, Any] = {
         "machineType": shape.machine_type.name,
         # Node labels and GCE resource labels: ownership on the nodes, and cost attribution in billing.
         "labels": labels,
         "resourceLabels": labels,
+        "oauthScopes": list(pool_spec.oauth_scopes),
     }
+    if pool_spec.gvnic:
+        config["gvnic"] = {"enabled": True}
+    if cluster.workload_identity:
+        # Pods reach Google APIs as their Kubernetes ServiceAccount's Google identity (Workload Identity).
+        config["workloadMetadataConfig"] = {"mode": "GKE_METADATA"}
     if capacity.mode == CapacityMode.spot:
         config["spot"] = True
     elif capacity.mode == CapacityMode.reservation:
@@ -123,8 +130,10 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
     pool: dict[str, Any] = {
         "name": naming.node_pool_name(job, slice_index),
         "initialNodeCount": shape.hosts,
-        "locations": [job.spec.node_pool.zone or cluster.zone],
+        "locations": [pool_spec.zone or cluster.zone],
         "config": config,
+        # int64 is a JSON string in GKE's REST API.
+        "maxPodsConstraint": {"maxPodsPerNode": str(pool_spec.max_pods_per_node)},
         # Auto-upgrade stays on: clusters on a release channel (the default for new clusters) refuse a pool
         # without it ("Auto_upgrade cannot be false when release_channel REGULAR is set"). Running slices are
         # protected from upgrades by a maintenance exclusion on the cluster instead. Repairs are welcome.
@@ -167,6 +176,19 @@ def worker_env(
         {"name": "TPU_WORKER_ID", "value": str(worker_index)},
         {"name": "TPU_WORKER_HOSTNAMES", "value": ",".join(worker_hostnames)},
     ]
+    # TPU7x multi-host runtimes find each other by TPU_PROCESS_ADDRESSES (host:port by worker id), as
+    # KubeRay's TPU webhook injects them; their multislice coordinator address carries a port.
+    process_addresses = job.spec.tpu.type == "tpu7x" and len(worker_hostnames) > 1
+    if process_addresses:
+        env += [
+            {
+                "name": "TPU_PROCESS_ADDRESSES",
+                "value": ",".join(f"{host}:{c.PORT_TPU_ICI}" for host in worker_hostnames),
+            },
+            {"name": "TPU_PROCESS_PORT", "value": str(c.PORT_TPU_ICI)},
+        ]
+        if slices > 1:
+            coordinator_address = f"{coordinator_address}:{c.PORT_MEGASCALE}"
     if slices > 1:
         env += [
             {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_address},
@@ -214,6 +236,10 @@ def _node_selector(job: TPUJob, cluster: Cluster, shape: tpu.SliceShape, slice_i
     if job.spec.node_pool.policy == NodePoolPolicy.create:
         # Pin each slice to its own pool: a slice's hosts must share one ICI domain.
         selector[c.NODE_LABEL_NODEPOOL] = naming.node_pool_name(job, slice_index)
+    elif tpu.machine_type_is_ambiguous(shape.generation, shape.topology):
+        # Pools made elsewhere: 2x4 is one 8-chip VM or two 4-chip VMs; name which, or the pods wait on
+        # nodes of the other kind.
+        selector[c.NODE_LABEL_INSTANCE_TYPE] = shape.machine_type.name
     if job.spec.capacity.mode == CapacityMode.spot:
         selector[c.NODE_LABEL_SPOT] = "true"
     return selector
