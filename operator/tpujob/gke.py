@@ -35,7 +35,6 @@ CALL_TIMEOUT = 30.0
 # google.rpc.ErrorInfo reasons GKE gives (seen in its error bodies).
 REASON_QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 REASON_RATE_LIMITED = "RATE_LIMIT_EXCEEDED"
-REASON_CLUSTER_BUSY = "CLUSTER_ALREADY_HAS_OPERATION"
 STOCKOUT_REASONS = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "STOCKOUT"})
 
 # Settings named in a configuration error: the environment variable and its chart value.
@@ -83,7 +82,7 @@ def classify_error(error: Exception) -> s.GKEError:
         return s.GKEError(s.REASON_QUOTA, message)
     if reason in STOCKOUT_REASONS:
         return s.GKEError(s.REASON_STOCKOUT, message)
-    if reason in (REASON_CLUSTER_BUSY, REASON_RATE_LIMITED) or status == "FAILED_PRECONDITION":
+    if reason == REASON_RATE_LIMITED or status == "FAILED_PRECONDITION":  # "incompatible operation"
         return s.GKEError(s.REASON_GKE_BUSY, message)
     if status == "RESOURCE_EXHAUSTED":  # 429 without a reason: GKE's rate limits
         return s.GKEError(s.REASON_GKE_BUSY, message)

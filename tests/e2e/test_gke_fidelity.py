@@ -91,7 +91,9 @@ def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs
         timeout=30,
         what="the refusal in the status",
     )
-    assert 'Machine type "ct5p-hightpu-4t" is not available in zone "us-central1-b"' in status["message"]
+    assert (
+        'Invalid machine type "ct5p-hightpu-4t" in zone "us-central1-b": GCE_NOT_FOUND' in status["message"]
+    )
     condition = next(c for c in status["conditions"] if c["type"] == "NodePoolsReady")
     assert condition["reason"] == "NodePoolRejected"
     event = wait_for(

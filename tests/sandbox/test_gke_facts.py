@@ -23,7 +23,6 @@ from tpujob.sandbox.gke_facts import InvalidNodePool, pool_shape
         ("ct5p-hightpu-4t", 16, "4x4x4", 16, "4x4x4"),
         ("e2-standard-4", 2, "", 2, ""),
         # A single-host pool may name its own VM's topology (GKE's tpu-provisioner sends it).
-        ("ct5lp-hightpu-1t", 1, "1x1", 1, "1x1"),
         ("ct5lp-hightpu-4t", 1, "2x2", 1, "2x2"),
         ("ct6e-standard-8t", 1, "2x4", 1, "2x4"),
         ("tpu7x-standard-1t", 1, "", 1, "1x1x1"),
@@ -38,7 +37,9 @@ def test_valid_pools_and_the_nodes_gke_builds(machine, count, topology, nodes, l
 @pytest.mark.parametrize(
     ("machine", "count", "topology", "message"),
     [
-        ("ct5lp-hightpu-1t", 4, "2x2", "single-host TPU machine type"),
+        ("ct5lp-hightpu-1t", 4, "2x2", "one-chip machine type"),
+        ("ct5lp-hightpu-1t", 1, "1x1", "one-chip machine type"),
+        ("ct5lp-hightpu-8t", 2, "4x4", "single-host TPU machine type"),
         ("ct5lp-hightpu-8t", 1, "2x2", "cannot be built"),
         ("ct5lp-hightpu-4t", 2, "2x2", "is one VM"),
         ("ct5lp-hightpu-4t", 8, "4x4", "needs exactly 4 nodes"),

@@ -146,7 +146,7 @@ def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gk
         ({"locations": ["europe-west4-a"]}, "is not in the cluster's region"),
         ({"locations": ["us-central1"]}, "is not a valid zone"),
         ({"locations": ["us-central1-a", "us-central1-b"]}, "exactly one node location"),
-        ({"locations": ["us-central1-b"]}, 'not available in zone "us-central1-b"'),
+        ({"locations": ["us-central1-b"]}, 'Invalid machine type "ct5lp-hightpu-4t" in zone "us-central1-b"'),
         ({"management": {"autoRepair": True}}, "Auto_upgrade cannot be false when release_channel REGULAR"),
         (
             {"config": {"machineType": "tpu7x-standard-4t"}, "locations": ["us-central1-c"],
@@ -191,7 +191,7 @@ def test_unknown_fields_are_refused(gke):
          "Too many operations"),
         # Over REST the class follows the HTTP code: FAILED_PRECONDITION arrives as BadRequest; the reason
         # tells it apart from an invalid request.
-        ("incompatible_operation", google_errors.BadRequest, 400, "CLUSTER_ALREADY_HAS_OPERATION",
+        ("incompatible_operation", google_errors.BadRequest, 400, None,
          "Cluster is running incompatible operation"),
         ("internal", google_errors.InternalServerError, 500, None, "Internal error"),
         ("unavailable", google_errors.ServiceUnavailable, 503, None, "unavailable"),
@@ -257,7 +257,7 @@ def test_a_stockout_is_retried_by_gke_and_the_slice_comes_up_whole_when_capacity
     assert client.get_operation(name=f"{parent}/operations/{operation.name}").status.name == "RUNNING"
     with pytest.raises(google_errors.BadRequest, match=f"incompatible operation {operation.name}") as refused:
         client.delete_node_pool(name=f"{gke.parent}/nodePools/scarce")
-    assert refused.value.reason == "CLUSTER_ALREADY_HAS_OPERATION"
+    assert refused.value.response.json()["error"]["status"] == "FAILED_PRECONDITION"
     with pytest.raises(google_errors.BadRequest, match=operation.name):
         client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="other"))
 

@@ -32,7 +32,7 @@ QUOTA = "Insufficient regional quota to satisfy request"
 CLASSIFIED = {
     "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), s.REASON_POOL_REJECTED, True),
     "incompatible-operation": (
-        gke_error(400, "FAILED_PRECONDITION", BUSY, "CLUSTER_ALREADY_HAS_OPERATION"),
+        gke_error(400, "FAILED_PRECONDITION", BUSY),  # as GKE sends it: no ErrorInfo
         s.REASON_GKE_BUSY,
         False,
     ),

@@ -139,10 +139,16 @@ def pool_shape(
         raise InvalidNodePool(
             f'placementPolicy.tpuTopology is set but "{machine.name}" is not a TPU machine type.'
         )
+    if machine.chips == 1 and tpu_topology:
+        # "For single node topologies ... tpuTopology being present will be rejected by the control plane"
+        # (GoogleCloudPlatform/ai-on-gke tpu-provisioner, commit ec7178cf, PR #965). The wording is ours.
+        raise InvalidNodePool(
+            f'"{machine.name}" is a one-chip machine type: do not set placementPolicy.tpuTopology.'
+        )
     hosts = hosts_for_topology(machine, topology)
     if hosts == 1:
-        # GKE accepts a topology on a single-host pool when it is the VM's own shape (GKE's tpu-provisioner
-        # sends it for every TPU pool).
+        # A 4- or 8-chip single-host pool may name its own VM's topology: tpu-provisioner sends 2x2 for
+        # ct5lp-hightpu-4t, and GKE's Multislice page calls that pool a valid single-host slice.
         if topology != machine.single_host_topology:
             raise InvalidNodePool(
                 f'TPU topology "{topology}" does not match single-host machine type "{machine.name}", '

@@ -109,15 +109,15 @@ class SimCluster:
         return list(locations)
 
     def check_machine_type(self, machine_type: str, is_tpu: bool, pool_zones: list[str]) -> None:
-        """A TPU machine type exists only in the zones that offer it (see zones.py for the source)."""
+        """A TPU machine type exists only in the zones that offer it (see zones.py for the source). GKE's
+        wording for a machine type a zone lacks: `Error 400: Invalid machine type "e2-standard-4" in zone
+        "us-central2-b": GCE_NOT_FOUND` (keras-team/kinetic#305)."""
         if not is_tpu:
             return
         for zone in pool_zones:
             if not zones.offers(zone, machine_type):
-                offering = ", ".join(zones.zones_offering(machine_type)) or "none"
                 raise invalid_argument(
-                    f'Machine type "{machine_type}" is not available in zone "{zone}" '
-                    f"(zones offering it: {offering})."
+                    f'Invalid machine type "{machine_type}" in zone "{zone}": GCE_NOT_FOUND'
                 )
 
 

@@ -66,15 +66,10 @@ def new_operation_name() -> str:
 
 
 def incompatible_operation(operation: str) -> GkeError:
-    """GKE runs one node pool operation at a time per cluster (and never a delete under a running create).
-    Wording and code as real GKE answers, e.g. hashicorp/terraform-provider-google#9282 and
-    GoogleCloudPlatform/ai-on-gke tpu-provisioner (which retries on "incompatible operation")."""
-    return GkeError(
-        400,
-        "FAILED_PRECONDITION",
-        f"Cluster is running incompatible operation {operation}.",
-        "CLUSTER_ALREADY_HAS_OPERATION",
-    )
+    """GKE refuses an operation that conflicts with one running on the cluster. As GKE answers it: 400,
+    FAILED_PRECONDITION, only a RequestInfo in the details, no ErrorInfo reason (rancher/gke-operator#509
+    quotes the whole body; GoogleCloudPlatform/ai-on-gke's tpu-provisioner retries on this text)."""
+    return GkeError(400, "FAILED_PRECONDITION", f"Cluster is running incompatible operation {operation}.")
 
 
 def quota_refusal(resource: str, region: str) -> GkeError:
@@ -99,21 +94,22 @@ def too_many_operations(cluster: str) -> GkeError:
     )
 
 
-def stockout_message(project: str, zone: str) -> str:
-    """The IGM's stockout error as GKE relays it in a pool condition and the operation error
-    (GCE's ZONE_RESOURCE_POOL_EXHAUSTED / GCE_STOCKOUT wording, e.g. GoogleCloudPlatform/ai-on-gke issues)."""
+def stockout_message(project: str, zone: str, instance: str, vms: int, waited: str) -> str:
+    """The managed instance group's stockout as GKE relays it in the pool condition and the operation error
+    (verbatim shape: tranquilitybase-io/tb-gcp#589, akka/akka-core#32992 "after 35m4.03s")."""
     return (
-        "Google Compute Engine: Not all instances running in IGM after 35m0s. "
-        "Current errors: [GCE_STOCKOUT]: "
-        f"Instance creation failed: The zone 'projects/{project}/zones/{zone}' does not have enough "
-        "resources available to fulfill the request. Try a different zone, or try again later."
+        f"Google Compute Engine: Not all instances running in IGM after {waited}. Expected {vms}, "
+        f"running 0, transitioning {vms}. Current errors: [GCE_STOCKOUT]: Instance '{instance}' creation "
+        f"failed: The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+        "fulfill the request.  Try a different zone, or try again later."
     )
 
 
-def quota_message(resource: str, region: str, needed: int, available: int) -> str:
-    """The IGM's quota error as GKE relays it in a pool condition (GCE_QUOTA_EXCEEDED)."""
+def quota_message(resource: str, region: str, instance: str, vms: int, limit: int, waited: str) -> str:
+    """The quota shortfall as GKE relays it in the pool condition (verbatim shape:
+    GoogleCloudPlatform/k8s-config-connector#321, a `gcloud container node-pools describe`)."""
     return (
-        "Google Compute Engine: Not all instances running in IGM. Current errors: [GCE_QUOTA_EXCEEDED]: "
-        f"Instance creation failed: Quota '{resource}' exceeded. Limit: {available}.0 in region {region}. "
-        f"Requested {needed}.0."
+        f"Insufficient quota to satisfy the request: Not all instances running in IGM after {waited}. "
+        f"Expected {vms}, running 0, transitioning {vms}. Current errors: [GCE_QUOTA_EXCEEDED]: Instance "
+        f"'{instance}' creation failed: Quota '{resource}' exceeded.  Limit: {limit}.0 in region {region}."
     )

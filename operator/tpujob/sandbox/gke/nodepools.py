@@ -62,7 +62,15 @@ class _Pool:
     create_operation: str = ""
     delete_operation: str = ""
     retry_until: float = 0.0  # when GKE stops retrying the VMs (monotonic, real seconds)
+    attempt_started: float = 0.0  # when GKE first asked for the VMs (monotonic, real seconds)
     holds_capacity: bool = False
+
+
+def _duration(real_seconds: float, time_scale: float) -> str:
+    """GKE time elapsed, as Go prints a duration in GKE's messages (35m4.03s)."""
+    seconds = real_seconds / time_scale if time_scale else 0.0
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.2f}s" if minutes else f"{rest:.2f}s"
 
 
 class NodePools:
@@ -188,7 +196,8 @@ class NodePools:
         with self._lock:
             if self._pools.get(record.pool.name) is not record or record.delete_operation:
                 return
-            record.retry_until = self._clock() + self.retry_window_seconds * self.time_scale
+            record.attempt_started = self._clock()
+            record.retry_until = record.attempt_started + self.retry_window_seconds * self.time_scale
         if fault is PoolFault.ERROR:
             message = (
                 "Google Compute Engine: An internal error has occurred. Instances could not be created; "
@@ -224,12 +233,16 @@ class NodePools:
             return None
         region, family = zones.region_of(record.zone), zones.quota_family(machine.name)
         chips = machine.chips * record.shape.nodes
+        vms = record.shape.nodes
+        instance = node_name(self.cluster.name, record.pool.name, 0)
+        waited = _duration(self._clock() - record.attempt_started, self.time_scale)
         if not self.quota.take(region, family, chips):
-            free = self.quota.available(region, family) or 0
-            return Code.GCE_QUOTA_EXCEEDED, errors.quota_message(family, region, chips, free)
-        if not self.capacity.take(record.zone, machine.name, record.shape.nodes):
+            limit = self.quota.available(region, family) or 0
+            return Code.GCE_QUOTA_EXCEEDED, errors.quota_message(family, region, instance, vms, limit, waited)
+        if not self.capacity.take(record.zone, machine.name, vms):
             self.quota.give_back(region, family, chips)
-            return Code.GCE_STOCKOUT, errors.stockout_message(self.cluster.project, record.zone)
+            message = errors.stockout_message(self.cluster.project, record.zone, instance, vms, waited)
+            return Code.GCE_STOCKOUT, message
         record.holds_capacity = True
         return None
 
