@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -15,7 +16,9 @@ from tests.sandbox.helpers import create_pool, nodes_of, pool_request, render_cl
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.render import render_plan
-from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel
+from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
+from tpujob.sandbox.gke.cluster import check_flex_start
+from tpujob.sandbox.gke.errors import GkeError
 from tpujob.sandbox.waiting import wait_for
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -427,3 +430,93 @@ def test_faults_and_call_counts_are_reachable_over_http_for_a_sandbox_in_another
     )
     assert requests.get(f"{controls}/calls", timeout=5).json()["CreateNodePool"] == 2
     assert requests.delete(f"{controls}/faults", timeout=5).status_code == 200
+
+
+EAST5 = "projects/tpujob-sandbox/locations/us-east5/clusters/sandbox"
+CENTRAL1 = "projects/tpujob-sandbox/locations/us-central1/clusters/sandbox"
+V4 = "ct4p-hightpu-4t"
+
+
+def flex_pool(name: str, zone: str = "us-east5-a", machine: str = "ct5p-hightpu-4t", run: str = "", **fields):
+    """A flex-start slice as xpk's --flex makes it: empty, autoscaled to the slice's VMs, no reservation."""
+    config = {
+        "machineType": machine,
+        "flexStart": True,
+        "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},
+        **({"maxRunDuration": run} if run else {}),
+    }
+    return pool_request(
+        name=name,
+        initialNodeCount=0,
+        locations=[zone],
+        config=config,
+        autoscaling={"enabled": True, "minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"},
+        management={"autoUpgrade": True, "autoRepair": False},
+        placementPolicy={"type": "COMPACT", "tpuTopology": "2x2x2"},
+        **fields,
+    )
+
+
+def waiting_pod(name: str, pool: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {c.NODE_LABEL_NODEPOOL: pool, "cloud.google.com/gke-flex-start": "true"},
+            "tolerations": [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.example/sleeper:1",
+                            "resources": {"limits": {c.TPU_RESOURCE: "4"}}}],
+        },
+    }  # fmt: skip
+
+
+def test_a_flex_start_slice_comes_up_whole_when_its_pods_wait_and_goes_at_its_run_duration(
+    gke, core, namespace
+):
+    client = gke.client()
+    operation = client.create_node_pool(parent=EAST5, node_pool=flex_pool("flex", run="3600s"))
+    name = f"projects/tpujob-sandbox/locations/us-east5/operations/{operation.name}"
+    wait_for(lambda: client.get_operation(name=name).status.name == "DONE", timeout=30, what="the empty pool")
+    assert client.get_node_pool(name=f"{EAST5}/nodePools/flex").status.name == "RUNNING"
+    assert not nodes_of(core, "flex")  # nothing until pods wait for it
+
+    for index in range(2):
+        core.create_namespaced_pod(namespace, waiting_pod(f"w{index}", "flex"))
+    nodes = wait_for(
+        lambda: len(found := nodes_of(core, "flex")) == 2 and found, timeout=60, what="the slice"
+    )
+    assert {n.metadata.labels["cloud.google.com/gke-flex-start"] for n in nodes} == {"true"}
+    assert {n.metadata.labels["topology.kubernetes.io/zone"] for n in nodes} == {"us-east5-a"}
+    # An hour of GKE time later the VMs go, with the node shutdown a reclaimed VM gets.
+    wait_for(lambda: not nodes_of(core, "flex"), timeout=60, what="the run duration to end")
+
+
+@pytest.mark.parametrize(
+    ("parent", "pool", "message"),
+    [
+        (EAST5, flex_pool("v4", zone="us-central2-b", machine=V4), "not in the cluster's region"),
+        (EAST5, flex_pool("late", run=f"{8 * 24 * 3600}s"), "exceeds the flex-start limit"),
+        # v5p exists in us-central1-a, flex-start for it only in us-east5-a.
+        (CENTRAL1, flex_pool("nowhere", zone="us-central1-a"),
+         "Flex-start for tpu-v5p-slice is not available in zone 'us-central1-a'"),
+    ],
+    ids=["other-region", "longer-than-7-days", "zone-without-flex"],
+)  # fmt: skip
+def test_flex_start_refusals(gke, parent, pool, message):
+    with pytest.raises(google_errors.BadRequest, match=re.escape(message)):
+        gke.client().create_node_pool(parent=parent, node_pool=pool)
+
+
+def test_flex_start_needs_a_recent_gke_and_no_v4(gke):
+    state = gke.cluster_state("us-east5", "sandbox")
+    version = state.model.version
+    state.model.version = "1.32.4-gke.1000000"
+    try:
+        with pytest.raises(google_errors.BadRequest, match=re.escape("need GKE 1.33.0-gke.1712000 or later")):
+            gke.client().create_node_pool(parent=EAST5, node_pool=flex_pool("old"))
+    finally:
+        state.model.version = version
+    v4_cluster = SimCluster(location="us-central2")  # where v4 lives: "TPU v3 and v4 are not supported"
+    with pytest.raises(GkeError, match="does not support accelerator 'tpu-v4-podslice'"):
+        check_flex_start(v4_cluster, "tpu-v4-podslice", "us-central2-b", 0)

@@ -18,6 +18,9 @@ from tpujob.sandbox.kubelet_sim import KubeletSimulator
 from tpujob.sandbox.layout import INFO_FILE
 
 
+FLEX_START_LOCATION = "us-east5"
+
+
 @dataclass
 class Sandbox:
     state_dir: Path
@@ -95,8 +98,12 @@ def start_sandbox(
     gke = kubelet = None
     try:
         cluster = SimCluster(release_channel=release_channel)
-        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale).start(gke_port)
+        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale)
+        # A second cluster of the project in us-east5, where GKE offers flex-start for v5p and v6e TPUs.
+        gke.add_cluster(SimCluster(location=FLEX_START_LOCATION, release_channel=release_channel))
+        gke.start(gke_port)
         kubelet = KubeletSimulator(api_client, state_dir).start()
+        gke.autoscaler.shut_down_nodes = kubelet.preempt_nodes
     except BaseException:
         for part in (kubelet, gke):
             if part:

@@ -18,6 +18,16 @@ from tpujob.sandbox.gke.errors import GkeError, invalid_argument
 
 # A GKE version of the REGULAR channel at the time of writing (GKE release notes); the node pools get it too.
 DEFAULT_VERSION = "1.33.5-gke.1201000"
+# "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
+FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
+# Flex-start VMs run at most 7 days, the default too (same page: maxRunDurationSeconds).
+FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """1.33.5-gke.1201000 -> (1, 33, 5, 1201000): GKE versions compare by these numbers."""
+    numbers = version.replace("-gke.", ".").split(".")
+    return tuple(int(n) for n in numbers if n.isdigit())
 
 
 class ReleaseChannel(enum.StrEnum):
@@ -119,6 +129,29 @@ class SimCluster:
                 raise invalid_argument(
                     f'Invalid machine type "{machine_type}" in zone "{zone}": GCE_NOT_FOUND'
                 )
+
+
+def check_flex_start(cluster: SimCluster, accelerator: str, zone: str, max_run_seconds: int) -> None:
+    """What GKE documents for flex-start TPU pools: versions, generations, zones, run duration. The refusals'
+    wording is ours (INVALID_ARGUMENT, as for any request GKE cannot serve as written)."""
+    if version_key(cluster.version) < version_key(FLEX_START_TPU_MIN_VERSION):
+        raise invalid_argument(
+            f"Flex-start TPU node pools need GKE {FLEX_START_TPU_MIN_VERSION} or later; the cluster runs "
+            f"{cluster.version}."
+        )
+    offered = zones.FLEX_START_ZONES.get(accelerator)
+    if offered is None:
+        raise invalid_argument(f"Flex-start does not support accelerator {accelerator!r}.")
+    if zone not in offered:
+        raise invalid_argument(
+            f"Flex-start for {accelerator} is not available in zone {zone!r}; "
+            f"available: {', '.join(sorted(offered))}."
+        )
+    if max_run_seconds > FLEX_START_MAX_RUN_SECONDS:
+        raise invalid_argument(
+            f"maxRunDuration {max_run_seconds}s exceeds the flex-start limit of "
+            f"{FLEX_START_MAX_RUN_SECONDS}s."
+        )
 
 
 def bad_location(location: str, cluster: SimCluster) -> GkeError:

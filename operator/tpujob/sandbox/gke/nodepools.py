@@ -33,7 +33,7 @@ from kubernetes.client.rest import ApiException
 
 from tpujob.sandbox import gke_facts
 from tpujob.sandbox.gke import errors, zones
-from tpujob.sandbox.gke.cluster import SimCluster
+from tpujob.sandbox.gke.cluster import FLEX_START_MAX_RUN_SECONDS, SimCluster, check_flex_start
 from tpujob.sandbox.gke.faults import Faults, PoolFault, call_fault_error
 from tpujob.sandbox.gke.nodes import NodeRegistry, node_name
 from tpujob.sandbox.gke.operations import Operations
@@ -63,6 +63,19 @@ class _Pool:
     delete_operation: str = ""
     retry_until: float = 0.0  # when GKE stops retrying the VMs (monotonic, real seconds)
     attempt_started: float = 0.0  # when GKE first asked for the VMs (monotonic, real seconds)
+    # Flex-start: the pool waits empty; its pods pending since (real seconds), and when its VMs must go.
+    queued_since: float | None = None
+    run_ends: float | None = None
+
+    @property
+    def flex(self) -> bool:
+        return bool(self.pool.config.flex_start)
+
+    @property
+    def max_run_seconds(self) -> float:
+        duration = self.pool.config.max_run_duration
+        return duration.total_seconds() if duration else float(FLEX_START_MAX_RUN_SECONDS)
+
     holds_capacity: bool = False
 
 
@@ -82,6 +95,8 @@ class NodePools:
         faults: Faults,
         policies: WorkloadPolicies,
         *,
+        capacity: zones.Capacity,
+        quota: zones.Quota,
         time_scale: float,
         later: Callable[..., None],
         clock: Callable[[], float] = time.monotonic,
@@ -91,8 +106,8 @@ class NodePools:
         self.nodes = nodes
         self.faults = faults
         self.policies = policies
-        self.capacity = zones.Capacity()
-        self.quota = zones.Quota()
+        self.capacity = capacity
+        self.quota = quota
         self.time_scale = time_scale
         self.retry_window_seconds = RETRY_WINDOW_SECONDS
         # Real GKE refuses a second node pool operation while one runs on the cluster in some cases (see
@@ -172,11 +187,15 @@ class NodePools:
             if policy is None:
                 raise pool_policy_missing(self.cluster.project, self.cluster.region, policy_name)
             policy_topology = policy.accelerator_topology
+        # A flex-start pool starts empty (initialNodeCount 0); the autoscaler brings its slice up whole, so
+        # the slice's size is the autoscaling maximum.
+        flex = pool.config.flex_start
+        nodes = pool.autoscaling.max_node_count if flex else pool.initial_node_count
         try:
             shape = gke_facts.pool_shape(
                 pool.name,
                 machine_type,
-                pool.initial_node_count,
+                nodes,
                 pool.placement_policy.tpu_topology,
                 policy_topology=policy_topology,
             )
@@ -190,6 +209,11 @@ class NodePools:
                 f"TPU node pools must have exactly one node location; got {', '.join(pool_zones)}."
             )
         self.cluster.check_machine_type(machine_type, shape.machine.is_tpu, pool_zones)
+        if flex:
+            run_seconds = (
+                int(pool.config.max_run_duration.total_seconds()) if pool.config.max_run_duration else 0
+            )
+            check_flex_start(self.cluster, shape.machine.accelerator, pool_zones[0], run_seconds)
         return shape, pool_zones
 
     def _provision(self, record: _Pool, fault: PoolFault | None) -> None:
@@ -198,6 +222,11 @@ class NodePools:
                 return
             record.attempt_started = self._clock()
             record.retry_until = record.attempt_started + self.retry_window_seconds * self.time_scale
+        if record.flex:  # created empty: its nodes come when its pods wait (autoscaler.py)
+            with self._lock:
+                record.pool.status = Status.RUNNING
+            self.operations.finish(record.create_operation)
+            return
         if fault is PoolFault.ERROR:
             message = (
                 "Google Compute Engine: An internal error has occurred. Instances could not be created; "
@@ -257,17 +286,14 @@ class NodePools:
         record.holds_capacity = False
 
     def _bring_up(self, record: _Pool) -> None:
-        names = [node_name(self.cluster.name, record.pool.name, i) for i in range(record.shape.nodes)]
         try:
-            for name in names:
-                self.nodes.register(name, record.pool, record.shape, record.zone)
+            self.register_slice(record)
         except ApiException as error:
             message = f"Nodes failed to register: {error.reason}"
             self._set_error(record, message, Code.UNKNOWN, errors.INTERNAL)
             self.operations.finish(record.create_operation, errors.INTERNAL, message)
             return
         with self._lock:
-            record.node_names = names
             record.pool.status = Status.RUNNING
             record.pool.status_message = ""
             record.pool.conditions = []
@@ -276,6 +302,36 @@ class NodePools:
                 f"instanceGroupManagers/gke-{self.cluster.name}-{record.pool.name}-grp"
             ]
         self.operations.finish(record.create_operation)
+
+    def register_slice(self, record: _Pool) -> list[str]:
+        """One Node per VM of the slice, all at once (a multi-host slice is all or nothing)."""
+        names = [node_name(self.cluster.name, record.pool.name, i) for i in range(record.shape.nodes)]
+        for name in names:
+            self.nodes.register(name, record.pool, record.shape, record.zone)
+        with self._lock:
+            record.node_names = names
+        return names
+
+    def flex_pools(self) -> list[_Pool]:
+        with self._lock:
+            return [
+                r
+                for r in self._pools.values()
+                if r.flex and not r.delete_operation and r.pool.status == Status.RUNNING
+            ]
+
+    def take_capacity(self, record: _Pool) -> bool:
+        """Quota and capacity for the whole slice, for the autoscaler (None problem: taken)."""
+        with self._lock:
+            return self._reserve(record) is None
+
+    def release_slice(self, record: _Pool) -> list[str]:
+        """The autoscaler took the slice's VMs away: their capacity is free again; the names that went."""
+        with self._lock:
+            names, record.node_names = record.node_names, []
+            self._release_capacity(record)
+            record.queued_since = record.run_ends = None
+        return names
 
     def _set_error(self, record: _Pool, message: str, code: Code, canonical: int) -> None:
         with self._lock:

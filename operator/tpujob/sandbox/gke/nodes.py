@@ -20,6 +20,8 @@ from tpujob.sandbox import gke_facts
 from tpujob.sandbox.gke import zones
 
 SIMULATED_NODE_LABEL = "sandbox.tpujob.dev/simulated"
+# Nodes of flex-start pools carry it, and their pods select it (GKE "About flex-start provisioning mode").
+FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 TPU_TAINT_VALUE = "present"
 MAX_PODS_PER_NODE = 110  # GKE's default when the pool sets no maxPodsConstraint
 
@@ -72,6 +74,8 @@ def node_manifest(
         labels["cloud.google.com/gke-provisioning"] = "spot"
     if config.preemptible:
         labels["cloud.google.com/gke-preemptible"] = "true"
+    if config.flex_start:
+        labels[FLEX_START_LABEL] = "true"
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -21,6 +21,7 @@ from google.cloud import container_v1
 from kubernetes import client as k8s
 
 from tpujob.sandbox.gke import errors, zones
+from tpujob.sandbox.gke.autoscaler import FlexStartAutoscaler
 from tpujob.sandbox.gke.cluster import ReleaseChannel, SimCluster
 from tpujob.sandbox.gke.errors import GkeError
 from tpujob.sandbox.gke.faults import CallFault, Faults, PoolFault, call_fault_error
@@ -64,6 +65,13 @@ def route(method: str, path: str) -> tuple[str, dict[str, str]] | None:
 
 
 @dataclass(frozen=True)
+class _ClusterState:
+    model: SimCluster
+    operations: Operations
+    pools: NodePools
+
+
+@dataclass(frozen=True)
 class RecordedCall:
     rpc: str
     method: str
@@ -81,26 +89,50 @@ class GkeSimulator:
         cluster: SimCluster | None = None,
         time_scale: float = 1.0,
     ) -> None:
-        self.cluster_model = cluster or SimCluster()
         self.time_scale = time_scale
         self.calls: Counter[str] = Counter()
         self.recorded: list[RecordedCall] = []
         self.faults = Faults()
         self.policies = WorkloadPolicies()
-        self.operations = Operations(self.project, self.location, self.parent)
+        # Capacity and quota belong to zones and the project, shared by every cluster of the project.
+        self.capacity = zones.Capacity()
+        self.quota = zones.Quota()
+        self._core = k8s.CoreV1Api(api_client)
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
-        nodes = NodeRegistry(k8s.CoreV1Api(api_client), self.project, self.cluster_model.version)
-        self.pools = NodePools(
-            self.cluster_model,
-            self.operations,
+        self._clusters: dict[tuple[str, str], _ClusterState] = {}
+        default = self.add_cluster(cluster or SimCluster())
+        # The first cluster's parts, which most tests and the operator's default settings use.
+        self.cluster_model, self.pools, self.operations = default.model, default.pools, default.operations
+        self.autoscaler = FlexStartAutoscaler(
+            self._core,
+            lambda: [state.pools for state in self._clusters.values()],
+            later=self._later,
+            time_scale=time_scale,
+        )
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def add_cluster(self, model: SimCluster) -> _ClusterState:
+        """Another cluster in the same project (for example in a region that offers flex-start)."""
+        operations = Operations(model.project, model.location, model.parent)
+        nodes = NodeRegistry(self._core, model.project, model.version)
+        pools = NodePools(
+            model,
+            operations,
             nodes,
             self.faults,
             self.policies,
-            time_scale=time_scale,
+            capacity=self.capacity,
+            quota=self.quota,
+            time_scale=self.time_scale,
             later=self._later,
         )
-        self._server: http.server.ThreadingHTTPServer | None = None
+        state = _ClusterState(model, operations, pools)
+        self._clusters[(model.location, model.name)] = state
+        return state
+
+    def cluster_state(self, location: str, name: str) -> _ClusterState:
+        return self._clusters[(location, name)]
 
     # ---- where -----------------------------------------------------------------------------------------
 
@@ -120,14 +152,6 @@ class GkeSimulator:
     def parent(self) -> str:
         return self.cluster_model.parent
 
-    @property
-    def capacity(self) -> zones.Capacity:
-        return self.pools.capacity
-
-    @property
-    def quota(self) -> zones.Quota:
-        return self.pools.quota
-
     # ---- lifecycle -------------------------------------------------------------------------------------
 
     def start(self, port: int = 0) -> GkeSimulator:
@@ -145,9 +169,11 @@ class GkeSimulator:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="gke-sim", daemon=True).start()
+        self.autoscaler.start()
         return self
 
     def stop(self) -> None:
+        self.autoscaler.stop()
         with self._lock:
             for timer in self._timers:
                 timer.cancel()
@@ -235,7 +261,8 @@ class GkeSimulator:
             self.recorded.clear()
 
     def remove_all_pools(self, *, drain: bool = True) -> None:
-        self.pools.remove_all(drain=drain)
+        for state in list(self._clusters.values()):
+            state.pools.remove_all(drain=drain)
 
     def node_pools(self) -> dict[str, container_v1.NodePool]:
         return self.pools.all()
@@ -294,39 +321,52 @@ class GkeSimulator:
             always_print_fields_with_no_presence=False,
         )
 
-    def _check_parent(self, params: dict[str, str]) -> None:
-        if params["p"] != self.project or params["l"] != self.location:
+    def _in_location(self, params: dict[str, str]) -> list[_ClusterState]:
+        found = [s for (location, _), s in self._clusters.items() if location == params["l"]]
+        if params["p"] != self.project or not found:
             raise errors.not_found(f"projects/{params['p']}/locations/{params['l']}")
-        if "c" in params and params["c"] != self.cluster:
-            raise errors.not_found(
-                f"projects/{self.project}/locations/{self.location}/clusters/{params['c']}"
-            )
+        return found
+
+    def _cluster_of(self, params: dict[str, str]) -> _ClusterState:
+        self._in_location(params)
+        state = self._clusters.get((params["l"], params["c"]))
+        if state is None:
+            raise errors.not_found(f"projects/{params['p']}/locations/{params['l']}/clusters/{params['c']}")
+        return state
 
     def _dispatch(self, rpc: str, params: dict[str, str], raw: bytes) -> Any:
         if rpc == "GetResourcePolicy":
             return self._get_policy(params)
-        self._check_parent(params)
+        if rpc in ("GetOperation", "ListOperations"):
+            return self._operations(rpc, params)
+        state = self._cluster_of(params)
         if rpc == "CreateNodePool":
-            return self.pools.create(raw)
+            return state.pools.create(raw)
         if rpc == "DeleteNodePool":
-            return self.pools.delete(params["np"])
+            return state.pools.delete(params["np"])
         fault = self.faults.take_call(rpc, params.get("np"))
         if fault is not None:
-            raise call_fault_error(fault, self.cluster, self.cluster_model.region, "")
+            raise call_fault_error(fault, state.model.name, state.model.region, "")
         if rpc == "GetCluster":
-            return self.cluster_model.resource()
+            return state.model.resource()
         if rpc == "ListNodePools":
-            return container_v1.ListNodePoolsResponse(node_pools=list(self.pools.all().values()))
-        if rpc == "GetNodePool":
-            return self.pools.get(params["np"])
-        if rpc == "GetOperation":
-            operation = self.operations.get(params["op"])
-            if operation is None:
-                raise errors.not_found(
-                    f"projects/{self.project}/locations/{self.location}/operations/{params['op']}"
-                )
-            return operation
-        return container_v1.ListOperationsResponse(operations=self.operations.all())
+            return container_v1.ListNodePoolsResponse(node_pools=list(state.pools.all().values()))
+        return state.pools.get(params["np"])
+
+    def _operations(self, rpc: str, params: dict[str, str]) -> Any:
+        states = self._in_location(params)
+        fault = self.faults.take_call(rpc, None)
+        if fault is not None:
+            raise call_fault_error(fault, states[0].model.name, states[0].model.region, "")
+        if rpc == "ListOperations":
+            return container_v1.ListOperationsResponse(
+                operations=[op for state in states for op in state.operations.all()]
+            )
+        for state in states:
+            operation = state.operations.get(params["op"])
+            if operation is not None:
+                return operation
+        raise errors.not_found(f"projects/{params['p']}/locations/{params['l']}/operations/{params['op']}")
 
     def _get_policy(self, params: dict[str, str]) -> dict[str, Any]:
         policy = self.policies.find(params["r"], params["rp"])

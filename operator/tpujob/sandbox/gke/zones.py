@@ -52,6 +52,16 @@ TPU_MACHINE_TYPES_BY_ZONE: dict[str, frozenset[str]] = {
 }
 
 
+# Flex-start (Dynamic Workload Scheduler) TPU node pools: "TPU v3 and v4 are not supported"; v6e in
+# asia-northeast1-b, us-east5-a, us-east5-b; v5e in us-west4-a; v5p in us-east5-a (GKE "About flex-start
+# provisioning mode", https://cloud.google.com/kubernetes-engine/docs/concepts/dws). TPU7x is not listed.
+FLEX_START_ZONES: dict[str, frozenset[str]] = {
+    "tpu-v6e-slice": frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
+    "tpu-v5-lite-podslice": frozenset({"us-west4-a"}),
+    "tpu-v5p-slice": frozenset({"us-east5-a"}),
+}
+
+
 def region_of(location: str) -> str:
     """us-central1-a -> us-central1; a region is its own region."""
     return location if location in REGION_ZONES else location.rsplit("-", 1)[0]
