@@ -106,6 +106,31 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "greater than or equal to 1",
     ),
     (
+        "flex-start-on-v4",
+        with_change(
+            "spec",
+            {
+                **base_job()["spec"],
+                "tpu": {"type": "v4", "topology": "2x2x2"},
+                "capacity": {"mode": "flexStart"},
+            },
+        ),
+        "spec.capacity.mode",
+        "flexStart offers v5e, v5p, v6e TPUs, not v4",
+    ),
+    (
+        "max-run-duration-without-flex-start",
+        with_change("spec.capacity", {"mode": "spot", "maxRunDurationSeconds": 3600}),
+        "spec.capacity.maxRunDurationSeconds",
+        "only used when mode is flexStart",
+    ),
+    (
+        "max-run-duration-over-7-days",
+        with_change("spec.capacity", {"mode": "flexStart", "maxRunDurationSeconds": 8 * 24 * 3600}),
+        "spec.capacity.maxRunDurationSeconds",
+        "less than or equal to 604800",
+    ),
+    (
         "machine-type-wrong-generation",
         with_change("spec.tpu.machineType", "ct4p-hightpu-4t"),
         "spec.tpu.machineType",

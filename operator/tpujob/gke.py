@@ -146,6 +146,29 @@ def zone_problem(cluster: Cluster, found: container_v1.Cluster) -> str:
     return ""
 
 
+# "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
+FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """1.33.5-gke.1201000 -> (1, 33, 5, 1201000): GKE versions compare by these numbers."""
+    return tuple(int(n) for n in version.replace("-gke.", ".").split(".") if n.isdigit())
+
+
+def flex_start_problem(check: ClusterCheck | None) -> s.GKEError | None:
+    """A cluster too old for flex-start TPU pools (None: fine, or not known yet)."""
+    if check is None or not check.version:
+        return None
+    if version_key(check.version) >= version_key(FLEX_START_TPU_MIN_VERSION):
+        return None
+    return s.GKEError(
+        s.REASON_POOL_REJECTED,
+        f"flex-start TPU node pools need GKE {FLEX_START_TPU_MIN_VERSION} or later and the cluster runs "
+        f"{check.version}: upgrade the cluster, or use spec.capacity.mode spot, reservation or onDemand",
+        permanent=True,
+    )
+
+
 def check_cluster(cluster: Cluster, client: container_v1.ClusterManagerClient) -> ClusterCheck:
     try:
         found = client.get_cluster(name=cluster.parent, timeout=CALL_TIMEOUT)

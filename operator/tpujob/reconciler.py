@@ -22,7 +22,7 @@ from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api import constants as c
-from tpujob.api.models import NodePoolPolicy, TPUJobStatus
+from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
@@ -304,7 +304,12 @@ class Reconciler:
         return again
 
     def _placement_problem(self, job: TPUJob) -> s.GKEError | None:
-        """tpu7x multi-host pools: the workload policy they name must exist and place this topology."""
+        """What must hold before asking GKE: a cluster recent enough for flex-start; for tpu7x multi-host
+        pools, a workload policy that exists and places this topology."""
+        if job.spec.capacity.mode == CapacityMode.flex_start and (
+            problem := gke.flex_start_problem(self.cluster_check)
+        ):
+            return problem
         policy = job.spec.node_pool.workload_policy
         if policy is None or self.policies is None:
             return None

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.models import (
+    FLEX_START_MAX_RUN_SECONDS,
+    CapacityMode,
     Condition,
     ConditionStatus,
     NodePoolPolicy,
@@ -54,8 +56,12 @@ REASON_GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no 
 REASON_PROVISIONING = "Provisioning"
 REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
 REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
+REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
 
-INFRASTRUCTURE_REASONS = frozenset({REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST})
+INFRASTRUCTURE_REASONS = frozenset(
+    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION}
+)
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
     {REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_REJECTED, REASON_GKE_CONFIG, REASON_UNSCHEDULABLE}
@@ -428,7 +434,8 @@ def _pools_ready(b: _Builder) -> bool:
         _record_pools(b, views)
     ready = all(v.state in POOL_READY_STATES for v in views)
     if ready:
-        b.status.provisioning_since = None
+        if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
+            b.status.provisioning_since = None
         b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
         return True
     # Permanent refusals first: they need someone to act, the rest only time.
@@ -540,6 +547,8 @@ def _run_workers(b: _Builder) -> None:
     if failed:
         _restart(b, failed, lost=[])
         return
+    if _run_duration_ends(b):
+        return
     # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
     before = b.previous_workers
     all_seen_before = before.pending + before.running + before.succeeded + before.failed == len(wanted)
@@ -568,13 +577,70 @@ def _run_workers(b: _Builder) -> None:
     elif not missing and workers.running + workers.succeeded == len(wanted):
         if status.running_time is None:
             status.running_time = timestamp(b.now)
-        b.set_phase(RUNNING, "Running", f"{workers.running} of {len(wanted)} workers running")
+        message = f"{workers.running} of {len(wanted)} workers running"
+        if b.job.spec.capacity.mode == CapacityMode.flex_start:
+            status.provisioning_since = None
+            message += f"; the flex-start slice runs until {_start_run_clock(b)}"
+        b.set_phase(RUNNING, "Running", message)
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+    elif _waiting_for_flex_capacity(b, list(current.values())):
+        return
     elif (stuck := _unschedulable(b, list(current.values()))) is not None:
         b.set_phase(STARTING, REASON_UNSCHEDULABLE, stuck)
         b.condition("Running", False, REASON_UNSCHEDULABLE, stuck)
     else:
         b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+
+
+def _start_run_clock(b: _Builder) -> str:
+    """Flex-start: the slice's VMs run maxRunDurationSeconds from about when its workers all ran."""
+    if b.status.run_deadline is None:
+        seconds = b.job.spec.capacity.max_run_duration_seconds or FLEX_START_MAX_RUN_SECONDS
+        b.status.run_deadline = timestamp(b.now + dt.timedelta(seconds=seconds))
+        lead = b.job.spec.run_policy.maintenance_lead_seconds
+        b.decision.requeue(max(seconds - lead, 0))
+    return b.status.run_deadline
+
+
+def _run_duration_ends(b: _Builder) -> bool:
+    """Flex-start: before the VMs go, the workers checkpoint (SIGTERM) and the job restarts on a new slice,
+    queued again (its pool is deleted and asked for anew). Not the application's fault: not counted."""
+    deadline = b.status.run_deadline
+    if deadline is None:
+        return False
+    lead = b.job.spec.run_policy.maintenance_lead_seconds
+    act_at = parse_timestamp(deadline) - dt.timedelta(seconds=lead)
+    if b.now < act_at:
+        b.decision.requeue((act_at - b.now).total_seconds())
+        return False
+    detail = (
+        f"the flex-start slice's VMs end at {deadline} (maxRunDurationSeconds); checkpointing {lead} s ahead"
+    )
+    _begin_restart(b, REASON_RUN_DURATION, detail, infrastructure=True)
+    b.status.run_deadline = None
+    for pool in _known_pools(b):
+        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
+            b.decision.delete_pools.append(pool.name)
+    return True
+
+
+def _waiting_for_flex_capacity(b: _Builder, pods: list[PodView]) -> bool:
+    """Flex-start: pods pending unschedulable on the empty pool is the queue for capacity, not a fault."""
+    if b.job.spec.capacity.mode != CapacityMode.flex_start:
+        return False
+    if not any(p.phase == "Pending" and p.unschedulable for p in pods):
+        return False
+    if b.status.provisioning_since is None:
+        b.status.provisioning_since = timestamp(b.now)
+    if _provisioning_timed_out(b, REASON_WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
+        return True
+    # The time queued follows from `since` (and status.provisioningSince): a message that changed every
+    # pass would rewrite the status every poll for as long as the queue lasts.
+    message = f"queued for flex-start capacity since {b.status.provisioning_since}"
+    b.set_phase(PROVISIONING, REASON_WAITING_FOR_CAPACITY, message)
+    b.condition("Running", False, REASON_WAITING_FOR_CAPACITY, message)
+    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    return True
 
 
 def _unschedulable(b: _Builder, pods: list[PodView]) -> str | None:
@@ -623,6 +689,13 @@ def _restart(b: _Builder, failed: list[PodView], lost: list[tuple[int, int]]) ->
     if not infrastructure and status.application_restarts >= budget:
         _fail(b, REASON_BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
         return
+    _begin_restart(b, reason, detail, infrastructure)
+
+
+def _begin_restart(b: _Builder, reason: str, detail: str, infrastructure: bool) -> None:
+    """A new attempt: every pod of the job goes (a slice is all or nothing), counted by reason."""
+    status = b.status
+    budget = b.job.spec.run_policy.max_restarts
     status.restarts += 1
     status.restarts_by_reason[reason] = status.restarts_by_reason.get(reason, 0) + 1
     if not infrastructure:

@@ -475,7 +475,7 @@ def test_a_flex_start_slice_comes_up_whole_when_its_pods_wait_and_goes_at_its_ru
     gke, core, namespace
 ):
     client = gke.client()
-    operation = client.create_node_pool(parent=EAST5, node_pool=flex_pool("flex", run="3600s"))
+    operation = client.create_node_pool(parent=EAST5, node_pool=flex_pool("flex", run="3s"))
     name = f"projects/tpujob-sandbox/locations/us-east5/operations/{operation.name}"
     wait_for(lambda: client.get_operation(name=name).status.name == "DONE", timeout=30, what="the empty pool")
     assert client.get_node_pool(name=f"{EAST5}/nodePools/flex").status.name == "RUNNING"
@@ -488,7 +488,7 @@ def test_a_flex_start_slice_comes_up_whole_when_its_pods_wait_and_goes_at_its_ru
     )
     assert {n.metadata.labels["cloud.google.com/gke-flex-start"] for n in nodes} == {"true"}
     assert {n.metadata.labels["topology.kubernetes.io/zone"] for n in nodes} == {"us-east5-a"}
-    # An hour of GKE time later the VMs go, with the node shutdown a reclaimed VM gets.
+    # The run duration (wall-clock, the user's limit) ends: the VMs go, with a reclaimed VM's node shutdown.
     wait_for(lambda: not nodes_of(core, "flex"), timeout=60, what="the run duration to end")
 
 

@@ -294,3 +294,27 @@ def test_attempt_changes_pod_names_not_hostnames():
     assert first["metadata"]["name"] != second["metadata"]["name"]
     assert first["spec"]["hostname"] == second["spec"]["hostname"]
     assert env_of(second)["TPUJOB_ATTEMPT"] == "1"
+
+
+def test_a_flex_start_pool_is_made_as_xpk_makes_it_and_its_pods_select_flex_nodes():
+    spec = {
+        "tpu": {"type": "v5p", "topology": "2x2x2"},
+        "capacity": {"mode": "flexStart", "maxRunDurationSeconds": 7200},
+    }
+    plan = render_plan(job(**spec), CLUSTER)
+    (pool,) = plan.node_pools
+    assert pool["initialNodeCount"] == 0
+    assert pool["autoscaling"] == {
+        "enabled": True,
+        "minNodeCount": 0,
+        "maxNodeCount": 2,
+        "locationPolicy": "ANY",
+    }
+    assert pool["management"] == {"autoUpgrade": True, "autoRepair": False}
+    assert pool["config"]["flexStart"] is True
+    assert pool["config"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    assert parsed.config.max_run_duration.total_seconds() == 7200
+    assert parsed.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+    for pod in pods_of(plan):
+        assert pod["spec"]["nodeSelector"][c.NODE_LABEL_FLEX_START] == "true"

@@ -406,3 +406,51 @@ def test_condition_transition_time_moves_only_on_flip():
     assert later[0].last_transition_time == first[0].last_transition_time
     flipped = s.set_condition(later, "Running", False, "C", "m3", NOW + dt.timedelta(minutes=9))
     assert flipped[0].last_transition_time == "2026-11-21T12:09:00Z"
+
+
+def flex_job(status=None, **run_policy):
+    return make_job(
+        status=status,
+        tpu={"type": "v5p", "topology": "2x2x2"},
+        capacity={"mode": "flexStart", "maxRunDurationSeconds": 3600},
+        runPolicy={"maintenanceLeadSeconds": 300, **run_policy},
+    )
+
+
+def test_flex_start_pods_waiting_on_the_empty_pool_are_queued_for_capacity_not_unschedulable():
+    job = flex_job()
+    started = step(job, pools=ready_pools(job))
+    assert started.create_pods == [(0, 0), (0, 1)]
+    waiting_pods = pods(job, 0, "Pending", unschedulable="0/3 nodes are available", unschedulable_since="x")
+    queued = step(advance(job, started), pools=ready_pools(job), pods=waiting_pods, service_exists=True)
+    assert (queued.status.phase, queued.status.reason) == (s.PROVISIONING, s.REASON_WAITING_FOR_CAPACITY)
+    assert queued.status.provisioning_since == "2026-11-21T12:00:00Z"
+    assert queued.events[-1].type == "Normal"  # waiting is what flex-start is
+    later = step(
+        advance(job, queued), pools=ready_pools(job), pods=waiting_pods, service_exists=True,
+        now=NOW + dt.timedelta(hours=5),
+    )  # fmt: skip
+    assert later.status.provisioning_since == queued.status.provisioning_since  # the queue clock runs on
+    assert later.status.to_wire() == queued.status.to_wire()  # nothing to write while the queue lasts
+
+
+def test_flex_start_restarts_on_a_new_slice_before_the_run_duration_ends():
+    job = flex_job()
+    running = step(job, pools=ready_pools(job), pods=pods(job, 0, "Running"), service_exists=True)
+    assert running.status.phase == s.RUNNING
+    assert running.status.run_deadline == "2026-11-21T13:00:00Z"  # an hour from now
+    assert running.requeue_after == 3600 - 300  # checkpoint 5 minutes ahead
+    at_lead = step(
+        advance(job, running), pools=ready_pools(job), pods=pods(job, 0, "Running"), service_exists=True,
+        now=NOW + dt.timedelta(seconds=3300),
+    )  # fmt: skip
+    assert (at_lead.status.phase, at_lead.status.reason) == (s.RESTARTING, s.REASON_RUN_DURATION)
+    assert sorted(at_lead.delete_pods) == sorted(
+        p.name for p in pods(job, 0, "Running")
+    )  # SIGTERM: checkpoint
+    assert at_lead.delete_pools == [naming.node_pool_name(job, 0)]  # the next slice is queued anew
+    assert (at_lead.status.application_restarts, at_lead.status.restarts_by_reason) == (
+        0,
+        {"RunDurationReached": 1},
+    )
+    assert at_lead.status.run_deadline is None

@@ -36,6 +36,7 @@ NODE_LABEL_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
 NODE_LABEL_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
 NODE_LABEL_SPOT: Final = "cloud.google.com/gke-spot"
 NODE_LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"  # the node's machine type
+NODE_LABEL_FLEX_START: Final = "cloud.google.com/gke-flex-start"  # on flex-start nodes (GKE docs)
 TPU_RESOURCE: Final = "google.com/tpu"
 TPU_TAINT_KEY: Final = "google.com/tpu"
 SPOT_TAINT_KEY: Final = "cloud.google.com/gke-spot"

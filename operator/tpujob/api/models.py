@@ -76,6 +76,11 @@ class CapacityMode(enum.StrEnum):
     on_demand = "onDemand"
     spot = "spot"
     reservation = "reservation"
+    flex_start = "flexStart"
+
+
+# Flex-start VMs run at most 7 days, which is also the default (GKE "About flex-start provisioning mode").
+FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 
 
 class NodePoolPolicy(enum.StrEnum):
@@ -122,11 +127,21 @@ class TPUSpec(ApiModel):
 
 
 class CapacitySpec(ApiModel):
-    """Where the TPUs come from: on-demand, spot VMs (cheaper, reclaimable) or a reservation."""
+    """Where the TPUs come from: on-demand, spot VMs (cheaper, reclaimable), a reservation, or flex-start
+    (Dynamic Workload Scheduler: the whole slice when capacity frees up, for up to 7 days)."""
 
     mode: CapacityMode = Field(
         default=CapacityMode.on_demand,
-        description="onDemand, spot or reservation.",
+        description="onDemand, spot, reservation or flexStart.",
+    )
+    max_run_duration_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=FLEX_START_MAX_RUN_SECONDS,
+        description=(
+            "flexStart only: how long the slice's VMs may run (GKE's limit and default: 7 days). Before it "
+            "ends the workers checkpoint and the job restarts on a new slice, without spending maxRestarts."
+        ),
     )
     reservation: str | None = Field(
         default=None,
@@ -142,6 +157,10 @@ class CapacitySpec(ApiModel):
         (
             "self.mode == 'reservation' ? has(self.reservation) : !has(self.reservation)",
             "reservation is required when mode is reservation, and only then",
+        ),
+        (
+            "!has(self.maxRunDurationSeconds) || self.mode == 'flexStart'",
+            "maxRunDurationSeconds is only used with mode flexStart",
         ),
     )
 
@@ -275,6 +294,15 @@ class RunPolicy(ApiModel):
     suspend: bool = Field(
         default=False, description="true: remove the pods and node pools and hold; false: run or resume."
     )
+    maintenance_lead_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86400,
+        description=(
+            "How long before the infrastructure ends a running slice (a flex-start run duration) the "
+            "workers are told to checkpoint (SIGTERM) and the job restarts on a new slice."
+        ),
+    )
 
 
 class TPUJobSpec(ApiModel):
@@ -352,6 +380,10 @@ class TPUJobStatus(ApiModel):
     restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
+    run_deadline: str | None = Field(
+        default=None,
+        description="flexStart: when the current slice's VMs reach their run duration (RFC 3339).",
+    )
     provisioning_since: str | None = Field(
         default=None,
         description="When the job began waiting for its node pools (RFC 3339); unset once they run.",

@@ -152,6 +152,29 @@ def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> st
     return f"{given!r} does not match {pattern}"
 
 
+# "TPU v3 and v4 are not supported" for flex-start; TPU7x is not listed (GKE "About flex-start provisioning
+# mode"). Zones and the minimum GKE version are checked against the cluster by the operator.
+FLEX_START_TYPES = ("v5e", "v5p", "v6e")
+
+
+def _flex_start_problems(job: TPUJob, shape: tpu.SliceShape | None) -> Iterator[Problem]:
+    capacity = job.spec.capacity
+    if capacity.mode != CapacityMode.flex_start:
+        if capacity.max_run_duration_seconds is not None:
+            yield Problem(
+                "spec.capacity.maxRunDurationSeconds",
+                f"only used when mode is flexStart (mode is {capacity.mode}); "
+                "remove it or set mode: flexStart",
+            )
+        return
+    if job.spec.tpu.type not in FLEX_START_TYPES:
+        yield Problem(
+            "spec.capacity.mode",
+            f"flexStart offers {', '.join(FLEX_START_TYPES)} TPUs, not {job.spec.tpu.type} (GKE flex-start); "
+            "use mode spot, reservation or onDemand",
+        )
+
+
 def semantic_problems(job: TPUJob) -> Iterator[Problem]:
     """Rules across fields and against the TPU catalog (the schema alone cannot express them)."""
     spec = job.spec
@@ -194,6 +217,8 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
             f"only used when mode is reservation (mode is {capacity.mode}); "
             "remove it or set mode: reservation",
         )
+
+    yield from _flex_start_problems(job, shape)
 
     pool = spec.node_pool
     if pool.policy == NodePoolPolicy.existing and pool.zone:

@@ -121,6 +121,12 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
         config["workloadMetadataConfig"] = {"mode": "GKE_METADATA"}
     if capacity.mode == CapacityMode.spot:
         config["spot"] = True
+    elif capacity.mode == CapacityMode.flex_start:
+        # As xpk's --flex makes it: flex-start VMs, no reservation (and see the pool's autoscaling below).
+        config["flexStart"] = True
+        config["reservationAffinity"] = {"consumeReservationType": "NO_RESERVATION"}
+        if capacity.max_run_duration_seconds is not None:
+            config["maxRunDuration"] = f"{capacity.max_run_duration_seconds}s"
     elif capacity.mode == CapacityMode.reservation:
         config["reservationAffinity"] = {
             "consumeReservationType": "SPECIFIC_RESERVATION",
@@ -139,6 +145,18 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
         # protected from upgrades by a maintenance exclusion on the cluster instead. Repairs are welcome.
         "management": {"autoUpgrade": True, "autoRepair": True},
     }
+    if capacity.mode == CapacityMode.flex_start:
+        # Created empty; GKE brings the whole slice up when its pods wait, from 0 to every host at once
+        # (xpk --flex: --enable-autoscaling --location-policy=ANY --num-nodes=0 --max-nodes=<hosts>
+        # --no-enable-autorepair).
+        pool["initialNodeCount"] = 0
+        pool["autoscaling"] = {
+            "enabled": True,
+            "minNodeCount": 0,
+            "maxNodeCount": shape.hosts,
+            "locationPolicy": "ANY",
+        }
+        pool["management"] = {"autoUpgrade": True, "autoRepair": False}
     # A single-host pool must not carry a topology; a multi-host pool is one compact slice.
     if shape.multi_host:
         if shape.generation.multi_host_needs_workload_policy:
@@ -242,6 +260,8 @@ def _node_selector(job: TPUJob, cluster: Cluster, shape: tpu.SliceShape, slice_i
         selector[c.NODE_LABEL_INSTANCE_TYPE] = shape.machine_type.name
     if job.spec.capacity.mode == CapacityMode.spot:
         selector[c.NODE_LABEL_SPOT] = "true"
+    elif job.spec.capacity.mode == CapacityMode.flex_start:
+        selector[c.NODE_LABEL_FLEX_START] = "true"
     return selector
 
 

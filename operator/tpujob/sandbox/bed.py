@@ -17,7 +17,6 @@ from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
 from tpujob.sandbox.kubelet_sim import KubeletSimulator
 from tpujob.sandbox.layout import INFO_FILE
 
-
 FLEX_START_LOCATION = "us-east5"
 
 

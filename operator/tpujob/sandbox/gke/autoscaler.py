@@ -6,7 +6,8 @@ autoscaling on; when pods that need it are pending, GKE requests the capacity an
 Scheduler has it, provisions every VM of the slice at once (a multi-host slice is all or nothing); the VMs
 run at most `maxRunDuration` (7 days by default and at most). How long the queue takes is the market's:
 here `queue_seconds` of GKE time once capacity is free. What happens to the nodes at the run-duration limit
-is not documented (README): here they shut down as a reclaimed VM does (15 s for the pods), then go.
+is not documented (README): here they shut down as a reclaimed VM does (15 s for the pods), then go. The
+run duration itself is wall-clock time (the user's limit, which the operator counts as well), not scaled.
 
 The autoscaler scans every SCAN_SECONDS, as Kubernetes' cluster autoscaler does (--scan-interval 10s).
 """
@@ -85,7 +86,9 @@ class FlexStartAutoscaler:
                 continue
             if pools.take_capacity(record):
                 pools.register_slice(record)
-                record.run_ends = self._clock() + record.max_run_seconds * self.time_scale
+                # The run duration is the user's own wall-clock limit, which the operator counts too: not
+                # scaled, or the simulated GKE and the operator would disagree about when it ends.
+                record.run_ends = self._clock() + record.max_run_seconds
                 log.info("flex-start: %s got its %d VMs", record.pool.name, record.shape.nodes)
 
     def _pools_with_pending_pods(self) -> set[str]:

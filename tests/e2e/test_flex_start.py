@@ -1,0 +1,104 @@
+"""Flex-start TPU slices on the test bed: an operator for the sandbox's us-east5 cluster (where GKE offers
+flex-start for v5p and v6e), the simulated GKE playing the cluster autoscaler's part."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import operator_env
+from tests.manifests import base_job
+from tpujob.sandbox.bed import FLEX_START_LOCATION
+from tpujob.sandbox.operators import OperatorProcess
+from tpujob.sandbox.waiting import wait_for
+
+PLAIN_IMAGE = "registry.example/sleeper:1"
+FLEX_ZONE = "us-east5-a"
+V5P = "ct5p-hightpu-4t"
+
+
+@pytest.fixture
+def east_operator(sandbox, operator, tmp_path):
+    """The operator of the us-east5 cluster, alone (the session's operator, for us-central1, is stopped)."""
+    env = {
+        **operator_env(sandbox, tmp_path),
+        "TPUJOB_GKE_LOCATION": FLEX_START_LOCATION,
+        "TPUJOB_GKE_ZONE": FLEX_ZONE,
+    }
+    operator.stop()
+    east = OperatorProcess(env, tmp_path / "east-operator.log").start()
+    yield east
+    east.stop()
+    operator.start()
+
+
+def flex_job(name: str = "flex", **capacity):
+    return base_job(
+        name,
+        tpu={"type": "v5p", "topology": "2x2x2"},
+        capacity={"mode": "flexStart", **capacity},
+        trainer={"image": PLAIN_IMAGE},
+        runPolicy={"maxRestarts": 0},  # a counted restart would fail the job
+    )
+
+
+def succeed_all(jobs, kubelet, name: str, attempt: int) -> dict:
+    for pod in jobs.wait_pods_running(name, 2, attempt=attempt, timeout=60):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    return jobs.wait_phase(name, "Succeeded", timeout=60)
+
+
+def test_a_flex_start_job_waits_for_capacity_gets_its_whole_slice_and_succeeds(
+    east_operator, jobs, gke, kubelet
+):
+    gke.set_capacity(FLEX_ZONE, V5P, 0)  # Dynamic Workload Scheduler has nothing yet
+    jobs.create(flex_job())
+    status = wait_for(
+        lambda: (st := jobs.status("flex")).get("reason") == "WaitingForCapacity" and st,
+        timeout=60,
+        what="the job to queue for capacity",
+        last_state=lambda: east_operator.log()[-2000:],
+    )
+    assert status["phase"] == "Provisioning"
+    assert status["provisioningSince"] and status["provisioningSince"] in status["message"]
+    (pool,) = gke.cluster_state(FLEX_START_LOCATION, "sandbox").pools.all().values()
+    assert pool.config.flex_start and pool.initial_node_count == 0
+    assert all(p.status.phase == "Pending" for p in jobs.pods("flex"))
+
+    gke.set_capacity(FLEX_ZONE, V5P, None)  # capacity frees up: the whole slice at once
+    final = succeed_all(jobs, kubelet, "flex", attempt=0)
+    assert final.get("restarts", 0) == 0
+    east_pools = gke.cluster_state(FLEX_START_LOCATION, "sandbox").pools
+    wait_for(lambda: not east_pools.all(), timeout=60, what="the flex pool to be deleted")
+
+
+def test_a_flex_start_job_checkpoints_and_restarts_on_a_new_slice_before_its_run_duration_ends(
+    east_operator, jobs, gke, kubelet
+):
+    manifest = flex_job(maxRunDurationSeconds=60)
+    manifest["spec"]["runPolicy"]["maintenanceLeadSeconds"] = 50  # act 10 s after the slice runs
+    jobs.create(manifest)
+    first = jobs.wait_pods_running("flex", 2, attempt=0, timeout=60)
+    status = jobs.wait_phase("flex", "Running", timeout=30)
+    assert status["runDeadline"] in status["message"]
+    status = wait_for(
+        lambda: (st := jobs.status("flex")).get("restartsByReason") and st,
+        timeout=60,
+        what="the restart ahead of the run duration",
+    )
+    assert status["restartsByReason"] == {"RunDurationReached": 1}
+    assert status.get("applicationRestarts", 0) == 0  # maxRestarts is 0: a counted restart would have failed
+    # The old pods were told to stop (SIGTERM, their checkpoint) and removed, before GKE took the VMs back.
+    wait_for(lambda: not jobs.pods("flex", attempt=0), timeout=60, what="the first attempt's pods to go")
+    assert {p.metadata.name for p in first}.isdisjoint(p.metadata.name for p in jobs.pods("flex"))
+    final = succeed_all(jobs, kubelet, "flex", attempt=1)  # on a new slice, queued anew
+    assert final["restarts"] == 1
+    assert gke.calls["CreateNodePool"] == 2  # one pool per slice lifetime
+
+
+def test_flex_start_on_v4_is_refused_at_validation(operator, jobs):
+    manifest = flex_job()
+    manifest["spec"]["tpu"] = {"type": "v4", "topology": "2x2x2"}
+    jobs.create(manifest)
+    status = jobs.wait_phase("flex", "Failed", timeout=30)
+    assert status["reason"] == "InvalidSpec"
+    assert "spec.capacity.mode: flexStart offers v5e, v5p, v6e TPUs, not v4" in status["message"]
