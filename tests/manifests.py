@@ -131,6 +131,31 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "less than or equal to 604800",
     ),
     (
+        "zone-without-the-tpu",
+        with_change("spec.nodePool", {"zone": "us-central1-b"}),
+        "spec.nodePool.zone",
+        "us-central1-b does not offer v5e TPUs; zones that do: us-central1-a",
+    ),
+    (
+        "fallback-zone-without-the-tpu",
+        with_change("spec.capacity", {"zones": ["us-central1-a", "us-east5-a"]}),
+        "spec.capacity.zones[1]",
+        "us-east5-a does not offer v5e TPUs",
+    ),
+    (
+        "one-zone-and-a-zone-list",
+        with_change(
+            "spec",
+            {
+                **base_job()["spec"],
+                "nodePool": {"zone": "us-central1-a"},
+                "capacity": {"zones": ["us-central1-a"]},
+            },
+        ),
+        "spec.capacity.zones",
+        "set either spec.nodePool.zone",
+    ),
+    (
         "machine-type-wrong-generation",
         with_change("spec.tpu.machineType", "ct4p-hightpu-4t"),
         "spec.tpu.machineType",

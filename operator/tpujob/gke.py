@@ -11,6 +11,7 @@ a pool's `conditions[].code` for what fails after the create was accepted.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -129,12 +130,16 @@ def region_of(location: str) -> str | None:
 
 
 def zone_problem(cluster: Cluster, found: container_v1.Cluster) -> str:
-    """Why node pools cannot go to the configured zone of this cluster ("" when they can)."""
-    zone, region = cluster.zone, region_of(found.location or cluster.location)
-    if not zone:
+    """Why node pools cannot go to the configured zones of this cluster ("" when they can)."""
+    region = region_of(found.location or cluster.location)
+    if not cluster.zones:
         return (
             f"{SETTING_ZONE} is empty and the cluster {cluster.parent} is regional: name a zone of {region}"
         )
+    return next((p for zone in cluster.zones if (p := _one_zone_problem(zone, region, found))), "")
+
+
+def _one_zone_problem(zone: str, region: str | None, found: container_v1.Cluster) -> str:
     if _REGION.match(zone):
         zones = ", ".join(found.locations) or f"{zone}-a, ..."
         return (
@@ -214,13 +219,12 @@ class NodePools:
         condition = pool.conditions[0] if pool.conditions else None
         code = condition.code.name if condition is not None else ""
         message = condition.message if condition is not None else pool.status_message
-        view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation)
+        zone = pool.locations[0] if pool.locations else ""
+        view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
         if code in s.CAPACITY_CONDITIONS:
             # GKE retries a stockout while the create operation runs; once it ends, GKE has given up.
             found = operation or self._create_operation(name)
-            return s.PoolView(
-                slice_index, name, view.state, message, code, retrying=self._running(found), operation=found
-            )
+            return dataclasses.replace(view, retrying=self._running(found), operation=found)
         return view
 
     def _create_operation(self, pool: str) -> str:

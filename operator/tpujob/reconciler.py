@@ -247,6 +247,9 @@ class Reconciler:
             pods_in_flight=self._in_flight_pods(uid, pods),
             restart_backoff_seconds=self.restart_backoff_seconds,
             unschedulable_grace_seconds=self.unschedulable_grace_seconds,
+            zones=tuple(render.job_zones(job, self.cluster))
+            if job.spec.node_pool.policy == NodePoolPolicy.create
+            else (),
         )
         if job.spec.node_pool.policy == NodePoolPolicy.create and (config := self._configuration_errors(job)):
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
@@ -279,7 +282,8 @@ class Reconciler:
             if placement is not None:
                 errors[slice_index] = placement
                 continue
-            operation, error = self.pools.create(render.node_pool(job, self.render_cluster, slice_index))
+            request = render.node_pool(job, self.render_cluster, slice_index, zone=decision.status.zone)
+            operation, error = self.pools.create(request)
             metrics.record_pool_call("create", error)
             if error is not None:
                 errors[slice_index] = error
@@ -291,7 +295,11 @@ class Reconciler:
                 # As GKE will report it (no status message while provisioning): the first poll that finds
                 # it so writes no status.
                 views[slice_index] = s.PoolView(
-                    slice_index, name, "PROVISIONING", operation=operations.get(slice_index, "")
+                    slice_index,
+                    name,
+                    "PROVISIONING",
+                    operation=operations.get(slice_index, ""),
+                    zone=decision.status.zone or "",
                 )
         again = s.decide(
             dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)

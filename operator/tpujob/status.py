@@ -58,6 +58,7 @@ REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
 REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
+REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
 
 INFRASTRUCTURE_REASONS = frozenset(
     {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION}
@@ -127,6 +128,7 @@ class PoolView:
     # Whether GKE still runs the pool's create operation (it retries a stockout meanwhile); None: not asked.
     retrying: bool | None = None
     operation: str = ""  # the create operation, once known
+    zone: str = ""  # where GKE has it ("" when not known)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class Observed:
     restart_backoff_seconds: float = 10.0
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
     unschedulable_grace_seconds: float = 30.0
+    # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
+    zones: tuple[str, ...] = ()
 
     @property
     def status(self) -> TPUJobStatus:
@@ -297,6 +301,7 @@ def decide(observed: Observed) -> Decision:
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **_count(b, status.attempt))
     if _deadline_passed(b):
         return b.finish()
+    _place(b)
     if not _pools_ready(b):
         return b.finish()
     _run_workers(b)
@@ -328,7 +333,15 @@ def _known_pools(b: _Builder) -> list[PoolView]:
     if b.observed.pools is not None:
         return list(b.observed.pools)
     return [
-        PoolView(p.slice, p.name, p.state, p.message, p.condition or "", operation=p.operation or "")
+        PoolView(
+            p.slice,
+            p.name,
+            p.state,
+            p.message,
+            p.condition or "",
+            operation=p.operation or "",
+            zone=p.zone or "",
+        )
         for p in b.status.node_pools
     ]
 
@@ -342,6 +355,7 @@ def _record_pools(b: _Builder, pools: list[PoolView]) -> None:
             message=p.message,
             condition=p.condition or None,
             operation=p.operation or None,
+            zone=p.zone or None,
         )
         for p in pools
     ]
@@ -445,22 +459,59 @@ def _pools_ready(b: _Builder) -> bool:
         b.status.provisioning_since = timestamp(b.now)
     if _provisioning_timed_out(b, reason, message):
         return False
+    if _fall_back_if_due(b, reason):
+        reason, message = REASON_ZONE_FALLBACK, f"moving to {b.status.zone} for lack of capacity"
     b.condition("NodePoolsReady", False, reason, message)
     b.set_phase(PROVISIONING, reason, message)
     b.decision.requeue(POLL_PROVISIONING_SECONDS)
     return False
 
 
+def _place(b: _Builder) -> None:
+    """The zone the job's pools are in, or go to: the first of its zones until a fallback moves on."""
+    zones = b.observed.zones
+    if zones and b.status.zone not in zones:
+        b.status.zone, b.status.zone_since = zones[0], timestamp(b.now)
+
+
+def _fall_back_if_due(b: _Builder, reason: str) -> bool:
+    """Waiting for capacity in one zone past spec.capacity.zoneFallbackSeconds: try the next zone. The
+    pools in the zone left are deleted (and recreated in the next one once GKE has removed them)."""
+    zones, current = b.observed.zones, b.status.zone
+    if reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_WAITING_FOR_CAPACITY) or len(zones) < 2:
+        return False
+    fallback = b.job.spec.capacity.zone_fallback_seconds
+    if current is None or not _limit_reached(b, b.status.zone_since, fallback):
+        return False
+    following = zones[(zones.index(current) + 1) % len(zones)]
+    b.status.zone, b.status.zone_since = following, timestamp(b.now)
+    b.event(
+        "Warning", REASON_ZONE_FALLBACK, f"{reason} in {current} for {fallback} s or more: trying {following}"
+    )
+    for pool in _known_pools(b):
+        leaving = pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+        if leaving and pool.name not in b.decision.delete_pools:
+            b.decision.delete_pools.append(pool.name)
+    b.decision.create_pools.clear()
+    return True
+
+
 def _slice_pool(
     b: _Builder, pool: PoolView, error: GKEError | None
 ) -> tuple[PoolView, tuple[str, str] | None]:
     """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
+    gone = pool.state in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+    if not gone and pool.zone and b.status.zone and pool.zone != b.status.zone:
+        # In a zone the job has left (a fallback): deleted, again until GKE accepts it.
+        b.decision.delete_pools.append(pool.name)
+        return pool, (REASON_ZONE_FALLBACK, f"moving to {b.status.zone}: deleting {pool.name} in {pool.zone}")
     if pool.state in (POOL_MISSING, POOL_DELETED):
         if error is None:
             b.decision.create_pools.append(pool.slice)
-            return dataclasses.replace(
-                pool, state="PROVISIONING", message="", condition="", operation=""
-            ), None
+            fresh = dataclasses.replace(
+                pool, state="PROVISIONING", message="", condition="", operation="", zone=b.status.zone or ""
+            )
+            return fresh, None
         return dataclasses.replace(pool, state=POOL_MISSING, message=error.message), (
             error.reason,
             error.message,
@@ -633,6 +684,14 @@ def _waiting_for_flex_capacity(b: _Builder, pods: list[PodView]) -> bool:
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)
     if _provisioning_timed_out(b, REASON_WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
+        return True
+    if _fall_back_if_due(b, REASON_WAITING_FOR_CAPACITY):
+        for pod in pods:
+            if not pod.deleting and pod.name not in b.decision.delete_pods:
+                b.decision.delete_pods.append(pod.name)
+        message = f"no flex-start capacity in time: trying {b.status.zone}"
+        b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, message)
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
         return True
     # The time queued follows from `since` (and status.provisioningSince): a message that changed every
     # pass would rewrite the status every poll for as long as the queue lasts.

@@ -134,6 +134,25 @@ GENERATIONS: Final[dict[str, Generation]] = {
 
 TPU_TYPES: Final = tuple(GENERATIONS)
 
+# Zones that offer each generation: Cloud TPU's "TPU regions and zones"
+# (https://docs.cloud.google.com/tpu/docs/types-zones), North America and europe-west4-a as read for this
+# table (AI and single-tenant zones left out). Google adds zones: a newer one is refused here until listed.
+ZONES: Final[dict[str, tuple[str, ...]]] = {
+    "v4": ("us-central2-b",),
+    "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+    "v5p": ("us-central1-a", "us-east5-a"),
+    "v6e": ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+    "tpu7x": ("us-central1-c",),
+}
+
+
+def zone_problem(tpu_type: str, zone: str) -> str | None:
+    """Why `zone` cannot hold this generation (None: it can)."""
+    offered = ZONES.get(tpu_type, ())
+    if zone in offered:
+        return None
+    return f"{zone} does not offer {tpu_type} TPUs; zones that do: {', '.join(offered)}"
+
 
 def parse_topology(topology: str) -> tuple[int, ...] | None:
     """'2x2x4' -> (2, 2, 4); None when it is not positive integers joined by 'x'."""

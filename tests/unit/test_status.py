@@ -454,3 +454,27 @@ def test_flex_start_restarts_on_a_new_slice_before_the_run_duration_ends():
         {"RunDurationReached": 1},
     )
     assert at_lead.status.run_deadline is None
+
+
+def test_a_stockout_past_the_fallback_time_moves_the_slices_to_the_next_zone():
+    zones = ("us-east5-a", "us-east5-b")
+    job = make_job(
+        tpu={"type": "v6e", "topology": "4x4"}, capacity={"zones": list(zones), "zoneFallbackSeconds": 600}
+    )
+    first = step(job, pools=(), zones=zones)
+    assert first.status.zone == "us-east5-a" and first.create_pools == [0]
+    name = naming.node_pool_name(job, 0)
+    stocked = s.PoolView(0, name, "ERROR", STOCKOUT_MESSAGE, "GCE_STOCKOUT", retrying=True, zone="us-east5-a")
+    waiting = step(advance(job, first), pools=(stocked,), zones=zones, now=NOW + dt.timedelta(seconds=599))
+    assert (waiting.status.zone, waiting.delete_pools) == ("us-east5-a", [])
+    moved = step(advance(job, waiting), pools=(stocked,), zones=zones, now=NOW + dt.timedelta(seconds=600))
+    assert moved.status.zone == "us-east5-b"
+    assert moved.delete_pools == [name] and moved.create_pools == []
+    assert any(e.reason == s.REASON_ZONE_FALLBACK and e.type == "Warning" for e in moved.events)
+    # GKE refuses the delete while it retries: asked again each pass, nothing made in the new zone meanwhile.
+    again = step(advance(job, moved), pools=(stocked,), zones=zones, now=NOW + dt.timedelta(seconds=605))
+    assert (again.delete_pools, again.create_pools) == ([name], [])
+    gone = dataclasses.replace(stocked, state=s.POOL_MISSING, zone="")
+    created = step(advance(job, again), pools=(gone,), zones=zones, now=NOW + dt.timedelta(seconds=700))
+    assert created.create_pools == [0]
+    assert created.status.node_pools[0].zone == "us-east5-b"

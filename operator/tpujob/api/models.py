@@ -28,6 +28,7 @@ OAUTH_SCOPE_PATTERN = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$"
 # node default (devstorage.read_only among gke-default) cannot write gs:// checkpoints without Workload
 # Identity; xpk asks for `--scopes=storage-full,gke-default` for the same reason.
 DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$"
 # Longest TPUJob name: pod hostnames append "-s<slice>-w<worker>" and must stay a 63-character label.
@@ -134,6 +135,20 @@ class CapacitySpec(ApiModel):
         default=CapacityMode.on_demand,
         description="onDemand, spot, reservation or flexStart.",
     )
+    zones: list[Annotated[str, Field(pattern=ZONE_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "Zones to try in order (create policy): a slice still in Stockout or WaitingForCapacity in one "
+            "past zoneFallbackSeconds has its pools deleted and the next zone is tried, round the list. All "
+            "slices of a job share one zone. Default: spec.nodePool.zone, else the operator's zones."
+        ),
+    )
+    zone_fallback_seconds: int = Field(
+        default=1800,
+        ge=10,
+        description="How long a zone may leave the slices waiting for capacity before the next is tried.",
+    )
     max_run_duration_seconds: int | None = Field(
         default=None,
         ge=60,
@@ -177,7 +192,7 @@ class NodePoolSpec(ApiModel):
     )
     zone: str | None = Field(
         default=None,
-        pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$",
+        pattern=ZONE_PATTERN,
         description="Zone of the node pools (create policy). Default: the operator's configured zone.",
     )
     workload_policy: str | None = Field(
@@ -345,6 +360,7 @@ class NodePoolStatus(ApiModel):
         default=None, description="GKE's condition code for the pool (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...)."
     )
     operation: str | None = Field(default=None, description="GKE operation creating the pool.")
+    zone: str | None = Field(default=None, description="The pool's zone.")
 
 
 class WorkerCounts(ApiModel):
@@ -380,6 +396,12 @@ class TPUJobStatus(ApiModel):
     restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
+    zone: str | None = Field(
+        default=None, description="The zone the job's node pools are in, or asked for in."
+    )
+    zone_since: str | None = Field(
+        default=None, description="Since when the job waits in that zone (RFC 3339)."
+    )
     run_deadline: str | None = Field(
         default=None,
         description="flexStart: when the current slice's VMs reach their run duration (RFC 3339).",

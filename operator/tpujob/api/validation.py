@@ -223,6 +223,18 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
     pool = spec.node_pool
     if pool.policy == NodePoolPolicy.existing and pool.zone:
         yield Problem("spec.nodePool.zone", "only used with policy create; remove it")
+    if pool.policy == NodePoolPolicy.existing and capacity.zones:
+        yield Problem("spec.capacity.zones", "only used with policy create; remove it")
+    if pool.zone and capacity.zones:
+        yield Problem(
+            "spec.capacity.zones", "set either spec.nodePool.zone (one zone) or spec.capacity.zones, not both"
+        )
+    for path, zone in [
+        ("spec.nodePool.zone", pool.zone),
+        *((f"spec.capacity.zones[{i}]", z) for i, z in enumerate(capacity.zones)),
+    ]:
+        if zone and shape is not None and (problem := tpu.zone_problem(spec.tpu.type, zone)):
+            yield Problem(path, problem)
     needs_policy = (
         shape is not None
         and shape.multi_host

@@ -42,6 +42,11 @@ class Cluster:
     def parent(self) -> str:
         return f"projects/{self.project}/locations/{self.location}/clusters/{self.cluster}"
 
+    @property
+    def zones(self) -> tuple[str, ...]:
+        """The operator's zones (TPUJOB_GKE_ZONE, comma-separated): every job's default list."""
+        return tuple(z.strip() for z in self.zone.split(",") if z.strip())
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -101,8 +106,17 @@ def pool_ownership_labels(job: TPUJob, slice_index: int) -> dict[str, str]:
     return labels
 
 
-def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]:
-    """One slice's node pool as the GKE REST API's NodePool."""
+def job_zones(job: TPUJob, cluster: Cluster) -> list[str]:
+    """The zones a job's pools may go to, in the order to try them."""
+    if job.spec.capacity.zones:
+        return list(job.spec.capacity.zones)
+    if job.spec.node_pool.zone:
+        return [job.spec.node_pool.zone]
+    return list(cluster.zones)
+
+
+def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None = None) -> dict[str, Any]:
+    """One slice's node pool as the GKE REST API's NodePool, in `zone` (default: the job's first zone)."""
     shape = slice_shape(job)
     capacity = job.spec.capacity
     labels = pool_ownership_labels(job, slice_index)
@@ -136,7 +150,7 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]
     pool: dict[str, Any] = {
         "name": naming.node_pool_name(job, slice_index),
         "initialNodeCount": shape.hosts,
-        "locations": [pool_spec.zone or cluster.zone],
+        "locations": [zone or next(iter(job_zones(job, cluster)), "")],
         "config": config,
         # int64 is a JSON string in GKE's REST API.
         "maxPodsConstraint": {"maxPodsPerNode": str(pool_spec.max_pods_per_node)},

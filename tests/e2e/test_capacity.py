@@ -102,3 +102,34 @@ def test_flex_start_on_v4_is_refused_at_validation(operator, jobs):
     status = jobs.wait_phase("flex", "Failed", timeout=30)
     assert status["reason"] == "InvalidSpec"
     assert "spec.capacity.mode: flexStart offers v5e, v5p, v6e TPUs, not v4" in status["message"]
+
+
+def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left_in_the_first(
+    east_operator, jobs, gke, kubelet
+):
+    east = gke.cluster_state(FLEX_START_LOCATION, "sandbox").pools
+    gke.set_capacity("us-east5-a", "ct6e-standard-4t", 0)  # stocked out for good
+    manifest = base_job(
+        "zones",
+        tpu={"type": "v6e", "topology": "4x4"},  # v6e is in us-east5-a and us-east5-b
+        capacity={"zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
+        trainer={"image": PLAIN_IMAGE},
+    )
+    jobs.create(manifest)
+    wait_for(
+        lambda: jobs.status("zones").get("reason") == "Stockout", timeout=60, what="the stockout in zone 1"
+    )
+    pods = wait_for(
+        lambda: len(found := jobs.wait_pods_running("zones", 4, timeout=120)) == 4 and found,
+        timeout=150,
+        what="the slice in zone 2",
+    )
+    assert pods
+    status = jobs.status("zones")
+    assert status["zone"] == "us-east5-b"
+    assert [p.locations for p in east.all().values()] == [["us-east5-b"]]  # nothing left in us-east5-a
+    fallbacks = [e for e in jobs.events("zones") if e.reason == "ZoneFallback"]
+    assert fallbacks and "trying us-east5-b" in fallbacks[0].message
+    for pod in pods:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("zones", "Succeeded", timeout=60)
