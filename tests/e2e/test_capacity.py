@@ -133,3 +133,37 @@ def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left
     for pod in pods:
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("zones", "Succeeded", timeout=60)
+
+
+def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
+    east_operator, jobs, gke, kubelet
+):
+    """SIGKILL while queued for flex-start capacity, and again right after a zone fallback began: each
+    restart converges, and each pool is created exactly once (one in each zone)."""
+    gke.set_capacity("us-east5-a", "ct6e-standard-4t", 0)
+    gke.set_capacity("us-east5-b", "ct6e-standard-4t", 0)
+    manifest = base_job(
+        "killed",
+        tpu={"type": "v6e", "topology": "4x4"},
+        capacity={"mode": "flexStart", "zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
+        trainer={"image": PLAIN_IMAGE},
+        runPolicy={"maxRestarts": 0},
+    )
+    jobs.create(manifest)
+    wait_for(
+        lambda: jobs.status("killed").get("reason") == "WaitingForCapacity", timeout=60, what="the queue"
+    )
+    east_operator.kill()
+    east_operator.start()
+    wait_for(lambda: jobs.status("killed").get("zone") == "us-east5-b", timeout=60, what="the zone fallback")
+    east_operator.kill()
+    east_operator.start()
+    gke.set_capacity("us-east5-b", "ct6e-standard-4t", None)
+    pods = jobs.wait_pods_running("killed", 4, timeout=120)
+    for pod in pods:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    status = jobs.wait_phase("killed", "Succeeded", timeout=60)
+    assert status.get("applicationRestarts", 0) == 0
+    creates = [c.path for c in gke.recorded if c.rpc == "CreateNodePool"]
+    zones = [c.body["nodePool"]["locations"] for c in gke.recorded if c.rpc == "CreateNodePool"]
+    assert zones == [["us-east5-a"], ["us-east5-b"]], creates
