@@ -47,6 +47,10 @@ def events(namespace: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace)}/events"
 
 
+def nodes(label_selector: str) -> str:
+    return f"/api/v1/nodes?labelSelector={quote(label_selector)}"
+
+
 def tpujobs(namespace: str, name: str = "", subresource: str = "") -> str:
     path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace)}/{c.PLURAL}"
     return path + (f"/{quote(name)}" if name else "") + (f"/{subresource}" if subresource else "")

@@ -27,6 +27,7 @@ RESTART_REASONS = (
     s.REASON_NODE_LOST,
     s.REASON_POOL_LOST,
     s.REASON_RUN_DURATION,
+    s.REASON_MAINTENANCE,
 )
 GKE_ERROR_REASONS = (
     s.REASON_STOCKOUT,
@@ -144,7 +145,33 @@ class ChipsHeld(Collector):
         yield family
 
 
+class NextMaintenance(Collector):
+    """tpujob_maintenance_next_timestamp_seconds: the soonest host maintenance GKE announced for a running
+    TPUJob's nodes (0: none). One series, not one per job: labels stay bounded; the job is in its status."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def set(self, uid: str, when: str | None) -> None:
+        with self._lock:
+            if when is None:
+                self._times.pop(uid, None)
+            else:
+                self._times[uid] = s.parse_timestamp(when).timestamp()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            soonest = min(self._times.values(), default=0.0)
+        yield GaugeMetricFamily(
+            "tpujob_maintenance_next_timestamp_seconds",
+            "Unix time of the soonest GKE host maintenance announced for a TPUJob's nodes; 0 when none.",
+            value=soonest,
+        )
+
+
 JOBS_BY_PHASE = JobsByPhase()
+NEXT_MAINTENANCE = NextMaintenance()
 CHIPS_HELD = ChipsHeld()
 
 
@@ -152,6 +179,7 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     """Collectors and zeroed series: call once at start."""
     registry.register(JOBS_BY_PHASE)
     registry.register(CHIPS_HELD)
+    registry.register(NEXT_MAINTENANCE)
     BUILD_INFO.info({"version": __version__})
     for phase in PHASES:
         PHASE_TRANSITIONS.labels(phase)
@@ -198,6 +226,7 @@ class PassRecorder:
         self._pools(before, after, now)
         self._chips(uid, job, after, now)
         JOBS_BY_PHASE.set(uid, after.phase)
+        NEXT_MAINTENANCE.set(uid, after.maintenance_time)
 
     def _pools(self, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
         previous = {p.name: p.state for p in before.node_pools}
@@ -230,6 +259,7 @@ class PassRecorder:
         with self._lock:
             self._last_seen.pop(uid, None)
         JOBS_BY_PHASE.set(uid, None)
+        NEXT_MAINTENANCE.set(uid, None)
         CHIPS_HELD.forget(uid)
 
 

@@ -1,6 +1,7 @@
 """The operator's Kubernetes permissions, in one place: the Helm chart and the tests use these rules.
 
-Least privilege: no wildcards, no secrets, no nodes; only what the handlers call.
+Least privilege: no wildcards, no secrets; only what the handlers call. Nodes are only read, and only by a
+cluster-wide operator (a Role cannot grant a cluster-scoped resource): their maintenance notices.
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ RULES: list[dict[str, Any]] = [
 ]
 
 
+# Cluster-wide operators only: list TPU nodes for `cloud.google.com/scheduled-maintenance-time` (GKE's
+# maintenance notice), to checkpoint and restart a slice before its hosts go.
+CLUSTER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+]
+
+
 def cluster_role(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name},
-        "rules": RULES,
+        "rules": RULES + CLUSTER_RULES,
     }

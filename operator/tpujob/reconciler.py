@@ -97,6 +97,7 @@ def pod_view(pod: Any) -> s.PodView:
         worker=int(labels.get(c.LABEL_WORKER, 0)),
         attempt=int(labels.get(c.LABEL_ATTEMPT, 0)),
         phase=status.get("phase") or "Pending",
+        node=(pod.get("spec") or {}).get("nodeName") or "",
         reason=reason,
         exit_code=exit_code,
         deleting=bool(meta.get("deletionTimestamp")),
@@ -132,6 +133,8 @@ class Reconciler:
         self.policies = policies
         # What the last GetCluster said (handlers.check_cluster, at start and every sweep); None: not yet.
         self.cluster_check: ClusterCheck | None = None
+        # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
+        self.maintenance: dict[str, int] = {}
         self.api = api
         self.pools = pools
         # The status this operator last wrote, per job UID: the watch may not have delivered it yet,
@@ -250,6 +253,7 @@ class Reconciler:
             zones=tuple(render.job_zones(job, self.cluster))
             if job.spec.node_pool.policy == NodePoolPolicy.create
             else (),
+            maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
         )
         if job.spec.node_pool.policy == NodePoolPolicy.create and (config := self._configuration_errors(job)):
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
@@ -355,7 +359,11 @@ class Reconciler:
         if decision.create_pods:
             attempt = decision.status.attempt
             uid = job.metadata.uid or ""
-            manifests = [render.pod(job, self.render_cluster, i, w, attempt) for i, w in decision.create_pods]
+            avoid = int(time.time()) + job.spec.run_policy.maintenance_lead_seconds
+            manifests = [
+                render.pod(job, self.render_cluster, i, w, attempt, avoid_maintenance_before=avoid)
+                for i, w in decision.create_pods
+            ]
             with self._lock:
                 self._in_flight.setdefault(uid, set()).update(m["metadata"]["name"] for m in manifests)
             creates = [(kube.pods(namespace), m) for m in manifests]
@@ -505,6 +513,17 @@ class Reconciler:
         self.cluster_check = check
         metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
         return check
+
+    def refresh_maintenance(self) -> None:
+        """Read GKE's maintenance notices off the nodes (cluster-wide operators: nodes are cluster-scoped). A
+        list every resync suffices: GKE announces TPU host maintenance about 7 days ahead."""
+        found = self.api.get(kube.nodes(render.MAINTENANCE_LABEL)) or {}
+        notices = {}
+        for node in found.get("items", []):
+            value = (node["metadata"].get("labels") or {}).get(render.MAINTENANCE_LABEL, "")
+            if value.isdigit():
+                notices[node["metadata"]["name"]] = int(value)
+        self.maintenance = notices
 
     def sweep_orphans(self, live_uids: set[str], namespace: str | None = None) -> list[str]:
         """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs).

@@ -58,10 +58,12 @@ REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
 REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
+REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
+REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
 REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
 
 INFRASTRUCTURE_REASONS = frozenset(
-    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION}
+    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION, REASON_MAINTENANCE}
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
@@ -111,6 +113,7 @@ class PodView:
     reason: str = ""  # pod.status.reason, else the container's terminated reason
     exit_code: int | None = None
     deleting: bool = False
+    node: str = ""  # spec.nodeName, once scheduled
     # The scheduler's message and since when (RFC 3339) while PodScheduled is False for Unschedulable.
     unschedulable: str = ""
     unschedulable_since: str = ""
@@ -158,6 +161,8 @@ class Observed:
     unschedulable_grace_seconds: float = 30.0
     # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
     zones: tuple[str, ...] = ()
+    # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
+    maintenance: dict[str, int] = field(default_factory=dict)
 
     @property
     def status(self) -> TPUJobStatus:
@@ -598,7 +603,7 @@ def _run_workers(b: _Builder) -> None:
     if failed:
         _restart(b, failed, lost=[])
         return
-    if _run_duration_ends(b):
+    if _run_duration_ends(b) or _maintenance_due(b):
         return
     # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
     before = b.previous_workers
@@ -672,6 +677,39 @@ def _run_duration_ends(b: _Builder) -> bool:
     for pool in _known_pools(b):
         if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
             b.decision.delete_pools.append(pool.name)
+    return True
+
+
+def _maintenance_due(b: _Builder) -> bool:
+    """GKE announced maintenance for a host of the slice (one host's maintenance stops the whole slice):
+    shown in the status with an event, and maintenanceLeadSeconds before it the workers checkpoint (SIGTERM)
+    and the job restarts. New pods avoid nodes under notice (render.pod), so they wait for the hosts to come
+    back. Not the application's fault: not counted."""
+    attempt = b.status.attempt
+    times = [
+        b.observed.maintenance[p.node]
+        for p in b.observed.pods
+        if p.attempt == attempt and not p.deleting and p.node in b.observed.maintenance
+    ]
+    if not times:
+        b.status.maintenance_time = None
+        return False
+    when = dt.datetime.fromtimestamp(min(times), dt.UTC)
+    if b.status.maintenance_time != timestamp(when):
+        b.status.maintenance_time = timestamp(when)
+        b.event(
+            "Warning",
+            REASON_MAINTENANCE_SCHEDULED,
+            f"GKE host maintenance for the slice at {timestamp(when)}",
+        )
+    act_at = when - dt.timedelta(seconds=b.job.spec.run_policy.maintenance_lead_seconds)
+    if b.now < act_at:
+        b.decision.requeue((act_at - b.now).total_seconds())
+        return False
+    _begin_restart(
+        b, REASON_MAINTENANCE, f"GKE host maintenance at {timestamp(when)}; checkpointing ahead", True
+    )
+    b.status.maintenance_time = None
     return True
 
 

@@ -17,7 +17,7 @@ from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART, REPO
 from tpujob.api import constants as c
 from tpujob.config import ENVIRONMENT
-from tpujob.rbac import RULES
+from tpujob.rbac import CLUSTER_RULES, RULES
 
 SCENARIOS = {
     "default": None,
@@ -62,7 +62,7 @@ def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
     kinds = by_kind(render(helm))
     assert sorted(kinds) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
     (role,) = kinds["ClusterRole"]
-    assert role["rules"] == RULES
+    assert role["rules"] == RULES + CLUSTER_RULES
     (binding,) = kinds["ClusterRoleBinding"]
     (account,) = kinds["ServiceAccount"]
     assert binding["roleRef"] == {
@@ -261,6 +261,7 @@ def test_generated_files_match_their_sources():
             f"{path.relative_to(REPO)} drifted: run `make generate`"
         )
     assert yaml.safe_load((CHART / "files/rbac-rules.yaml").read_text()) == RULES
+    assert yaml.safe_load((CHART / "files/rbac-cluster-rules.yaml").read_text()) == CLUSTER_RULES
 
 
 # --- the dashboard ------------------------------------------------------------------------------------

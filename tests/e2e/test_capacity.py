@@ -3,6 +3,8 @@ flex-start for v5p and v6e), the simulated GKE playing the cluster autoscaler's 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.conftest import operator_env
@@ -167,3 +169,46 @@ def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
     creates = [c.path for c in gke.recorded if c.rpc == "CreateNodePool"]
     zones = [c.body["nodePool"]["locations"] for c in gke.recorded if c.rpc == "CreateNodePool"]
     assert zones == [["us-east5-a"], ["us-east5-b"]], creates
+
+
+def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_as_maintenance(
+    operator, jobs, gke, kubelet
+):
+    manifest = base_job(
+        "maint",
+        tpu={"type": "v5p", "topology": "2x2x2"},
+        trainer={"image": PLAIN_IMAGE},
+        runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 20},  # a counted restart would fail the job
+    )
+    jobs.create(manifest)
+    first = jobs.wait_pods_running("maint", 2, attempt=0, timeout=60)
+    jobs.wait_phase("maint", "Running", timeout=30)
+    pool = jobs.status("maint")["nodePools"][0]["name"]
+    at = time.time() + 30
+    gke.announce_maintenance(
+        pool, at
+    )  # GKE labels the slice's nodes cloud.google.com/scheduled-maintenance-time
+
+    status = wait_for(
+        lambda: (st := jobs.status("maint")).get("maintenanceTime") and st,
+        timeout=30,
+        what="the notice in status",
+    )
+    assert any(e.reason == "MaintenanceScheduled" for e in jobs.events("maint"))
+    operator.kill()  # SIGKILL between the notice and the restart: the new process restarts the job once
+    operator.start()
+    status = wait_for(
+        lambda: (st := jobs.status("maint")).get("restartsByReason") and st, timeout=30, what="the restart"
+    )
+    assert time.time() < at  # ahead of the maintenance: the workers had their SIGTERM to checkpoint
+    assert status["restartsByReason"] == {"Maintenance": 1}
+    assert status.get("applicationRestarts", 0) == 0
+    wait_for(lambda: not jobs.pods("maint", attempt=0), timeout=60, what="the first attempt's pods to go")
+    # The new pods avoid the nodes under notice: they wait until the hosts come back from maintenance.
+    assert all(p.status.phase == "Pending" for p in jobs.pods("maint", attempt=1))
+    second = jobs.wait_pods_running("maint", 2, attempt=1, timeout=90)
+    assert time.time() >= at
+    assert {p.metadata.name for p in first}.isdisjoint(p.metadata.name for p in second)
+    for pod in second:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    assert jobs.wait_phase("maint", "Succeeded", timeout=60)["restarts"] == 1

@@ -318,3 +318,18 @@ def test_a_flex_start_pool_is_made_as_xpk_makes_it_and_its_pods_select_flex_node
     assert parsed.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
     for pod in pods_of(plan):
         assert pod["spec"]["nodeSelector"][c.NODE_LABEL_FLEX_START] == "true"
+
+
+def test_pods_can_be_kept_off_nodes_under_maintenance_notice():
+    (pod,) = pods_of(render_plan(job(), CLUSTER))
+    assert "affinity" not in pod["spec"]
+    from tpujob.render.plan import pod as render_pod
+
+    terms = render_pod(job(), CLUSTER, 0, 0, avoid_maintenance_before=1_800_000_000)["spec"]["affinity"][
+        "nodeAffinity"
+    ]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    label = "cloud.google.com/scheduled-maintenance-time"
+    assert terms == [
+        {"matchExpressions": [{"key": label, "operator": "DoesNotExist"}]},
+        {"matchExpressions": [{"key": label, "operator": "Gt", "values": ["1800000000"]}]},
+    ]

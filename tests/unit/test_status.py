@@ -478,3 +478,23 @@ def test_a_stockout_past_the_fallback_time_moves_the_slices_to_the_next_zone():
     created = step(advance(job, again), pools=(gone,), zones=zones, now=NOW + dt.timedelta(seconds=700))
     assert created.create_pools == [0]
     assert created.status.node_pools[0].zone == "us-east5-b"
+
+
+def test_announced_maintenance_shows_then_restarts_the_job_ahead_of_time_without_counting():
+    job = make_job(
+        tpu={"type": "v5p", "topology": "2x2x2"}, runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 300}
+    )
+    running = pods(job, 0, "Running", node="node-a")
+    first = step(job, pools=ready_pools(job), pods=running, service_exists=True)
+    assert first.status.phase == s.RUNNING and first.status.maintenance_time is None
+    at = int((NOW + dt.timedelta(hours=2)).timestamp())
+    noticed = step(advance(job, first), pools=ready_pools(job), pods=running, service_exists=True,
+                   maintenance={"node-a": at})  # fmt: skip
+    assert noticed.status.maintenance_time == "2026-11-21T14:00:00Z"
+    assert [e.reason for e in noticed.events] == [s.REASON_MAINTENANCE_SCHEDULED]
+    assert noticed.requeue_after == 2 * 3600 - 300
+    due = step(advance(job, noticed), pools=ready_pools(job), pods=running, service_exists=True,
+               maintenance={"node-a": at}, now=NOW + dt.timedelta(seconds=2 * 3600 - 300))  # fmt: skip
+    assert (due.status.phase, due.status.reason) == (s.RESTARTING, s.REASON_MAINTENANCE)
+    assert due.status.restarts_by_reason == {"Maintenance": 1} and due.status.application_restarts == 0
+    assert due.delete_pools == []  # the hosts come back after the maintenance

@@ -314,8 +314,9 @@ class RunPolicy(ApiModel):
         ge=0,
         le=86400,
         description=(
-            "How long before the infrastructure ends a running slice (a flex-start run duration) the "
-            "workers are told to checkpoint (SIGTERM) and the job restarts on a new slice."
+            "How long before the infrastructure ends a running slice (host maintenance GKE announced, or a "
+            "flex-start run duration) the workers are told to checkpoint (SIGTERM) and the job restarts, "
+            "without spending maxRestarts."
         ),
     )
 
@@ -401,6 +402,10 @@ class TPUJobStatus(ApiModel):
     )
     zone_since: str | None = Field(
         default=None, description="Since when the job waits in that zone (RFC 3339)."
+    )
+    maintenance_time: str | None = Field(
+        default=None,
+        description="The earliest host maintenance GKE announced for the job's nodes (RFC 3339).",
     )
     run_deadline: str | None = Field(
         default=None,

@@ -151,8 +151,16 @@ async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
 async def _resync_forever(runtime: Runtime) -> None:
     """A safety net: every job gets a pass at least every resync interval, so a lost watch event or a
     lost requeue is made good. One loop for all jobs, a few passes at a time."""
+    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
+        if (
+            runtime.config.namespace is None
+        ):  # nodes are cluster-scoped: a namespaced operator cannot read them
+            try:
+                await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
+            except Exception:
+                log.exception("reading maintenance notices failed; will retry")
         keys = list(runtime.indexes.jobs)
         for start in range(0, len(keys), RESYNC_CONCURRENCY):
             batch = keys[start : start + RESYNC_CONCURRENCY]

@@ -288,10 +288,39 @@ def _tolerations(job: TPUJob) -> list[dict[str, str]]:
     return tolerations
 
 
+# GKE's maintenance notice on a node: Unix seconds (GKE >= 1.31.1-gke.2008000).
+MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
+
+
+def _avoid_maintenance(before: int) -> dict[str, Any]:
+    """Node affinity: no node whose announced maintenance comes before `before` (Unix seconds)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": MAINTENANCE_LABEL, "operator": "DoesNotExist"}]},
+                    {
+                        "matchExpressions": [
+                            {"key": MAINTENANCE_LABEL, "operator": "Gt", "values": [str(before)]}
+                        ]
+                    },
+                ]
+            }
+        }
+    }
+
+
 def pod(
-    job: TPUJob, cluster: Cluster, slice_index: int, worker_index: int, attempt: int = 0
+    job: TPUJob,
+    cluster: Cluster,
+    slice_index: int,
+    worker_index: int,
+    attempt: int = 0,
+    *,
+    avoid_maintenance_before: int | None = None,
 ) -> dict[str, Any]:
-    """One TPU host's pod."""
+    """One TPU host's pod; with `avoid_maintenance_before` (Unix seconds), never on a node whose announced
+    maintenance comes sooner (it would stop the slice again)."""
     shape = slice_shape(job)
     trainer = job.spec.trainer
     hostnames = [naming.worker_address(job, slice_index, w) for w in range(shape.hosts)]
@@ -339,6 +368,8 @@ def pod(
     }
     if trainer.service_account_name:
         spec["serviceAccountName"] = trainer.service_account_name
+    if avoid_maintenance_before is not None:
+        spec["affinity"] = _avoid_maintenance(avoid_maintenance_before)
     if trainer.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"

@@ -102,7 +102,7 @@ def start_sandbox(
         gke.add_cluster(SimCluster(location=FLEX_START_LOCATION, release_channel=release_channel))
         gke.start(gke_port)
         kubelet = KubeletSimulator(api_client, state_dir).start()
-        gke.autoscaler.shut_down_nodes = kubelet.preempt_nodes
+        gke.autoscaler.shut_down_nodes = gke.maintenance.shut_down_nodes = kubelet.preempt_nodes
     except BaseException:
         for part in (kubelet, gke):
             if part:

@@ -25,6 +25,7 @@ from tpujob.sandbox.gke.autoscaler import FlexStartAutoscaler
 from tpujob.sandbox.gke.cluster import ReleaseChannel, SimCluster
 from tpujob.sandbox.gke.errors import GkeError
 from tpujob.sandbox.gke.faults import CallFault, Faults, PoolFault, call_fault_error
+from tpujob.sandbox.gke.maintenance import HostMaintenance
 from tpujob.sandbox.gke.nodepools import NodePools
 from tpujob.sandbox.gke.nodes import NodeRegistry
 from tpujob.sandbox.gke.operations import Operations
@@ -110,6 +111,7 @@ class GkeSimulator:
             later=self._later,
             time_scale=time_scale,
         )
+        self.maintenance = HostMaintenance(self._core, later=self._later)
         self._server: http.server.ThreadingHTTPServer | None = None
 
     def add_cluster(self, model: SimCluster) -> _ClusterState:
@@ -247,6 +249,11 @@ class GkeSimulator:
 
     def add_workload_policy(self, name: str, accelerator_topology: str, region: str | None = None) -> None:
         self.policies.add(WorkloadPolicy(name, region or self.cluster_model.region, accelerator_topology))
+
+    def announce_maintenance(self, pool: str, at: float, *, location: str = "", cluster: str = "") -> None:
+        """Host maintenance for every node of `pool` at Unix time `at` (wall clock, as GKE's label)."""
+        state = self._clusters[(location or self.location, cluster or self.cluster)]
+        self.maintenance.announce(state.pools, pool, at)
 
     def clear_faults(self) -> None:
         """Faults, capacity and quota limits, workload policies: back to a healthy project."""
