@@ -82,6 +82,8 @@ def test_a_flex_start_job_checkpoints_and_restarts_on_a_new_slice_before_its_run
     first = jobs.wait_pods_running("flex", 2, attempt=0, timeout=60)
     status = jobs.wait_phase("flex", "Running", timeout=30)
     assert status["runDeadline"] in status["message"]
+    east_operator.kill()  # SIGKILL with the run clock started: the new process keeps the recorded deadline
+    east_operator.start()
     status = wait_for(
         lambda: (st := jobs.status("flex")).get("restartsByReason") and st,
         timeout=60,

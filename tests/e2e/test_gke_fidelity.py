@@ -84,15 +84,16 @@ def test_an_asynchronous_quota_failure_shows_quota_exceeded(jobs, gke, kubelet):
 
 
 def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs_off(jobs, gke):
-    # v5p is not offered in us-central1-b: GKE refuses the request itself (400 INVALID_ARGUMENT).
-    jobs.create(plain_job(tpu=V5P_MULTI_HOST, nodePool={"zone": "us-central1-b"}))
+    # The operator's zone (us-central1-a) does not offer v6e: GKE refuses the request itself (400
+    # INVALID_ARGUMENT). (A zone named in the spec is checked at validation; the operator's own is not.)
+    jobs.create(plain_job(tpu={"type": "v6e", "topology": "2x2"}))
     status = wait_for(
         lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
         timeout=30,
         what="the refusal in the status",
     )
     assert (
-        'Invalid machine type "ct5p-hightpu-4t" in zone "us-central1-b": GCE_NOT_FOUND' in status["message"]
+        'Invalid machine type "ct6e-standard-4t" in zone "us-central1-a": GCE_NOT_FOUND' in status["message"]
     )
     condition = next(c for c in status["conditions"] if c["type"] == "NodePoolsReady")
     assert condition["reason"] == "NodePoolRejected"
@@ -101,7 +102,7 @@ def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs
         timeout=10,
         what="the Warning event",
     )
-    assert event.type == "Warning" and "us-central1-b" in event.message
+    assert event.type == "Warning" and "us-central1-a" in event.message
     # Resyncs (every 2 s here) look at GKE again, but do not ask for the pool again inside the 30 s backoff.
     looks = gke.calls["GetNodePool"]
     wait_for(lambda: gke.calls["GetNodePool"] >= looks + 3, timeout=30, what="three more passes")
