@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy operator/tpujob/api operator/tpujob/tpu.py operator/tpujob/render operator/tpujob/status.py operator/tpujob/metrics.py
+	$(BIN)/mypy operator/tpujob/api operator/tpujob/tpu.py operator/tpujob/render operator/tpujob/status operator/tpujob/metrics.py
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -1,0 +1,181 @@
+"""The decision under construction, and the steps every part of it shares: release what holds TPUs,
+record pools, fail, restart, time limits."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tpujob.api.models import NodePoolStatus, WorkerCounts
+from tpujob.status.model import (
+    FAILED,
+    POLL_PROVISIONING_SECONDS,
+    POOL_DELETED,
+    POOL_MISSING,
+    POOL_STOPPING,
+    REASON_PROVISIONING_TIMEOUT,
+    RESTARTING,
+    WARNING_REASONS,
+    Decision,
+    Event,
+    Observed,
+    PoolView,
+    expected_workers,
+    parse_timestamp,
+    set_condition,
+    timestamp,
+)
+
+
+class Builder:
+    """Accumulates the decision; keeps decide() readable."""
+
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+        self.job = observed.job
+        self.now = observed.now
+        previous = observed.status
+        self.previous_phase = previous.phase
+        self.previous_reason = previous.reason
+        self.previous_workers = previous.workers
+        self._phase_event: Event | None = None
+        self.status = previous.model_copy(deep=True)
+        self.decision = Decision(status=self.status)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))
+
+    def set_phase(self, phase: str, reason: str, message: str) -> None:
+        """One phase event per pass, for the phase the pass ends in: a phase passed through within the
+        pass (Pending on the way to Starting) never reaches the status, so it gets no event either."""
+        self.status.phase, self.status.reason, self.status.message = phase, reason, message
+        if self._phase_event is not None:
+            self.decision.events.remove(self._phase_event)
+            self._phase_event = None
+        if (phase, reason) != (self.previous_phase, self.previous_reason):
+            warning = phase in (FAILED, RESTARTING) or reason in WARNING_REASONS
+            self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
+            self.decision.events.append(self._phase_event)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.status.conditions = set_condition(
+            self.status.conditions, type_, status, reason, message, self.now
+        )
+
+    def finish(self) -> Decision:
+        self.status.observed_generation = self.job.metadata.generation
+        return self.decision
+
+
+def count_workers(b: Builder, attempt: int) -> dict[str, int]:
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for pod in b.observed.pods:
+        if pod.attempt == attempt and not pod.deleting:
+            key = pod.phase.lower() if pod.phase.lower() in counts else "pending"
+            counts[key] += 1
+    return counts
+
+
+def release(b: Builder, *, keep_finished_pods: bool) -> None:
+    """Delete what holds TPUs: live pods, and the pools the operator made."""
+    for pod in b.observed.pods:
+        if pod.deleting or (keep_finished_pods and pod.phase in ("Succeeded", "Failed")):
+            continue
+        b.decision.delete_pods.append(pod.name)
+    for pool in known_pools(b):
+        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
+            b.decision.delete_pools.append(pool.name)
+
+
+def known_pools(b: Builder) -> list[PoolView]:
+    """This pass' GKE view, else what the status last recorded."""
+    if b.observed.pools is not None:
+        return list(b.observed.pools)
+    return [
+        PoolView(
+            p.slice,
+            p.name,
+            p.state,
+            p.message,
+            p.condition or "",
+            operation=p.operation or "",
+            zone=p.zone or "",
+        )
+        for p in b.status.node_pools
+    ]
+
+
+def record_pools(b: Builder, pools: list[PoolView]) -> None:
+    b.status.node_pools = [
+        NodePoolStatus(
+            name=p.name,
+            slice=p.slice,
+            state=p.state,
+            message=p.message,
+            condition=p.condition or None,
+            operation=p.operation or None,
+            zone=p.zone or None,
+        )
+        for p in pools
+    ]
+
+
+def fail(b: Builder, reason: str, message: str) -> None:
+    b.status.completion_time = timestamp(b.now)
+    b.set_phase(FAILED, reason, message)
+    b.condition("Failed", True, reason, message)
+    b.condition("Running", False, reason, "the job failed")
+    release(b, keep_finished_pods=True)
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+
+
+def limit_reached(b: Builder, since: str | None, seconds: int | None) -> bool:
+    """A time limit counted from `since`: reached, or a look again when it will be."""
+    if seconds is None or since is None:
+        return False
+    ends = parse_timestamp(since) + dt.timedelta(seconds=seconds)
+    if b.now < ends:
+        b.decision.requeue((ends - b.now).total_seconds())
+        return False
+    return True
+
+
+def provisioning_timed_out(b: Builder, reason: str, message: str) -> bool:
+    """spec.runPolicy.provisioningTimeoutSeconds: give up waiting for pools, and give them back."""
+    timeout = b.job.spec.run_policy.provisioning_timeout_seconds
+    if not limit_reached(b, b.status.provisioning_since, timeout):
+        return False
+    b.decision.create_pools.clear()
+    fail(
+        b,
+        REASON_PROVISIONING_TIMEOUT,
+        f"node pools not running {timeout} s after the job began waiting (last: {reason}: {message})",
+    )
+    return True
+
+
+def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) -> None:
+    """A new attempt: every pod of the job goes (a slice is all or nothing), counted by reason."""
+    status = b.status
+    budget = b.job.spec.run_policy.max_restarts
+    status.restarts += 1
+    status.restarts_by_reason[reason] = status.restarts_by_reason.get(reason, 0) + 1
+    if not infrastructure:
+        status.application_restarts += 1
+    status.attempt += 1
+    status.last_restart_time = timestamp(b.now)
+    status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
+    # Live pods go now; the failed attempt's finished pods stay for `kubectl logs` until the next restart.
+    for pod in b.observed.pods:
+        if pod.deleting or pod.name in b.decision.delete_pods:
+            continue
+        if pod.phase in ("Succeeded", "Failed") and pod.attempt == status.attempt - 1:
+            continue
+        b.decision.delete_pods.append(pod.name)
+    counted = f"{status.application_restarts}/{budget} application restarts used"
+    b.set_phase(
+        RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
+    )
+    b.condition("Running", False, reason, detail)
+    # The next pass re-checks the pools (a lost node may have broken the slice) before new pods.
+    b.decision.requeue(1.0)

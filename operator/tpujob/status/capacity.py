@@ -1,0 +1,139 @@
+"""Capacity that ends or waits: flex-start queues and run durations, host maintenance, zone fallback."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tpujob.api.models import FLEX_START_MAX_RUN_SECONDS, CapacityMode
+from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
+from tpujob.status.model import (
+    POLL_PROVISIONING_SECONDS,
+    POOL_DELETED,
+    POOL_MISSING,
+    POOL_STOPPING,
+    PROVISIONING,
+    REASON_MAINTENANCE,
+    REASON_MAINTENANCE_SCHEDULED,
+    REASON_QUOTA,
+    REASON_RUN_DURATION,
+    REASON_STOCKOUT,
+    REASON_WAITING_FOR_CAPACITY,
+    REASON_ZONE_FALLBACK,
+    PodView,
+    parse_timestamp,
+    timestamp,
+)
+
+
+def fall_back_if_due(b: Builder, reason: str) -> bool:
+    """Waiting for capacity in one zone past spec.capacity.zoneFallbackSeconds: try the next zone. The
+    pools in the zone left are deleted (and recreated in the next one once GKE has removed them)."""
+    zones, current = b.observed.zones, b.status.zone
+    if reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_WAITING_FOR_CAPACITY) or len(zones) < 2:
+        return False
+    fallback = b.job.spec.capacity.zone_fallback_seconds
+    if current is None or not limit_reached(b, b.status.zone_since, fallback):
+        return False
+    following = zones[(zones.index(current) + 1) % len(zones)]
+    b.status.zone, b.status.zone_since = following, timestamp(b.now)
+    b.event(
+        "Warning", REASON_ZONE_FALLBACK, f"{reason} in {current} for {fallback} s or more: trying {following}"
+    )
+    for pool in known_pools(b):
+        leaving = pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+        if leaving and pool.name not in b.decision.delete_pools:
+            b.decision.delete_pools.append(pool.name)
+    b.decision.create_pools.clear()
+    return True
+
+
+def start_run_clock(b: Builder) -> str:
+    """Flex-start: the slice's VMs run maxRunDurationSeconds from about when its workers all ran."""
+    if b.status.run_deadline is None:
+        seconds = b.job.spec.capacity.max_run_duration_seconds or FLEX_START_MAX_RUN_SECONDS
+        b.status.run_deadline = timestamp(b.now + dt.timedelta(seconds=seconds))
+        lead = b.job.spec.run_policy.maintenance_lead_seconds
+        b.decision.requeue(max(seconds - lead, 0))
+    return b.status.run_deadline
+
+
+def run_duration_ends(b: Builder) -> bool:
+    """Flex-start: before the VMs go, the workers checkpoint (SIGTERM) and the job restarts on a new slice,
+    queued again (its pool is deleted and asked for anew). Not the application's fault: not counted."""
+    deadline = b.status.run_deadline
+    if deadline is None:
+        return False
+    lead = b.job.spec.run_policy.maintenance_lead_seconds
+    act_at = parse_timestamp(deadline) - dt.timedelta(seconds=lead)
+    if b.now < act_at:
+        b.decision.requeue((act_at - b.now).total_seconds())
+        return False
+    detail = (
+        f"the flex-start slice's VMs end at {deadline} (maxRunDurationSeconds); checkpointing {lead} s ahead"
+    )
+    begin_restart(b, REASON_RUN_DURATION, detail, infrastructure=True)
+    b.status.run_deadline = None
+    for pool in known_pools(b):
+        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
+            b.decision.delete_pools.append(pool.name)
+    return True
+
+
+def maintenance_due(b: Builder) -> bool:
+    """GKE announced maintenance for a host of the slice (one host's maintenance stops the whole slice):
+    shown in the status with an event, and maintenanceLeadSeconds before it the workers checkpoint (SIGTERM)
+    and the job restarts. New pods avoid nodes under notice (render.pod), so they wait for the hosts to come
+    back. Not the application's fault: not counted."""
+    attempt = b.status.attempt
+    times = [
+        b.observed.maintenance[p.node]
+        for p in b.observed.pods
+        if p.attempt == attempt and not p.deleting and p.node in b.observed.maintenance
+    ]
+    if not times:
+        b.status.maintenance_time = None
+        return False
+    when = dt.datetime.fromtimestamp(min(times), dt.UTC)
+    if b.status.maintenance_time != timestamp(when):
+        b.status.maintenance_time = timestamp(when)
+        b.event(
+            "Warning",
+            REASON_MAINTENANCE_SCHEDULED,
+            f"GKE host maintenance for the slice at {timestamp(when)}",
+        )
+    act_at = when - dt.timedelta(seconds=b.job.spec.run_policy.maintenance_lead_seconds)
+    if b.now < act_at:
+        b.decision.requeue((act_at - b.now).total_seconds())
+        return False
+    begin_restart(
+        b, REASON_MAINTENANCE, f"GKE host maintenance at {timestamp(when)}; checkpointing ahead", True
+    )
+    b.status.maintenance_time = None
+    return True
+
+
+def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
+    """Flex-start: pods pending unschedulable on the empty pool is the queue for capacity, not a fault."""
+    if b.job.spec.capacity.mode != CapacityMode.flex_start:
+        return False
+    if not any(p.phase == "Pending" and p.unschedulable for p in pods):
+        return False
+    if b.status.provisioning_since is None:
+        b.status.provisioning_since = timestamp(b.now)
+    if provisioning_timed_out(b, REASON_WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
+        return True
+    if fall_back_if_due(b, REASON_WAITING_FOR_CAPACITY):
+        for pod in pods:
+            if not pod.deleting and pod.name not in b.decision.delete_pods:
+                b.decision.delete_pods.append(pod.name)
+        message = f"no flex-start capacity in time: trying {b.status.zone}"
+        b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, message)
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+        return True
+    # The time queued follows from `since` (and status.provisioningSince): a message that changed every
+    # pass would rewrite the status every poll for as long as the queue lasts.
+    message = f"queued for flex-start capacity since {b.status.provisioning_since}"
+    b.set_phase(PROVISIONING, REASON_WAITING_FOR_CAPACITY, message)
+    b.condition("Running", False, REASON_WAITING_FOR_CAPACITY, message)
+    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    return True

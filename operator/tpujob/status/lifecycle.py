@@ -1,0 +1,249 @@
+"""decide(): the life cycle of a job, from a snapshot of what was observed to a Decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from tpujob.api.models import CapacityMode, WorkerCounts
+from tpujob.render import naming
+from tpujob.status.builder import (
+    Builder,
+    begin_restart,
+    count_workers,
+    fail,
+    known_pools,
+    limit_reached,
+    record_pools,
+    release,
+)
+from tpujob.status.capacity import (
+    maintenance_due,
+    run_duration_ends,
+    start_run_clock,
+    waiting_for_flex_capacity,
+)
+from tpujob.status.model import (
+    PENDING,
+    POLL_PROVISIONING_SECONDS,
+    POOL_DELETED,
+    POOL_MISSING,
+    REASON_BACKOFF_LIMIT,
+    REASON_DEADLINE,
+    REASON_INVALID_SPEC,
+    REASON_NODE_LOST,
+    REASON_PREEMPTED,
+    REASON_UNSCHEDULABLE,
+    REASON_WORKER_FAILED,
+    RESTART_BACKOFF_CAP_SECONDS,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+    SUSPENDED,
+    TERMINAL_PHASES,
+    Decision,
+    Observed,
+    PodView,
+    expected_workers,
+    is_infrastructure_failure,
+    parse_timestamp,
+    timestamp,
+)
+from tpujob.status.pools import place, pools_ready
+
+
+def decide(observed: Observed) -> Decision:
+    b = Builder(observed)
+    status = b.status
+    if status.phase in TERMINAL_PHASES and status.reason != REASON_INVALID_SPEC:
+        _finished(b)
+        return b.finish()
+    if status.reason == REASON_INVALID_SPEC:  # the spec was fixed: start over
+        status.phase, status.reason, status.message = PENDING, "", ""
+        status.conditions = [c for c in status.conditions if c.type != "Failed"]
+    if b.job.spec.run_policy.suspend:
+        _suspend(b)
+        return b.finish()
+    if status.phase == SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
+        status.attempt += 1
+        status.start_time = None
+        b.condition("Suspended", False, "Resumed", "the job was resumed")
+    if status.start_time is None:
+        status.start_time = timestamp(b.now)
+        if status.phase is None:
+            b.set_phase(PENDING, "Created", "the operator accepted the job")
+    status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b, status.attempt))
+    if _deadline_passed(b):
+        return b.finish()
+    place(b)
+    if not pools_ready(b):
+        return b.finish()
+    _run_workers(b)
+    return b.finish()
+
+
+def _finished(b: Builder) -> None:
+    """Succeeded or Failed: give the TPUs back, keep finished pods for their logs, honour the TTL."""
+    release(b, keep_finished_pods=True)
+    pools = known_pools(b)
+    if b.observed.pools is not None:
+        record_pools(
+            b, [dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p for p in pools]
+        )
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    ttl = b.job.spec.run_policy.ttl_seconds_after_finished
+    if ttl is not None and b.status.completion_time:
+        expires = parse_timestamp(b.status.completion_time) + dt.timedelta(seconds=ttl)
+        if b.now >= expires:
+            b.decision.delete_job = True
+        else:
+            b.decision.requeue((expires - b.now).total_seconds())
+
+
+def _suspend(b: Builder) -> None:
+    release(b, keep_finished_pods=False)
+    b.set_phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
+    b.condition("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
+    b.condition("Running", False, "Suspended", "the job is suspended")
+    if b.observed.pools is not None:
+        record_pools(
+            b,
+            [
+                dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p
+                for p in b.observed.pools
+            ],
+        )
+    if b.decision.delete_pools:
+        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+
+
+def _deadline_passed(b: Builder) -> bool:
+    deadline = b.job.spec.run_policy.active_deadline_seconds
+    if not limit_reached(b, b.status.start_time, deadline):
+        return False
+    fail(b, REASON_DEADLINE, f"the job ran longer than activeDeadlineSeconds ({deadline} s)")
+    return True
+
+
+def _run_workers(b: Builder) -> None:
+    """Pools are ready: Service, pods of the current attempt, and what their phases mean."""
+    status = b.status
+    if not b.observed.service_exists:
+        b.decision.create_service = True
+    # A crash after creating a new attempt's pods but before recording it: adopt that attempt.
+    newest = max((p.attempt for p in b.observed.pods), default=status.attempt)
+    if newest > status.attempt:
+        status.attempt = newest
+    for pod in b.observed.pods:
+        finished = pod.phase in ("Succeeded", "Failed")
+        keep_for_logs = finished and pod.attempt == status.attempt - 1
+        if pod.attempt < status.attempt and not pod.deleting and not keep_for_logs:
+            b.decision.delete_pods.append(pod.name)
+    current = {
+        (p.slice, p.worker): p for p in b.observed.pods if p.attempt == status.attempt and not p.deleting
+    }
+    wanted = expected_workers(b.job)
+    failed = [p for p in current.values() if p.phase == "Failed"]
+    missing = [
+        key
+        for key in wanted
+        if key not in current
+        and naming.pod_name(b.job, key[0], key[1], status.attempt) not in b.observed.pods_in_flight
+    ]
+    if failed:
+        _restart(b, failed, lost=[])
+        return
+    if run_duration_ends(b) or maintenance_due(b):
+        return
+    # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
+    before = b.previous_workers
+    all_seen_before = before.pending + before.running + before.succeeded + before.failed == len(wanted)
+    if missing and all_seen_before and b.previous_phase in (STARTING, RUNNING):
+        _restart(b, [], lost=missing)
+        return
+    wait = _restart_backoff_left(b)
+    if missing and wait > 0:
+        b.decision.requeue(wait)
+        return
+    b.decision.create_pods = missing
+    # Pods created now or not yet seen by the watch are Pending: counting them so means their first
+    # watch events change nothing, and the status is not written again for each of them.
+    counts = count_workers(b, status.attempt)
+    counts["pending"] += sum(1 for key in wanted if key not in current)
+    status.workers = WorkerCounts(expected=len(wanted), **counts)
+    workers = status.workers
+    if workers.succeeded == len(wanted):
+        status.completion_time = timestamp(b.now)
+        b.set_phase(SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
+        b.condition("Succeeded", True, "Succeeded", f"all {len(wanted)} workers succeeded")
+        b.condition("Running", False, "Succeeded", "the job finished")
+        release(b, keep_finished_pods=True)
+        if b.decision.delete_pools:
+            b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    elif not missing and workers.running + workers.succeeded == len(wanted):
+        if status.running_time is None:
+            status.running_time = timestamp(b.now)
+        message = f"{workers.running} of {len(wanted)} workers running"
+        if b.job.spec.capacity.mode == CapacityMode.flex_start:
+            status.provisioning_since = None
+            message += f"; the flex-start slice runs until {start_run_clock(b)}"
+        b.set_phase(RUNNING, "Running", message)
+        b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+    elif waiting_for_flex_capacity(b, list(current.values())):
+        return
+    elif (stuck := _unschedulable(b, list(current.values()))) is not None:
+        b.set_phase(STARTING, REASON_UNSCHEDULABLE, stuck)
+        b.condition("Running", False, REASON_UNSCHEDULABLE, stuck)
+    else:
+        b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+
+
+def _unschedulable(b: Builder, pods: list[PodView]) -> str | None:
+    """The scheduler's own reason, once a pod has been unschedulable past the grace period (a node may be on
+    its way); else None, with a look again when the first grace period ends."""
+    grace = dt.timedelta(seconds=b.observed.unschedulable_grace_seconds)
+    for pod in sorted(pods, key=lambda p: (p.slice, p.worker)):
+        if pod.phase != "Pending" or not pod.unschedulable or not pod.unschedulable_since:
+            continue
+        waited = b.now - parse_timestamp(pod.unschedulable_since)
+        if waited >= grace:
+            return f"pod {pod.name} cannot be scheduled: {pod.unschedulable}"
+        b.decision.requeue((grace - waited).total_seconds())
+    return None
+
+
+def _restart_backoff_left(b: Builder) -> float:
+    """Seconds before the pods of an application restart may be created."""
+    status = b.status
+    if status.phase != RESTARTING or status.reason != REASON_WORKER_FAILED or not status.last_restart_time:
+        return 0.0
+    exponent = max(status.application_restarts - 1, 0)
+    backoff = min(b.observed.restart_backoff_seconds * float(2**exponent), RESTART_BACKOFF_CAP_SECONDS)
+    elapsed = (b.now - parse_timestamp(status.last_restart_time)).total_seconds()
+    return max(backoff - elapsed, 0.0)
+
+
+def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> None:
+    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job."""
+    status = b.status
+    infrastructure = bool(lost) or any(is_infrastructure_failure(p) for p in failed)
+    if lost:
+        reason = REASON_NODE_LOST
+        detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"
+    elif infrastructure:
+        pod = next(p for p in failed if is_infrastructure_failure(p))
+        reason = REASON_PREEMPTED
+        detail = (
+            f"pod {pod.name} stopped by the infrastructure ({pod.reason or f'exit code {pod.exit_code}'})"
+        )
+    else:
+        pod = failed[0]
+        reason = REASON_WORKER_FAILED
+        detail = f"pod {pod.name} failed (exit code {pod.exit_code}{', ' + pod.reason if pod.reason else ''})"
+    budget = b.job.spec.run_policy.max_restarts
+    if not infrastructure and status.application_restarts >= budget:
+        fail(b, REASON_BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
+        return
+    begin_restart(b, reason, detail, infrastructure)

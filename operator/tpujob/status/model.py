@@ -1,0 +1,288 @@
+"""What a decision is made from and of: phases, reasons, the views of pods and pools, Observed and
+Decision, and small helpers. Pure data."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from tpujob import tpu
+from tpujob.api.constants import EXIT_CODE_PREEMPTED
+from tpujob.api.models import (
+    Condition,
+    ConditionStatus,
+    TPUJob,
+    TPUJobStatus,
+)
+
+# Phases (status.phase).
+PENDING = "Pending"
+PROVISIONING = "Provisioning"
+STARTING = "Starting"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
+
+# Reasons (status.reason, condition reasons, event reasons, restart reasons).
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
+REASON_DEADLINE = "DeadlineExceeded"
+REASON_WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
+REASON_PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
+REASON_NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
+REASON_POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
+REASON_STOCKOUT = "Stockout"
+REASON_QUOTA = "QuotaExceeded"
+REASON_GKE_BUSY = "IncompatibleOperation"
+REASON_GKE_UNAVAILABLE = "GKEUnavailable"
+REASON_POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
+REASON_GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
+REASON_PROVISIONING = "Provisioning"
+REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
+REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
+REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
+REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
+REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
+
+INFRASTRUCTURE_REASONS = frozenset(
+    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION, REASON_MAINTENANCE}
+)
+# Waiting for these is worth a Warning event: someone may have to act (or at least know).
+WARNING_REASONS = frozenset(
+    {REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_REJECTED, REASON_GKE_CONFIG, REASON_UNSCHEDULABLE}
+)
+
+# Pod failure reasons a node going away leaves behind (kubelet graceful node shutdown, eviction,
+# node lifecycle / pod GC). A pod failing with one of these did nothing wrong itself.
+NODE_LOSS_POD_REASONS = frozenset(
+    {"Terminated", "NodeShutdown", "Shutdown", "NodeLost", "Evicted", "Preempting", "DeletionByPodGC"}
+)
+
+# GKE node pool states.
+POOL_MISSING = "MISSING"  # not found in GKE (not yet created, or gone)
+POOL_DELETED = "Deleted"
+POOL_STOPPING = "STOPPING"  # GKE is deleting it
+POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
+POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
+
+# Application restarts back off like Kubernetes Jobs: base, 2x base, 4x base ... up to the cap.
+# Infrastructure restarts do not wait: the cause is gone and the pods just queue for new nodes.
+RESTART_BACKOFF_CAP_SECONDS = 360.0
+
+# How long a pool may sit in ERROR before it is recreated: GKE's ERROR can be transient.
+POOL_ERROR_GRACE = dt.timedelta(seconds=60)
+POLL_PROVISIONING_SECONDS = 5.0
+
+# GKE's pool condition codes (container_v1.StatusCondition.Code) that mean "no capacity or quota now":
+# GKE retries them itself while the create operation runs.
+CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
+
+# A refused request GKE calls permanent is asked again after 30 s, 60 s, ... up to 10 minutes (an
+# administrator may fix the cluster meanwhile); transient refusals at the polling interval.
+REJECTED_BACKOFF_BASE_SECONDS = 30.0
+REJECTED_BACKOFF_CAP_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator needs to know of one of its pods."""
+
+    name: str
+    slice: int
+    worker: int
+    attempt: int
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    reason: str = ""  # pod.status.reason, else the container's terminated reason
+    exit_code: int | None = None
+    deleting: bool = False
+    node: str = ""  # spec.nodeName, once scheduled
+    # The scheduler's message and since when (RFC 3339) while PodScheduled is False for Unschedulable.
+    unschedulable: str = ""
+    unschedulable_since: str = ""
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One slice's node pool as GKE reported it in this pass."""
+
+    slice: int
+    name: str
+    state: str  # POOL_MISSING or a GKE status
+    message: str = ""
+    condition: str = ""  # GKE's condition code (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...), "" when none
+    # Whether GKE still runs the pool's create operation (it retries a stockout meanwhile); None: not asked.
+    retrying: bool | None = None
+    operation: str = ""  # the create operation, once known
+    zone: str = ""  # where GKE has it ("" when not known)
+
+
+@dataclass(frozen=True)
+class GKEError:
+    """The last failed GKE call for a slice, classified (see gke.classify_error)."""
+
+    reason: (
+        str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
+    )
+    message: str
+    permanent: bool = False  # the same request cannot succeed until someone changes the cluster or the job
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: TPUJob
+    now: dt.datetime
+    pods: tuple[PodView, ...] = ()
+    # None: GKE was not asked in this pass; the status' pool states stand.
+    pools: tuple[PoolView, ...] | None = None
+    gke_errors: dict[int, GKEError] = field(default_factory=dict)
+    service_exists: bool = False
+    # Pods created but not yet seen by the watch; they are not "missing".
+    pods_in_flight: frozenset[str] = frozenset()
+    restart_backoff_seconds: float = 10.0
+    # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
+    unschedulable_grace_seconds: float = 30.0
+    # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
+    zones: tuple[str, ...] = ()
+    # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
+    maintenance: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def status(self) -> TPUJobStatus:
+        return self.job.status or TPUJobStatus()
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: TPUJobStatus
+    create_pools: list[int] = field(default_factory=list)
+    delete_pools: list[str] = field(default_factory=list)
+    create_service: bool = False
+    create_pods: list[tuple[int, int]] = field(default_factory=list)  # (slice, worker) of status.attempt
+    delete_pods: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+
+    def requeue(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def timestamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(value: str) -> dt.datetime:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
+def set_condition(
+    conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: dt.datetime
+) -> list[Condition]:
+    """Kubernetes convention: lastTransitionTime moves only when the status flips."""
+    wanted = ConditionStatus.true if status else ConditionStatus.false
+    current = next((c for c in conditions if c.type == type_), None)
+    moved = current is None or current.status != wanted
+    updated = Condition(
+        type=type_,
+        status=wanted,
+        reason=reason,
+        message=message,
+        last_transition_time=timestamp(now) if moved or current is None else current.last_transition_time,
+    )
+    return [c for c in conditions if c.type != type_] + [updated]
+
+
+def expected_workers(job: TPUJob) -> list[tuple[int, int]]:
+    hosts = tpu.resolve_slice(job.spec.tpu.type, job.spec.tpu.topology, job.spec.tpu.machine_type).hosts
+    return [(s, w) for s in range(job.spec.tpu.slices) for w in range(hosts)]
+
+
+def is_infrastructure_failure(pod: PodView) -> bool:
+    """Preemption, maintenance or node loss, as opposed to the application failing."""
+    return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
+
+
+def rejected_backoff_seconds(refusals: int) -> float:
+    """Wait before asking GKE again after the n-th refusal in a row of a permanently refused request."""
+    return min(REJECTED_BACKOFF_BASE_SECONDS * 2.0 ** max(refusals - 1, 0), REJECTED_BACKOFF_CAP_SECONDS)
+
+
+def pool_error_reason(pool: PoolView) -> str:
+    """Why a pool is in ERROR, from GKE's condition code: capacity or quota, else the pool is broken."""
+    return CAPACITY_CONDITIONS.get(pool.condition, REASON_POOL_LOST)
+
+
+__all__ = [
+    "CAPACITY_CONDITIONS",
+    "FAILED",
+    "INFRASTRUCTURE_REASONS",
+    "NODE_LOSS_POD_REASONS",
+    "PENDING",
+    "POLL_PROVISIONING_SECONDS",
+    "POOL_DELETED",
+    "POOL_ERROR_GRACE",
+    "POOL_MISSING",
+    "POOL_READY_STATES",
+    "POOL_STOPPING",
+    "POOL_WAIT_STATES",
+    "PROVISIONING",
+    "REASON_BACKOFF_LIMIT",
+    "REASON_DEADLINE",
+    "REASON_GKE_BUSY",
+    "REASON_GKE_CONFIG",
+    "REASON_GKE_UNAVAILABLE",
+    "REASON_INVALID_SPEC",
+    "REASON_MAINTENANCE",
+    "REASON_MAINTENANCE_SCHEDULED",
+    "REASON_NODE_LOST",
+    "REASON_POOL_LOST",
+    "REASON_POOL_REJECTED",
+    "REASON_PREEMPTED",
+    "REASON_PROVISIONING",
+    "REASON_PROVISIONING_TIMEOUT",
+    "REASON_QUOTA",
+    "REASON_RUN_DURATION",
+    "REASON_STOCKOUT",
+    "REASON_UNSCHEDULABLE",
+    "REASON_WAITING_FOR_CAPACITY",
+    "REASON_WORKER_FAILED",
+    "REASON_ZONE_FALLBACK",
+    "REJECTED_BACKOFF_BASE_SECONDS",
+    "REJECTED_BACKOFF_CAP_SECONDS",
+    "RESTARTING",
+    "RESTART_BACKOFF_CAP_SECONDS",
+    "RUNNING",
+    "STARTING",
+    "SUCCEEDED",
+    "SUSPENDED",
+    "TERMINAL_PHASES",
+    "WARNING_REASONS",
+    "Decision",
+    "Event",
+    "GKEError",
+    "Observed",
+    "PodView",
+    "PoolView",
+    "expected_workers",
+    "is_infrastructure_failure",
+    "parse_timestamp",
+    "pool_error_reason",
+    "rejected_backoff_seconds",
+    "set_condition",
+    "timestamp",
+]

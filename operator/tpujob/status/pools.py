@@ -1,0 +1,142 @@
+"""Create policy: one node pool per slice, in the job's zone, before any pod; what GKE says about them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tpujob.api.models import CapacityMode, ConditionStatus, NodePoolPolicy
+from tpujob.render import naming
+from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, record_pools
+from tpujob.status.capacity import fall_back_if_due
+from tpujob.status.model import (
+    CAPACITY_CONDITIONS,
+    POLL_PROVISIONING_SECONDS,
+    POOL_DELETED,
+    POOL_ERROR_GRACE,
+    POOL_MISSING,
+    POOL_READY_STATES,
+    POOL_STOPPING,
+    POOL_WAIT_STATES,
+    PROVISIONING,
+    REASON_GKE_CONFIG,
+    REASON_GKE_UNAVAILABLE,
+    REASON_POOL_LOST,
+    REASON_POOL_REJECTED,
+    REASON_PROVISIONING,
+    REASON_QUOTA,
+    REASON_STOCKOUT,
+    REASON_ZONE_FALLBACK,
+    GKEError,
+    PoolView,
+    parse_timestamp,
+    pool_error_reason,
+    timestamp,
+)
+
+
+def pools_ready(b: Builder) -> bool:
+    """Create policy: one RUNNING pool per slice before any pod. Returns True when pods may run."""
+    job = b.job
+    if job.spec.node_pool.policy != NodePoolPolicy.create:
+        b.condition(
+            "NodePoolsReady", True, "ExistingNodePools", "policy existing: pods use pools made elsewhere"
+        )
+        return True
+    pools = {p.slice: p for p in known_pools(b)}
+    views: list[PoolView] = []
+    problems: list[tuple[str, str]] = []
+    for slice_index in range(job.spec.tpu.slices):
+        name = naming.node_pool_name(job, slice_index)
+        pool = pools.get(slice_index, PoolView(slice_index, name, POOL_MISSING))
+        pool, problem = _slice_pool(b, pool, b.observed.gke_errors.get(slice_index))
+        if problem is not None:
+            problems.append(problem)
+        views.append(pool)
+    if b.observed.pools is not None or b.decision.create_pools:
+        record_pools(b, views)
+    ready = all(v.state in POOL_READY_STATES for v in views)
+    if ready:
+        if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
+            b.status.provisioning_since = None
+        b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
+        return True
+    # Permanent refusals first: they need someone to act, the rest only time.
+    problems.sort(key=lambda problem: problem[0] not in (REASON_POOL_REJECTED, REASON_GKE_CONFIG))
+    reason, message = problems[0] if problems else (REASON_PROVISIONING, _pools_message(views))
+    if b.status.provisioning_since is None:
+        b.status.provisioning_since = timestamp(b.now)
+    if provisioning_timed_out(b, reason, message):
+        return False
+    if fall_back_if_due(b, reason):
+        reason, message = REASON_ZONE_FALLBACK, f"moving to {b.status.zone} for lack of capacity"
+    b.condition("NodePoolsReady", False, reason, message)
+    b.set_phase(PROVISIONING, reason, message)
+    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    return False
+
+
+def place(b: Builder) -> None:
+    """The zone the job's pools are in, or go to: the first of its zones until a fallback moves on."""
+    zones = b.observed.zones
+    if zones and b.status.zone not in zones:
+        b.status.zone, b.status.zone_since = zones[0], timestamp(b.now)
+
+
+def _slice_pool(
+    b: Builder, pool: PoolView, error: GKEError | None
+) -> tuple[PoolView, tuple[str, str] | None]:
+    """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
+    gone = pool.state in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+    if not gone and pool.zone and b.status.zone and pool.zone != b.status.zone:
+        # In a zone the job has left (a fallback): deleted, again until GKE accepts it.
+        b.decision.delete_pools.append(pool.name)
+        return pool, (REASON_ZONE_FALLBACK, f"moving to {b.status.zone}: deleting {pool.name} in {pool.zone}")
+    if pool.state in (POOL_MISSING, POOL_DELETED):
+        if error is None:
+            b.decision.create_pools.append(pool.slice)
+            fresh = dataclasses.replace(
+                pool, state="PROVISIONING", message="", condition="", operation="", zone=b.status.zone or ""
+            )
+            return fresh, None
+        return dataclasses.replace(pool, state=POOL_MISSING, message=error.message), (
+            error.reason,
+            error.message,
+        )
+    capacity = CAPACITY_CONDITIONS.get(pool.condition)
+    if capacity is not None and pool.retrying is not False and pool.state in ("ERROR", "PROVISIONING"):
+        # GKE retries a stockout or a quota shortfall itself while the create operation runs: wait for it
+        # (deleting would throw its place away, and GKE refuses the delete anyway).
+        return pool, (capacity, pool.message)
+    if pool.state == "ERROR":
+        reason = pool_error_reason(pool)
+        if capacity is not None or _error_outlived_grace(b, pool):
+            b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
+        return pool, (reason, pool.message)
+    if pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
+        return pool, cause  # still why the job waits, until the pool is recreated
+    if pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
+        return pool, (REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}")
+    return pool, None
+
+
+def _pool_removal_cause(b: Builder) -> tuple[str, str] | None:
+    """A pool deleted because of a stockout or a lasting ERROR: that reason, while GKE removes it."""
+    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    if condition is None or condition.status != ConditionStatus.false:
+        return None
+    if condition.reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_LOST):
+        return None
+    return condition.reason, condition.message
+
+
+def _pools_message(views: list[PoolView]) -> str:
+    return ", ".join(f"{v.name}: {v.state}" for v in views)
+
+
+def _error_outlived_grace(b: Builder, pool: PoolView) -> bool:
+    """ERROR seen in the previous status too, for longer than the grace period."""
+    before = next((p for p in b.status.node_pools if p.slice == pool.slice), None)
+    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    if before is None or before.state != "ERROR" or condition is None or not condition.last_transition_time:
+        return False
+    return b.now - parse_timestamp(condition.last_transition_time) >= POOL_ERROR_GRACE
