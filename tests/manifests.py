@@ -88,6 +88,56 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "write the dimensions ascending (2x2x4)",
     ),
     (
+        "multislice-on-one-8-chip-v5e-host",
+        with_change("spec.tpu", {"type": "v5e", "topology": "2x4", "slices": 2}),
+        "spec.tpu.slices",
+        "set spec.tpu.machineType: ct5lp-hightpu-4t (2 hosts of 4 chips)",
+    ),
+    (
+        "tensorflow-registry-image-on-multi-host-tpu7x",
+        with_change(
+            "spec",
+            {
+                "tpu": {"type": "tpu7x", "topology": "2x2x2"},
+                "nodePool": {"workloadPolicy": "wp-1"},
+                "trainer": {"image": "us-docker.pkg.dev/p/repo/tpujob-trainer:0.1.0-tpu"},
+            },
+        ),
+        "spec.trainer.image",
+        "use a JAX or PyTorch/XLA image",
+    ),
+    (
+        "v4-small-shape-turned",
+        with_change("spec.tpu", {"type": "v4", "topology": "4x2x2"}),
+        "spec.tpu.topology",
+        "AxBxC in any order each a multiple of 4",
+    ),
+    (
+        "tpu7x-dimensions-descending",
+        with_change("spec.tpu", {"type": "tpu7x", "topology": "8x4x4"}),
+        "spec.tpu.topology",
+        "write the dimensions ascending (4x4x8)",
+    ),
+    (
+        "tpu7x-one-chip-machine-on-a-larger-topology",
+        with_change("spec.tpu", {"type": "tpu7x", "topology": "2x2x1", "machineType": "tpu7x-standard-1t"}),
+        "spec.tpu.machineType",
+        "serves only topology 1x1x1",
+    ),
+    (
+        "max-pods-per-node-too-large",
+        with_change("spec.nodePool", {"maxPodsPerNode": 512}),
+        "spec.nodePool.maxPodsPerNode",
+        "less than or equal to 256",
+    ),
+    (
+        "oauth-scopes-empty",
+        with_change("spec.nodePool", {"oauthScopes": []}),
+        "spec.nodePool.oauthScopes",
+        "at least 1 item",
+    ),
+    ("gvnic-not-bool", with_change("spec.nodePool", {"gvnic": "fast"}), "spec.nodePool.gvnic", "boolean"),
+    (
         "max-pods-per-node-too-small",
         with_change("spec.nodePool", {"maxPodsPerNode": 4}),
         "spec.nodePool.maxPodsPerNode",
@@ -171,7 +221,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "reservation-mode-without-name",
         with_change("spec.capacity", {"mode": "reservation"}),
         "spec.capacity.reservation",
-        "required when mode is reservation",
+        "required when mode is reservation: the reservation's name, or projects/PROJECT/reservations/NAME",
     ),
     (
         "reservation-name-without-mode",
@@ -184,6 +234,20 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         with_change("spec.capacity", {"mode": "preemptible"}),
         "spec.capacity.mode",
         "spot",
+    ),
+    (
+        "shared-reservation-bad-project",
+        with_change("spec.capacity", {"mode": "reservation", "reservation": "projects/p/reservations/r1"}),
+        "spec.capacity.reservation",
+        "or projects/PROJECT/reservations/NAME for one shared from another project",
+    ),
+    (
+        "shared-reservation-wrong-collection",
+        with_change(
+            "spec.capacity", {"mode": "reservation", "reservation": "projects/other-project/zones/r1"}
+        ),
+        "spec.capacity.reservation",
+        "write the reservation's name",
     ),
     (
         "reservation-bad-name",
@@ -261,6 +325,21 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         with_change("spec.trainer.env", [{"name": "TPU_WORKER_ID", "value": "3"}]),
         "spec.trainer.env[0].name",
         "set by the operator",
+    ),
+    (
+        "reserved-tpu7x-env",
+        with_change(
+            "spec.trainer.env",
+            [{"name": "A", "value": "1"}, {"name": "TPU_PROCESS_ADDRESSES", "value": "h:1"}],
+        ),
+        "spec.trainer.env[1].name",
+        "TPU_PROCESS_ADDRESSES is set by the operator",
+    ),
+    (
+        "reserved-tpu7x-port-env",
+        with_change("spec.trainer.env", [{"name": "TPU_PROCESS_PORT", "value": "9000"}]),
+        "spec.trainer.env[0].name",
+        "TPU_PROCESS_PORT is set by the operator",
     ),
     ("env-not-list", with_change("spec.trainer.env", {"A": "1"}), "spec.trainer.env", "list"),
     (

@@ -3,8 +3,8 @@
 Pure data and arithmetic. Facts from GKE's "Plan TPUs in GKE" and Cloud TPU docs, xpk's system
 catalog and GKE's tpu-provisioner (see shared/reference/gke-tpu.md). Rules used:
   chips = product of the topology's dimensions; hosts (VMs) = max(chips / chips per VM, 1).
-  2D generations take AxB, 3D generations take AxBxC, dimensions in ascending order (v4 in any order:
-  xpk's catalog builds v4 shapes without that rule).
+  2D generations take AxB, 3D generations take AxBxC, dimensions in ascending order (v4's multiples-of-4
+  shapes in any order: xpk's catalog builds them without that rule).
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ class Generation:
     topologies: tuple[str, ...]
     # Ironwood places multi-host pools with a workload policy instead of a tpuTopology field.
     multi_host_needs_workload_policy: bool = False
-    # v4 takes its 3D dimensions in any order; the others ascending.
+    # v4 takes its multiples-of-4 shapes in any order (8x4x4 as well as 4x4x8); the others only ascending.
+    # xpk's catalog: generate_tpu_topologies(max_cubes=64, enforce_nondecreasing=False) for v4 and the
+    # ascending default for v5p and tpu7x (AI-Hypercomputer/xpk src/xpk/core/system_characteristics.py).
+    # Its small shapes stay the four listed, in that order, for every generation.
     any_dimension_order: bool = False
     # TensorFlow runs on it (Cloud TPU's TPU7x page: JAX and PyTorch only).
     runs_tensorflow: bool = True
@@ -174,8 +177,9 @@ def describe_valid_topologies(generation: Generation) -> str:
     listed = ", ".join(generation.topologies)
     if generation.dimensions == 2:
         return listed
+    order = "in any order" if generation.any_dimension_order else "with A<=B<=C"
     return (
-        f"{listed}, or AxBxC with A<=B<=C each a multiple of 4 "
+        f"{listed}, or AxBxC {order} each a multiple of 4 "
         f"(4x4x4, 4x4x8, 4x8x8, 8x8x8, ...) up to {generation.max_chips} chips"
     )
 
@@ -197,13 +201,17 @@ def _topology_problem(generation: Generation, topology: str) -> str | None:
             f"{topology!r} has {chips} chips, more than the largest {generation.type} slice "
             f"({generation.max_chips} chips); use more slices instead"
         )
-    if list(dims) != sorted(dims) and not generation.any_dimension_order:
-        ordered = "x".join(str(d) for d in sorted(dims))
+    multiples_of_4 = generation.dimensions == 3 and all(d % 4 == 0 for d in dims)
+    ascending = list(dims) == sorted(dims)
+    if multiples_of_4 and (ascending or generation.any_dimension_order):
+        return None
+    ordered = "x".join(str(d) for d in sorted(dims))
+    if (
+        not ascending
+        and not generation.any_dimension_order
+        and _topology_problem(generation, ordered) is None
+    ):
         return f"{topology!r} is not a {generation.type} topology: write the dimensions ascending ({ordered})"
-    if generation.dimensions == 3 and all(d % 4 == 0 for d in dims):
-        return None
-    if generation.any_dimension_order and "x".join(str(d) for d in sorted(dims)) in generation.topologies:
-        return None
     return f"{topology!r} is not a {generation.type} topology; {valid}"
 
 

@@ -53,3 +53,17 @@ def test_crd_has_status_subresource_printer_columns_and_cel():
 def test_committed_yaml_parses_as_one_crd():
     (document,) = list(yaml.safe_load_all(COMMITTED[0].read_text()))
     assert document["kind"] == "CustomResourceDefinition"
+
+
+def test_crd_carries_the_node_pool_hygiene_fields_with_their_bounds_and_defaults():
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    pool = schema["spec"]["properties"]["nodePool"]["properties"]
+    assert (pool["maxPodsPerNode"]["minimum"], pool["maxPodsPerNode"]["maximum"]) == (8, 256)
+    assert pool["maxPodsPerNode"]["default"] == 16
+    assert pool["gvnic"]["default"] is True
+    assert pool["oauthScopes"]["default"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert all(pool[name]["description"] for name in ("maxPodsPerNode", "gvnic", "oauthScopes"))
+    timeout = schema["spec"]["properties"]["runPolicy"]["properties"]["provisioningTimeoutSeconds"]
+    assert timeout["minimum"] == 1 and "default" not in timeout
+    assert "provisioningSince" in schema["status"]["properties"]
+    assert {"operation", "zone"} <= schema["status"]["properties"]["nodePools"]["items"]["properties"].keys()

@@ -8,7 +8,7 @@ from google.cloud import container_v1
 from tests.manifests import base_job
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
-from tpujob.render import Cluster, render_plan
+from tpujob.render import Cluster, render_plan, worker_env
 from tpujob.render.naming import MAX_POOL_NAME
 
 CLUSTER = Cluster(project="p", location="us-east5", cluster="c", zone="us-east5-b")
@@ -239,6 +239,7 @@ def test_pool_hygiene_as_gke_tools_do_it():
     parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
     assert parsed.max_pods_constraint.max_pods_per_node == 16
     assert parsed.config.gvnic.enabled is True
+    assert list(parsed.config.oauth_scopes) == ["https://www.googleapis.com/auth/cloud-platform"]
 
     workload_identity = Cluster(**{**CLUSTER.__dict__, "workload_identity": True})
     custom = {
@@ -261,6 +262,38 @@ def test_a_shared_reservation_is_named_by_its_project_path():
     shared = "projects/other-project/reservations/res-1"
     (pool,) = render_plan(job(capacity={"mode": "reservation", "reservation": shared}), CLUSTER).node_pools
     assert pool["config"]["reservationAffinity"]["values"] == [shared]
+    parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    assert list(parsed.config.reservation_affinity.values) == [shared]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "management"),
+    [
+        ({"mode": "onDemand"}, {"autoUpgrade": True, "autoRepair": True}),
+        ({"mode": "spot"}, {"autoUpgrade": True, "autoRepair": True}),
+        ({"mode": "reservation", "reservation": "r1"}, {"autoUpgrade": True, "autoRepair": True}),
+        ({"mode": "flexStart"}, {"autoUpgrade": True, "autoRepair": False}),  # as xpk --flex
+    ],
+)
+def test_auto_upgrade_is_never_turned_off(capacity, management):
+    spec = {"tpu": {"type": "v5p", "topology": "2x2x2"}, "capacity": capacity}
+    (pool,) = render_plan(job(**spec), CLUSTER).node_pools
+    assert pool["management"] == management
+    parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    assert parsed.management.auto_upgrade is True
+
+
+def test_local_addresses_keep_their_own_port_in_tpu7x_process_addresses():
+    """`tpujob run --local` passes localhost:PORT per worker: no second port may be appended."""
+    tpu7x = job(tpu={**TPU7X_2X2X2, "slices": 2}, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX)
+    local = ["localhost:5000", "localhost:5001"]
+    env = {
+        e["name"]: e["value"]
+        for e in worker_env(tpu7x, 0, 1, worker_hostnames=local, coordinator_address=local[0])
+    }
+    assert env["TPU_PROCESS_ADDRESSES"] == "localhost:5000,localhost:5001"
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "localhost:5000"
+    assert env["TPU_WORKER_HOSTNAMES"] == "localhost:5000,localhost:5001"
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ FACTS = [
     ("v4", "4x4x4", None, 64, 16, "ct4p-hightpu-4t", "tpu-v4-podslice"),
     ("v4", "4x4x8", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
     ("v4", "16x16x16", None, 4096, 1024, "ct4p-hightpu-4t", "tpu-v4-podslice"),
-    # v4 takes its dimensions in any order (xpk's catalog): 4x2x2 is 2x2x4 turned.
-    ("v4", "4x2x2", None, 16, 4, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    # v4 takes its multiples-of-4 shapes in any order (xpk's catalog): 8x4x4 and 4x8x4 are 4x4x8 turned.
     ("v4", "8x4x4", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
+    ("v4", "4x8x4", None, 128, 32, "ct4p-hightpu-4t", "tpu-v4-podslice"),
     ("tpu7x", "1x1x1", None, 1, 1, "tpu7x-standard-1t", "tpu7x"),
     ("v5e", "1x1", None, 1, 1, "ct5lp-hightpu-1t", "tpu-v5-lite-podslice"),
     ("v5e", "2x2", None, 4, 1, "ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
@@ -94,6 +94,13 @@ def test_catalog_rows_cover_every_generation_and_are_consistent():
         ("v6e", "1x1", "ct6e-standard-4t", "machineType", "cannot serve topology 1x1"),
         ("v5e", "2x2", "ct6e-standard-4t", "machineType", "not a v5e machine type"),
         ("v5e", "axb", None, "topology", "not a topology"),
+        # v4's small shapes are the four listed, not turned (xpk lists 2x2x4, never 4x2x2).
+        ("v4", "4x2x2", None, "topology", "AxBxC in any order each a multiple of 4"),
+        ("tpu7x", "8x4x4", None, "topology", "write the dimensions ascending (4x4x8)"),
+        # No ascending hint when the ascending shape is not valid either.
+        ("v5p", "2x1x2", None, "topology", "valid: 2x2x1, 2x2x2"),
+        ("tpu7x", "1x1x1", "tpu7x-standard-4t", "machineType", "cannot serve topology 1x1x1"),
+        ("tpu7x", "2x2x1", "tpu7x-standard-1t", "machineType", "serves only topology 1x1x1"),
     ],
 )
 def test_requests_gke_would_refuse_name_the_field_and_the_choices(
@@ -103,3 +110,26 @@ def test_requests_gke_would_refuse_name_the_field_and_the_choices(
         tpu.resolve_slice(tpu_type, topology, machine)
     assert caught.value.field == field
     assert fragment in caught.value.message
+
+
+def test_only_v4_takes_its_dimensions_in_any_order():
+    turned = {t: g.any_dimension_order for t, g in tpu.GENERATIONS.items()}
+    assert turned == {"v4": True, "v5e": False, "v5p": False, "v6e": False, "tpu7x": False}
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "topology", "ambiguous"),
+    [
+        ("v5e", "2x4", True),  # one ct5lp-hightpu-8t or two ct5lp-hightpu-4t
+        ("v6e", "2x4", True),
+        ("v5e", "1x1", False),
+        ("v6e", "2x2", False),
+        ("v6e", "4x4", False),
+        ("v5p", "2x2x1", False),
+        ("tpu7x", "1x1x1", False),
+        ("tpu7x", "2x2x1", False),
+        ("v5e", "big", False),
+    ],
+)
+def test_machine_type_is_ambiguous_when_two_machine_types_serve_the_topology(tpu_type, topology, ambiguous):
+    assert tpu.machine_type_is_ambiguous(tpu.GENERATIONS[tpu_type], topology) is ambiguous

@@ -6,6 +6,7 @@ import pytest
 
 from tests.manifests import MALFORMED, base_job
 from tpujob.api import InvalidTPUJob, parse_tpujob
+from tpujob.api.models import TPUJobStatus
 from tpujob.render import Cluster, render_plan
 
 
@@ -38,6 +39,41 @@ def test_valid_manifest_gets_the_documented_defaults():
     assert job.spec.node_pool.policy == "create"
     assert job.spec.run_policy.max_restarts == 3
     assert job.spec.run_policy.suspend is False
+    assert job.spec.run_policy.provisioning_timeout_seconds is None  # wait for capacity as long as it takes
+    pool = job.spec.node_pool
+    assert (pool.max_pods_per_node, pool.gvnic) == (16, True)
+    assert pool.oauth_scopes == ["https://www.googleapis.com/auth/cloud-platform"]
+
+
+def test_a_shared_reservation_and_a_provisioning_timeout_are_accepted():
+    manifest = base_job(
+        capacity={"mode": "reservation", "reservation": "projects/other-project/reservations/res-1"},
+        runPolicy={"provisioningTimeoutSeconds": 3600},
+    )
+    job = parse_tpujob(manifest)
+    assert job.spec.capacity.reservation == "projects/other-project/reservations/res-1"
+    assert job.spec.run_policy.provisioning_timeout_seconds == 3600
+
+
+def test_status_fields_for_provisioning_round_trip_through_the_wire():
+    status = {
+        "phase": "Provisioning",
+        "provisioningSince": "2026-01-01T00:00:00Z",
+        "nodePools": [
+            {
+                "name": "p0",
+                "slice": 0,
+                "state": "PROVISIONING",
+                "operation": "operation-123",
+                "zone": "us-central1-a",
+            }
+        ],
+    }
+    wire = TPUJobStatus.model_validate(status).to_wire()
+    assert wire["provisioningSince"] == "2026-01-01T00:00:00Z"
+    assert wire["nodePools"][0]["operation"] == "operation-123"
+    assert wire["nodePools"][0]["zone"] == "us-central1-a"
+    assert TPUJobStatus.model_validate(wire).to_wire() == wire
 
 
 def test_status_in_the_manifest_is_ignored_not_trusted():

@@ -17,16 +17,20 @@ from tpujob.api.constants import API_VERSION, KIND
 
 # GCE resource names (node pools, reservations, resource policies): RFC 1035 labels.
 GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
-# A reservation by name, or shared from another project: projects/PROJECT/reservations/NAME (GKE
-# "Consume reserved zonal resources": shared reservations are named so in reservationAffinity.values).
+# A reservation by name, or shared from another project: projects/PROJECT/reservations/NAME, the form GKE
+# takes in reservationAffinity.values for a shared reservation
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations). PROJECT is a project ID:
+# 6 to 30 characters, lowercase letters, digits and '-', starting with a letter.
 RESERVATION_PATTERN = (
     r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 )
 # Google's OAuth scope URLs (https://developers.google.com/identity/protocols/oauth2/scopes).
 OAUTH_SCOPE_PATTERN = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$"
-# Every Google Cloud API, access then governed by IAM: Google's recommendation for VM service accounts. The
-# node default (devstorage.read_only among gke-default) cannot write gs:// checkpoints without Workload
-# Identity; xpk asks for `--scopes=storage-full,gke-default` for the same reason.
+# cloud-platform: every Google Cloud API, access then governed by IAM roles, as Google advises for VM
+# service accounts (https://cloud.google.com/sdk/gcloud/reference/compute/instances/set-service-account).
+# GKE's default node scopes (gke-default) read Cloud Storage only: no gs:// checkpoints without Workload
+# Identity. xpk asks for storage-full, gke-default and cloud-platform on TPU pools
+# (AI-Hypercomputer/xpk src/xpk/core/nodepool.py); cloud-platform alone already grants what the others do.
 DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -219,7 +223,8 @@ class NodePoolSpec(ApiModel):
         description="Google Virtual NIC on the pools' nodes: the faster DCN path TPU docs advise.",
     )
     oauth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
-        default_factory=lambda: list(DEFAULT_OAUTH_SCOPES),
+        # A plain default (pydantic copies it per instance) reaches the CRD; a default_factory would not.
+        default=list(DEFAULT_OAUTH_SCOPES),
         min_length=1,
         description=(
             "OAuth scopes of the nodes' service account. The default (cloud-platform, IAM decides) lets a "
@@ -299,8 +304,9 @@ class RunPolicy(ApiModel):
         default=None,
         ge=1,
         description=(
-            "Fail the job (ProvisioningTimeout) and delete its node pools when they are not all running this "
-            "many seconds after the job began waiting for them. Unset: wait for capacity as long as it takes."
+            "Fail the job (ProvisioningTimeout) and delete its node pools when its pools are not all "
+            "running this many seconds after the job started waiting for them; unset: wait for capacity "
+            "as long as it takes."
         ),
     )
     ttl_seconds_after_finished: int | None = Field(
@@ -360,7 +366,9 @@ class NodePoolStatus(ApiModel):
     condition: str | None = Field(
         default=None, description="GKE's condition code for the pool (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...)."
     )
-    operation: str | None = Field(default=None, description="GKE operation creating the pool.")
+    operation: str | None = Field(
+        default=None, description="The GKE create or delete operation being waited on (its name)."
+    )
     zone: str | None = Field(default=None, description="The pool's zone.")
 
 

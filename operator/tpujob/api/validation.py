@@ -210,7 +210,11 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
 
     capacity = spec.capacity
     if capacity.mode == CapacityMode.reservation and not capacity.reservation:
-        yield Problem("spec.capacity.reservation", "required when mode is reservation: the reservation name")
+        yield Problem(
+            "spec.capacity.reservation",
+            "required when mode is reservation: the reservation's name, or "
+            "projects/PROJECT/reservations/NAME for one shared from another project",
+        )
     if capacity.mode != CapacityMode.reservation and capacity.reservation:
         yield Problem(
             "spec.capacity.reservation",

@@ -115,6 +115,17 @@ def job_zones(job: TPUJob, cluster: Cluster) -> list[str]:
     return list(cluster.zones)
 
 
+def pool_management(mode: CapacityMode | str) -> dict[str, bool]:
+    """Auto-upgrade always on: clusters on a release channel (the default for new clusters) refuse a pool
+    without it with HTTP 400 "Auto_upgrade cannot be false when release_channel REGULAR is set" ("Node
+    auto-upgrade defaults to true and cannot be disabled":
+    https://cloud.google.com/kubernetes-engine/docs/reference/rest/Shared.Types/ReleaseChannel); a pool with
+    it on is accepted with or without a channel. Running slices are protected from upgrades by a maintenance
+    exclusion on the cluster instead. Auto-repair on, except for flex-start (xpk's --flex pools are made
+    with --no-enable-autorepair)."""
+    return {"autoUpgrade": True, "autoRepair": mode != CapacityMode.flex_start}
+
+
 def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None = None) -> dict[str, Any]:
     """One slice's node pool as the GKE REST API's NodePool, in `zone` (default: the job's first zone)."""
     shape = slice_shape(job)
@@ -126,9 +137,13 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         # Node labels and GCE resource labels: ownership on the nodes, and cost attribution in billing.
         "labels": labels,
         "resourceLabels": labels,
+        # Node hygiene as xpk makes TPU pools (AI-Hypercomputer/xpk src/xpk/core/nodepool.py: --enable-gvnic,
+        # --scopes=storage-full,gke-default,cloud-platform, --max-pods-per-node 15, and
+        # --workload-metadata=GKE_METADATA with Workload Identity). Scopes: see DEFAULT_OAUTH_SCOPES.
         "oauthScopes": list(pool_spec.oauth_scopes),
     }
     if pool_spec.gvnic:
+        # gVNIC: the faster NIC for DCN traffic between slices (xpk enables it on every pool it makes).
         config["gvnic"] = {"enabled": True}
     if cluster.workload_identity:
         # Pods reach Google APIs as their Kubernetes ServiceAccount's Google identity (Workload Identity).
@@ -152,12 +167,10 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         "initialNodeCount": shape.hosts,
         "locations": [zone or next(iter(job_zones(job, cluster)), "")],
         "config": config,
+        # Each node otherwise reserves a /24 of the cluster's pod range (110 pods): large slices exhaust it.
         # int64 is a JSON string in GKE's REST API.
         "maxPodsConstraint": {"maxPodsPerNode": str(pool_spec.max_pods_per_node)},
-        # Auto-upgrade stays on: clusters on a release channel (the default for new clusters) refuse a pool
-        # without it ("Auto_upgrade cannot be false when release_channel REGULAR is set"). Running slices are
-        # protected from upgrades by a maintenance exclusion on the cluster instead. Repairs are welcome.
-        "management": {"autoUpgrade": True, "autoRepair": True},
+        "management": pool_management(capacity.mode),
     }
     if capacity.mode == CapacityMode.flex_start:
         # Created empty; GKE brings the whole slice up when its pods wait, from 0 to every host at once
@@ -170,7 +183,6 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
             "maxNodeCount": shape.hosts,
             "locationPolicy": "ANY",
         }
-        pool["management"] = {"autoUpgrade": True, "autoRepair": False}
     # A single-host pool must not carry a topology; a multi-host pool is one compact slice.
     if shape.multi_host:
         if shape.generation.multi_host_needs_workload_policy:
@@ -187,6 +199,11 @@ def node_pools(job: TPUJob, cluster: Cluster) -> list[dict[str, Any]]:
 
 
 # --- pods and the Service ---------------------------------------------------------------------
+
+
+def with_port(address: str, port: int) -> str:
+    """`host:port`; an address that names its own port (`tpujob run --local`: localhost:PORT) keeps it."""
+    return address if ":" in address else f"{address}:{port}"
 
 
 def worker_env(
@@ -215,12 +232,12 @@ def worker_env(
         env += [
             {
                 "name": "TPU_PROCESS_ADDRESSES",
-                "value": ",".join(f"{host}:{c.PORT_TPU_ICI}" for host in worker_hostnames),
+                "value": ",".join(with_port(host, c.PORT_TPU_ICI) for host in worker_hostnames),
             },
             {"name": "TPU_PROCESS_PORT", "value": str(c.PORT_TPU_ICI)},
         ]
         if slices > 1:
-            coordinator_address = f"{coordinator_address}:{c.PORT_MEGASCALE}"
+            coordinator_address = with_port(coordinator_address, c.PORT_MEGASCALE)
     if slices > 1:
         env += [
             {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_address},

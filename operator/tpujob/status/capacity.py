@@ -25,26 +25,24 @@ from tpujob.status.model import (
 )
 
 
-def fall_back_if_due(b: Builder, reason: str) -> bool:
+def fall_back_if_due(b: Builder, reason: str) -> str | None:
     """Waiting for capacity in one zone past spec.capacity.zoneFallbackSeconds: try the next zone. The
-    pools in the zone left are deleted (and recreated in the next one once GKE has removed them)."""
+    pools in the zone left are deleted (and recreated in the next one once GKE has removed them). Returns
+    the message for the status (its phase event, a Warning, says it), or None when not due."""
     zones, current = b.observed.zones, b.status.zone
     if reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_WAITING_FOR_CAPACITY) or len(zones) < 2:
-        return False
+        return None
     fallback = b.job.spec.capacity.zone_fallback_seconds
     if current is None or not limit_reached(b, b.status.zone_since, fallback):
-        return False
+        return None
     following = zones[(zones.index(current) + 1) % len(zones)]
     b.status.zone, b.status.zone_since = following, timestamp(b.now)
-    b.event(
-        "Warning", REASON_ZONE_FALLBACK, f"{reason} in {current} for {fallback} s or more: trying {following}"
-    )
     for pool in known_pools(b):
         leaving = pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
         if leaving and pool.name not in b.decision.delete_pools:
             b.decision.delete_pools.append(pool.name)
     b.decision.create_pools.clear()
-    return True
+    return f"{reason} in {current} for {fallback} s or more: trying {following}"
 
 
 def start_run_clock(b: Builder) -> str:
@@ -122,12 +120,11 @@ def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
         b.status.provisioning_since = timestamp(b.now)
     if provisioning_timed_out(b, REASON_WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
         return True
-    if fall_back_if_due(b, REASON_WAITING_FOR_CAPACITY):
+    if moved := fall_back_if_due(b, REASON_WAITING_FOR_CAPACITY):
         for pod in pods:
             if not pod.deleting and pod.name not in b.decision.delete_pods:
                 b.decision.delete_pods.append(pod.name)
-        message = f"no flex-start capacity in time: trying {b.status.zone}"
-        b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, message)
+        b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, moved)
         b.decision.requeue(POLL_PROVISIONING_SECONDS)
         return True
     # The time queued follows from `since` (and status.provisioningSince): a message that changed every

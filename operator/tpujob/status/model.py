@@ -54,7 +54,14 @@ INFRASTRUCTURE_REASONS = frozenset(
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
-    {REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_REJECTED, REASON_GKE_CONFIG, REASON_UNSCHEDULABLE}
+    {
+        REASON_STOCKOUT,
+        REASON_QUOTA,
+        REASON_POOL_REJECTED,
+        REASON_GKE_CONFIG,
+        REASON_UNSCHEDULABLE,
+        REASON_ZONE_FALLBACK,
+    }
 )
 
 # Pod failure reasons a node going away leaves behind (kubelet graceful node shutdown, eviction,

@@ -67,8 +67,8 @@ def pools_ready(b: Builder) -> bool:
         b.status.provisioning_since = timestamp(b.now)
     if provisioning_timed_out(b, reason, message):
         return False
-    if fall_back_if_due(b, reason):
-        reason, message = REASON_ZONE_FALLBACK, f"moving to {b.status.zone} for lack of capacity"
+    if moved := fall_back_if_due(b, reason):
+        reason, message = REASON_ZONE_FALLBACK, moved
     b.condition("NodePoolsReady", False, reason, message)
     b.set_phase(PROVISIONING, reason, message)
     b.decision.requeue(POLL_PROVISIONING_SECONDS)
