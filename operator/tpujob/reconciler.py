@@ -135,6 +135,7 @@ class Reconciler:
         self.cluster_check: ClusterCheck | None = None
         # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
         self.maintenance: dict[str, int] = {}
+        self.maintenance_forbidden = False
         self.api = api
         self.pools = pools
         # The status this operator last wrote, per job UID: the watch may not have delivered it yet,
@@ -516,8 +517,18 @@ class Reconciler:
 
     def refresh_maintenance(self) -> None:
         """Read GKE's maintenance notices off the nodes (cluster-wide operators: nodes are cluster-scoped). A
-        list every resync suffices: GKE announces TPU host maintenance about 7 days ahead."""
-        found = self.api.get(kube.nodes(render.MAINTENANCE_LABEL)) or {}
+        list every resync suffices: GKE announces TPU host maintenance about 7 days ahead. Without the
+        permission (RBAC from an older chart) it says so once and stops asking."""
+        if self.maintenance_forbidden:
+            return
+        try:
+            found = self.api.get(kube.nodes(render.MAINTENANCE_LABEL)) or {}
+        except kube.ApiError as error:
+            if error.status != 403:
+                raise
+            log.warning("no permission to list nodes: GKE maintenance notices are not acted on (%s)", error)
+            self.maintenance_forbidden = True
+            return
         notices = {}
         for node in found.get("items", []):
             value = (node["metadata"].get("labels") or {}).get(render.MAINTENANCE_LABEL, "")

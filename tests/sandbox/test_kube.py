@@ -93,3 +93,28 @@ def _ca_data(sandbox: Sandbox) -> str:
 
     config = yaml.safe_load(sandbox.kubeconfig.read_text())
     return str(config["clusters"][0]["cluster"]["certificate-authority-data"])
+
+
+def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_said_once(
+    api: kube.Kube, sandbox: Sandbox, namespace: str, core: k8s.CoreV1Api, tmp_path: Path, monkeypatch
+) -> None:
+    from tpujob.reconciler import Reconciler
+    from tpujob.render import Cluster
+    from tpujob.render.plan import MAINTENANCE_LABEL
+    from tpujob.sandbox.operators import token_kubeconfig
+
+    core.create_node({"metadata": {"name": "tpu-under-notice", "labels": {MAINTENANCE_LABEL: "1900000000"}}})
+    try:
+        admin = Reconciler(Cluster(), api, None)
+        admin.refresh_maintenance()
+        assert admin.maintenance.get("tpu-under-notice") == 1_900_000_000
+        # A namespace's default ServiceAccount may not list nodes (as an operator with an older chart's RBAC).
+        monkeypatch.setenv(
+            "KUBECONFIG", str(token_kubeconfig(sandbox, namespace, "default", tmp_path / "kc"))
+        )
+        limited = Reconciler(Cluster(), kube.Kube.login(kopf.OperatorSettings()), None)
+        limited.refresh_maintenance()
+        limited.refresh_maintenance()  # not asked again
+        assert limited.maintenance == {} and limited.maintenance_forbidden
+    finally:
+        core.delete_node("tpu-under-notice")
