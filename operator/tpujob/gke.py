@@ -328,24 +328,26 @@ class WorkloadPolicies:
 
     def problem(self, name: str, topology: str) -> s.GKEError | None:
         """Why a pool placed by policy `name` cannot hold a `topology` slice (None: it can)."""
-        with self._lock:
-            found = self._topologies.get(name)
-            if found is None:
-                try:
-                    policy = self._compute().get(
-                        project=self.project, region=self.region, resource_policy=name, timeout=CALL_TIMEOUT
-                    )
-                except gexc.NotFound:
-                    return s.GKEError(
-                        s.REASON_POOL_REJECTED,
-                        f"workload policy {name} not found in projects/{self.project}/regions/{self.region}; "
-                        f"create it: gcloud compute resource-policies create workload-policy {name} "
-                        f"--type=HIGH_THROUGHPUT --accelerator-topology={topology} --region={self.region}",
-                        permanent=True,
-                    )
-                except gexc.GoogleAPICallError as error:
-                    return classify_error(error)
-                found = self._topologies[name] = policy.workload_policy.accelerator_topology
+        found = self._topologies.get(name)
+        if found is None:
+            try:
+                # The lock guards the client's lazy import and creation only, not the call.
+                with self._lock:
+                    compute = self._compute()
+                policy = compute.get(
+                    project=self.project, region=self.region, resource_policy=name, timeout=CALL_TIMEOUT
+                )
+            except gexc.NotFound:
+                return s.GKEError(
+                    s.REASON_POOL_REJECTED,
+                    f"workload policy {name} not found in projects/{self.project}/regions/{self.region}; "
+                    f"create it: gcloud compute resource-policies create workload-policy {name} "
+                    f"--type=HIGH_THROUGHPUT --accelerator-topology={topology} --region={self.region}",
+                    permanent=True,
+                )
+            except gexc.GoogleAPICallError as error:
+                return classify_error(error)
+            found = self._topologies[name] = policy.workload_policy.accelerator_topology
         if found != topology:
             return s.GKEError(
                 s.REASON_POOL_REJECTED,

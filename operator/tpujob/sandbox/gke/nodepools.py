@@ -252,7 +252,7 @@ class NodePools:
         if self._clock() >= record.retry_until:
             self.operations.finish(record.create_operation, errors.RESOURCE_EXHAUSTED, message)
             return
-        self.operations.set_exclusive(record.create_operation, True)
+        self.operations.hold_cluster(record.create_operation)
         self._later(RETRY_INTERVAL_SECONDS, self._attempt, record)
 
     def _reserve(self, record: _Pool) -> tuple[Code, str] | None:

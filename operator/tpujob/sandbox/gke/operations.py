@@ -52,12 +52,10 @@ class Operations:
                 operation.error.message = message
             self._exclusive.discard(name)
 
-    def set_exclusive(self, name: str, exclusive: bool) -> None:
+    def hold_cluster(self, name: str) -> None:
+        """The running operation `name` keeps every other operation of the cluster out until it ends."""
         with self._lock:
-            if exclusive:
-                self._exclusive.add(name)
-            else:
-                self._exclusive.discard(name)
+            self._exclusive.add(name)
 
     def is_running(self, name: str) -> bool:
         with self._lock:

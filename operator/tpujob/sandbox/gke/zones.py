@@ -75,10 +75,6 @@ def offers(zone: str, machine_type: str) -> bool:
     return machine_type in TPU_MACHINE_TYPES_BY_ZONE.get(zone, frozenset())
 
 
-def zones_offering(machine_type: str) -> list[str]:
-    return sorted(z for z, types in TPU_MACHINE_TYPES_BY_ZONE.items() if machine_type in types)
-
-
 def quota_family(machine_type: str) -> str:
     """The regional quota a TPU VM counts against, in chips (Cloud TPU quotas are per family and region;
     the metric names here are ours: GKE's message names the real metric, which the docs do not list)."""
