@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv run test lint typecheck unit generate clean
 
-$(STAMP): pyproject.toml trainer-image/pyproject.toml
+$(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,trainer,sandbox]' -e ./trainer-image
+	$(BIN)/pip install -q -e '.[dev,trainer]' -e ./sandbox -e ./trainer-image
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -20,12 +20,12 @@ run: $(STAMP)
 	$(BIN)/tpujob run examples/digits-local.yaml --local
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator trainer-image tests scripts bench
-	$(BIN)/ruff format --check operator trainer-image tests scripts bench
+	$(BIN)/ruff check operator sandbox trainer-image tests scripts bench
+	$(BIN)/ruff format --check operator sandbox trainer-image tests scripts bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy operator/tpujob/api operator/tpujob/tpu.py operator/tpujob/render operator/tpujob/status operator/tpujob/metrics.py
+	$(BIN)/mypy operator/tpujob
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -35,7 +35,7 @@ test: lint typecheck
 	$(BIN)/pytest -q -ra
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
-# RBAC rules, CRD without CEL and dashboard (tests/chart/test_chart.py checks drift).
+# RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift).
 generate: $(STAMP)
 	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
 	mkdir -p charts/tpujob-operator/crds

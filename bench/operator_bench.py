@@ -61,11 +61,17 @@ from tpujob.api import parse_tpujob
 from tpujob.reconciler import EVENT_COMPONENT
 from tpujob.render import Cluster
 from tpujob.render import plan as render
-from tpujob.sandbox.bed import Sandbox, start_sandbox
-from tpujob.sandbox.controlplane import free_port
-from tpujob.sandbox.operators import OperatorProcess, install_crd, operator_kubeconfig
-from tpujob.sandbox.processes import stop_process
-from tpujob.sandbox.waiting import Timeout, wait_for
+from tpujob_sandbox import (
+    OperatorProcess,
+    Sandbox,
+    Timeout,
+    free_port,
+    install_crd,
+    operator_kubeconfig,
+    start_sandbox,
+    stop_process,
+    wait_for,
+)
 
 WARM_UP = "warm-up"  # the job each operator phase runs first, outside the counted window
 OPERATOR_RESOURCES = {(c.GROUP, c.PLURAL), ("", "pods"), ("", "services"), ("", "events")}

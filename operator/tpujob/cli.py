@@ -6,64 +6,28 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from tpujob import __version__, tpu
-from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.crd import crd_yaml
+from tpujob.localrun import add_subcommand as add_run
+from tpujob.manifests import load_one_job, problems_in
 from tpujob.render import Cluster, render_plan
 
-
-def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
-    """(label for messages, document) for every YAML document in a file."""
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    for index, document in enumerate(documents):
-        label = str(path) if len(documents) == 1 else f"{path} (document {index + 1})"
-        yield label, document
-
-
-def _problems_in(path: Path) -> Iterator[str]:
-    try:
-        documents = list(load_documents(path))
-    except OSError as error:
-        yield f"{path}: cannot read: {error.strerror}"
-        return
-    except yaml.YAMLError as error:
-        yield f"{path}: not valid YAML: {error}".replace("\n", " ")
-        return
-    if not documents:
-        yield f"{path}: no TPUJob in the file"
-    for label, document in documents:
-        try:
-            parse_tpujob(document)
-        except InvalidTPUJob as invalid:
-            yield from (f"{label}: {problem}" for problem in invalid.problems)
+PLUGIN_GROUP = "tpujob.commands"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    problems = [line for path in args.files for line in _problems_in(path)]
+    problems = [line for path in args.files for line in problems_in(path)]
     for line in problems:
         print(line, file=sys.stderr)
     if not problems:
         print(f"{len(args.files)} file(s) valid")
     return 1 if problems else 0
-
-
-def load_one_job(path: Path) -> TPUJob:
-    """The single TPUJob in a file, or SystemExit(1) after printing every problem."""
-    problems = list(_problems_in(path))
-    if not problems:
-        documents = list(load_documents(path))
-        if len(documents) == 1:
-            return parse_tpujob(documents[0][1])
-        problems = [f"{path}: holds {len(documents)} documents; give one TPUJob per file"]
-    for line in problems:
-        print(line, file=sys.stderr)
-    raise SystemExit(1)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -104,12 +68,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator in the foreground (kopf), configured by TPUJOB_* environment variables."""
-    import os
+    from tpujob.config import from_environment
 
-    from tpujob.config import from_environment, sandbox_environment
-
-    if args.sandbox:
-        os.environ.update(sandbox_environment(args.sandbox))
     config = from_environment()
     # kopf imports the `kubernetes` client whenever it is installed, only to recognise that library's
     # objects, which the operator never hands it (tpujob.kube makes its calls): 40 MiB of generated
@@ -165,21 +125,33 @@ def build_parser() -> argparse.ArgumentParser:
     run_operator = commands.add_parser(
         "operator", help="run the operator (settings: TPUJOB_* environment variables, see README)"
     )
-    run_operator.add_argument(
-        "--sandbox",
-        type=Path,
-        metavar="DIR",
-        help="use the `tpujob sandbox` in DIR (kubeconfig and simulated GKE)",
-    )
     run_operator.add_argument("--verbose", action="store_true", help="log every kopf step")
     run_operator.set_defaults(func=cmd_operator)
 
-    from tpujob.localrun import add_subcommand as add_run
-    from tpujob.sandbox.cli import add_subcommand as add_sandbox
-
     add_run(commands)
-    add_sandbox(commands)
+    add_plugin_commands(commands)
     return parser
+
+
+def add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands other distributions register under the `tpujob.commands` entry point group: the
+    test bed's `tpujob sandbox` when tpujob-sandbox is installed. Without it, `sandbox` says how to get it."""
+    plugins = {entry.name: entry for entry in entry_points(group=PLUGIN_GROUP)}
+    for entry in plugins.values():
+        entry.load()(commands)
+    if "sandbox" not in plugins:
+        sandbox = commands.add_parser("sandbox", help="the test bed (not installed)", add_help=False)
+        sandbox.add_argument("rest", nargs=argparse.REMAINDER)
+        sandbox.set_defaults(func=cmd_sandbox_missing)
+
+
+def cmd_sandbox_missing(args: argparse.Namespace) -> int:
+    print(
+        "tpujob sandbox is the test bed, a separate distribution: from a clone of the repository, "
+        "`make venv` installs it, or `pip install ./sandbox`",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,88 +1,79 @@
-"""Operator settings from environment variables (the Helm chart sets them), with documented defaults."""
+"""Operator settings from TPUJOB_* environment variables (the Helm chart sets every one), through
+pydantic-settings: each field's description is the documentation, and a bad value is refused at start
+with the variable's name."""
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tpujob.render import Cluster
 
-# name -> (default, meaning). The README's table and the chart's values are written from this.
-ENVIRONMENT: dict[str, tuple[str, str]] = {
-    "TPUJOB_GKE_PROJECT": ("", "Google Cloud project of the GKE cluster (required for policy create)"),
-    "TPUJOB_GKE_LOCATION": ("", "GKE cluster location: a region or a zone"),
-    "TPUJOB_GKE_CLUSTER": ("", "GKE cluster name"),
-    "TPUJOB_GKE_ZONE": ("", "zone for TPU node pools; default: TPUJOB_GKE_LOCATION (zonal clusters)"),
-    "TPUJOB_GKE_ENDPOINT": ("", "GKE API endpoint override (the sandbox's simulated GKE); empty: Google's"),
-    "TPUJOB_NAMESPACE": ("", "watch only this namespace; empty: the whole cluster"),
-    "TPUJOB_METRICS_PORT": ("8000", "port of the Prometheus /metrics endpoint; 0 disables it"),
-    "TPUJOB_HEALTH_PORT": ("8081", "port of the liveness endpoint /healthz"),
-    "TPUJOB_RESYNC_SECONDS": ("30", "look at every TPUJob at least this often"),
-    "TPUJOB_SWEEP_SECONDS": ("300", "delete node pools whose TPUJob is gone this often"),
-    "TPUJOB_WORKERS": ("16", "threads for Kubernetes and GKE calls"),
-    "TPUJOB_RESTART_BACKOFF_SECONDS": ("10", "first wait before an application restart; doubles, max 6 min"),
-    "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": (
-        "30",
-        "a pod unschedulable this long shows the scheduler's reason as the job's (reason Unschedulable)",
-    ),
-}
+ENV_PREFIX = "TPUJOB_"
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    cluster: Cluster
-    gke_endpoint: str | None
-    namespace: str | None
-    metrics_port: int
-    health_port: int
-    resync_seconds: float
-    sweep_seconds: float
-    workers: int
-    restart_backoff_seconds: float
-    unschedulable_grace_seconds: float
+class OperatorConfig(BaseSettings):
+    # The chart renders an unset value as an empty string: that means the default.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="ignore", env_ignore_empty=True
+    )
+
+    gke_project: str = Field("", description="Google Cloud project of the GKE cluster")
+    gke_location: str = Field("", description="GKE cluster location: a region or a zone")
+    gke_cluster: str = Field("", description="GKE cluster name")
+    gke_zone: str = Field(
+        "", description="zone(s) for TPU node pools, comma-separated; default: TPUJOB_GKE_LOCATION (zonal)"
+    )
+    gke_endpoint: str | None = Field(
+        None, description="GKE API endpoint override (a simulated GKE); empty: Google's"
+    )
+    namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
+    metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
+    health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
+    resync_seconds: float = Field(30, gt=0, description="look at every TPUJob at least this often")
+    sweep_seconds: float = Field(300, gt=0, description="delete node pools whose TPUJob is gone this often")
+    workers: int = Field(16, ge=1, description="threads for Kubernetes and GKE calls")
+    restart_backoff_seconds: float = Field(
+        10, gt=0, description="first wait before an application restart; doubles, max 6 min"
+    )
+    unschedulable_grace_seconds: float = Field(
+        30,
+        ge=0,
+        description="a pod unschedulable this long shows the scheduler's reason as the job's "
+        "(reason Unschedulable)",
+    )
+
+    @property
+    def cluster(self) -> Cluster:
+        return Cluster(
+            project=self.gke_project,
+            location=self.gke_location,
+            cluster=self.gke_cluster,
+            zone=self.gke_zone or self.gke_location,
+        )
 
     @property
     def gke_configured(self) -> bool:
-        return bool(self.cluster.project and self.cluster.location and self.cluster.cluster)
+        return bool(self.gke_project and self.gke_location and self.gke_cluster)
 
 
-def from_environment(env: Mapping[str, str] | None = None) -> OperatorConfig:
-    source = os.environ if env is None else env
-
-    def get(name: str) -> str:
-        return source.get(name, "") or ENVIRONMENT[name][0]
-
-    location = get("TPUJOB_GKE_LOCATION")
-    return OperatorConfig(
-        cluster=Cluster(
-            project=get("TPUJOB_GKE_PROJECT"),
-            location=location,
-            cluster=get("TPUJOB_GKE_CLUSTER"),
-            zone=get("TPUJOB_GKE_ZONE") or location,
-        ),
-        gke_endpoint=get("TPUJOB_GKE_ENDPOINT") or None,
-        namespace=get("TPUJOB_NAMESPACE") or None,
-        metrics_port=int(get("TPUJOB_METRICS_PORT")),
-        health_port=int(get("TPUJOB_HEALTH_PORT")),
-        resync_seconds=float(get("TPUJOB_RESYNC_SECONDS")),
-        sweep_seconds=float(get("TPUJOB_SWEEP_SECONDS")),
-        workers=int(get("TPUJOB_WORKERS")),
-        restart_backoff_seconds=float(get("TPUJOB_RESTART_BACKOFF_SECONDS")),
-        unschedulable_grace_seconds=float(get("TPUJOB_UNSCHEDULABLE_GRACE_SECONDS")),
-    )
+# Every setting's variable and description (the chart sets each one; its test checks that).
+ENVIRONMENT: dict[str, str] = {
+    f"{ENV_PREFIX}{name.upper()}": field.description or ""
+    for name, field in OperatorConfig.model_fields.items()
+}
 
 
-def sandbox_environment(sandbox_dir: Path) -> dict[str, str]:
-    """The env that points the operator at a `tpujob sandbox` (its kubeconfig and simulated GKE)."""
-    info = json.loads((sandbox_dir / "sandbox.json").read_text())
-    return {
-        "KUBECONFIG": info["kubeconfig"],
-        "TPUJOB_GKE_ENDPOINT": info["gkeEndpoint"],
-        "TPUJOB_GKE_PROJECT": info["project"],
-        "TPUJOB_GKE_LOCATION": info["location"],
-        "TPUJOB_GKE_CLUSTER": info["cluster"],
-        "TPUJOB_GKE_ZONE": info["zone"],
-    }
+class InvalidSettings(ValueError):
+    """A TPUJOB_* variable holds a value the operator cannot use; the message names each one."""
+
+
+def from_environment() -> OperatorConfig:
+    """The settings from the process environment; a bad value stops the operator naming its variable."""
+    try:
+        return OperatorConfig()
+    except ValidationError as error:
+        problems = [
+            f"{ENV_PREFIX}{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" for e in error.errors()
+        ]
+        raise InvalidSettings("; ".join(problems)) from None

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
+from tpujob.manifests import load_one_job
 from tpujob.render import worker_env
 from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, slice_shape
 
@@ -164,8 +165,6 @@ def free_ports(count: int) -> list[int]:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from tpujob.cli import load_one_job  # the CLI imports this module: import at call time
-
     if not args.local:
         print(
             "tpujob run: only --local is supported; on a cluster, `kubectl apply -f` the manifest",

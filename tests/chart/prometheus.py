@@ -13,9 +13,7 @@ from typing import Any
 
 import yaml
 
-from tpujob.sandbox.controlplane import free_port
-from tpujob.sandbox.processes import log_tail, start_process, stop_process
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import free_port, log_tail, start_process, stop_process, wait_for
 
 SCRAPE_SECONDS = 1
 

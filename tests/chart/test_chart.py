@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scripts.chart_values import Values
 
 from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART, REPO
@@ -252,8 +253,16 @@ def test_every_value_is_in_the_schema_with_a_description_and_commented():
             assert lines[number - 1].startswith("#"), f"values.yaml line {number + 1}: {line} has no comment"
 
 
+def test_the_values_model_defaults_are_values_yaml():
+    """scripts/chart_values.py (the schema's source) holds what values.yaml holds, defaults included."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert Values.model_validate(values).model_dump(by_alias=True) == values
+    assert Values().model_dump(by_alias=True) == values
+
+
 def test_generated_files_match_their_sources():
-    """files/rbac-rules.yaml (tpujob.rbac.RULES), files/crd-no-cel.yaml and the dashboard: `make generate`."""
+    """files/rbac-rules.yaml (tpujob.rbac.RULES), files/crd-no-cel.yaml, the dashboard and values.schema.json
+    (scripts/chart_values.py): `make generate`."""
     generator = runpy.run_path(str(REPO / "scripts" / "generate_chart.py"))
     for relative, content in generator["generated"]().items():
         path = CHART / relative

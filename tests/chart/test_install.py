@@ -26,16 +26,19 @@ from kubernetes import client as k8s
 from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART
 from tests.chart.prometheus import Prometheus, Target
-from tests.conftest import namespace_name
-from tests.e2e.conftest import Jobs
 from tests.manifests import base_job
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
-from tpujob.sandbox.bed import Sandbox
-from tpujob.sandbox.controlplane import free_port
-from tpujob.sandbox.operators import OperatorProcess, token_kubeconfig
-from tpujob.sandbox.processes import log_tail
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import (
+    Jobs,
+    OperatorProcess,
+    Sandbox,
+    free_port,
+    log_tail,
+    namespace_name,
+    token_kubeconfig,
+    wait_for,
+)
 
 RELEASE = "chart-test"
 FULLNAME = f"{RELEASE}-tpujob-operator"

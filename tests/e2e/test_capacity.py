@@ -7,11 +7,8 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import operator_env
 from tests.manifests import base_job
-from tpujob.sandbox.bed import FLEX_START_LOCATION
-from tpujob.sandbox.operators import OperatorProcess
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import FLEX_START_LOCATION, OperatorProcess, operator_env, wait_for
 
 PLAIN_IMAGE = "registry.example/sleeper:1"
 FLEX_ZONE = "us-east5-a"

@@ -11,7 +11,7 @@ from google.cloud import container_v1
 from tests.manifests import base_job
 from tests.sandbox.helpers import render_cluster
 from tpujob.api import constants as c
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import wait_for
 
 MULTI_HOST = {"type": "v5p", "topology": "2x2x4"}
 

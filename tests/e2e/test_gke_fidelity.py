@@ -1,4 +1,4 @@
-"""The operator against GKE as GKE behaves (the simulated GKE's models, see tpujob.sandbox.gke): release
+"""The operator against GKE as GKE behaves (the simulated GKE's models, see tpujob_sandbox.gke): release
 channels, asynchronous stockouts and quota that GKE retries itself, permanent refusals, provisioning
 timeouts, a misconfigured zone, unschedulable pods, tpu7x workload policies and spot reclaim's 15 s."""
 
@@ -7,13 +7,9 @@ from __future__ import annotations
 import os
 import time
 
-from tests.e2e.conftest import operator_env
 from tests.manifests import base_job
 from tests.sandbox.helpers import create_pool, pool_request
-from tpujob.sandbox.kubelet_sim import EXIT_CODE_SIGTERM
-from tpujob.sandbox.operators import OperatorProcess
-from tpujob.sandbox.processes import log_tail
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import EXIT_CODE_SIGTERM, OperatorProcess, log_tail, operator_env, wait_for
 
 PLAIN_IMAGE = "registry.example/sleeper:1"  # the kubelet simulation runs nothing for it
 V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts in us-central1-a, the operator's zone

@@ -9,7 +9,7 @@ from kubernetes import client as k8s
 
 from tests.manifests import MALFORMED, base_job
 from tpujob.api import constants as c
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import wait_for
 
 # The API server prunes fields its schema does not know (kubectl rejects them before they get there).
 PRUNED = {"unknown-field-in-spec": "replicas", "unknown-field-in-tpu": "topolgy"}

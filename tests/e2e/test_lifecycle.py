@@ -8,7 +8,7 @@ import pytest
 from tests.manifests import base_job
 from tests.sandbox.helpers import create_pool, pool_request
 from tpujob.api import constants as c
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import wait_for
 
 
 def succeed_all(jobs, kubelet, name, attempt=0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.manifests import base_job
 from tpujob.api import constants as c
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import wait_for
 
 
 def patch_spec(jobs, name, spec):

@@ -8,8 +8,7 @@ from google.cloud import container_v1
 
 from tpujob.api import constants as c
 from tpujob.render import Cluster
-from tpujob.sandbox.gke import GkeSimulator
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import GkeSimulator, wait_for
 
 DONE = container_v1.Operation.Status.DONE
 

@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 import yaml
 
-from tpujob.sandbox import binaries
-from tpujob.sandbox.binaries import ALL_BINARIES, BinariesUnavailable, find_binaries
-from tpujob.sandbox.controlplane import ControlPlane
+from tpujob_sandbox import binaries
+from tpujob_sandbox.binaries import ALL_BINARIES, BinariesUnavailable, find_binaries
+from tpujob_sandbox.controlplane import ControlPlane
 
 
 def fake_binaries(folder, names=ALL_BINARIES):

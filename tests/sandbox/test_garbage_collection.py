@@ -7,7 +7,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.sandbox.helpers import tpu_nodes
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import wait_for
 
 GROUP, VERSION, PLURAL, KIND = "sandbox-test.tpujob.dev", "v1", "owners", "Owner"
 CRD = {

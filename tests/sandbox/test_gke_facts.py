@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tpujob import tpu
-from tpujob.sandbox import gke_facts
-from tpujob.sandbox.gke_facts import InvalidNodePool, pool_shape
+from tpujob_sandbox import gke_facts
+from tpujob_sandbox.gke_facts import InvalidNodePool, pool_shape
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,9 @@ from tests.sandbox.helpers import create_pool, nodes_of, pool_request, render_cl
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.render import render_plan
-from tpujob.sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
-from tpujob.sandbox.gke.cluster import check_flex_start
-from tpujob.sandbox.gke.errors import GkeError
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import GkeSimulator, ReleaseChannel, SimCluster, wait_for
+from tpujob_sandbox.gke.cluster import check_flex_start
+from tpujob_sandbox.gke.errors import GkeError
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 

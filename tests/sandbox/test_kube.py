@@ -10,8 +10,7 @@ from kubernetes import client as k8s
 
 from tpujob import kube
 from tpujob.api import constants as c
-from tpujob.sandbox.bed import Sandbox
-from tpujob.sandbox.operators import install_crd
+from tpujob_sandbox import Sandbox, install_crd
 
 
 @pytest.fixture
@@ -101,13 +100,13 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
     from tpujob.reconciler import Reconciler
     from tpujob.render import Cluster
     from tpujob.render.plan import MAINTENANCE_LABEL
-    from tpujob.sandbox.operators import token_kubeconfig
+    from tpujob_sandbox import token_kubeconfig
 
     core.create_node({"metadata": {"name": "tpu-under-notice", "labels": {MAINTENANCE_LABEL: "1900000000"}}})
     try:
         admin = Reconciler(Cluster(), api, None)
         admin.refresh_maintenance()
-        assert admin.maintenance.get("tpu-under-notice") == 1_900_000_000
+        assert admin.observer.maintenance.get("tpu-under-notice") == 1_900_000_000
         # A namespace's default ServiceAccount may not list nodes (as an operator with an older chart's RBAC).
         monkeypatch.setenv(
             "KUBECONFIG", str(token_kubeconfig(sandbox, namespace, "default", tmp_path / "kc"))
@@ -115,6 +114,6 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
         limited = Reconciler(Cluster(), kube.Kube.login(kopf.OperatorSettings()), None)
         limited.refresh_maintenance()
         limited.refresh_maintenance()  # not asked again
-        assert limited.maintenance == {} and limited.maintenance_forbidden
+        assert limited.observer.maintenance == {} and limited.observer.maintenance_forbidden
     finally:
         core.delete_node("tpu-under-notice")

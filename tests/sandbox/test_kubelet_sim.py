@@ -13,9 +13,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.sandbox.helpers import tpu_nodes
 from tpujob.api import constants as c
-from tpujob.sandbox import kubelet_sim
-from tpujob.sandbox.processes import pid_alive
-from tpujob.sandbox.waiting import wait_for
+from tpujob_sandbox import kubelet as kubelet_sim
+from tpujob_sandbox import pid_alive, wait_for
 
 PLAIN_IMAGE = "registry.example/sleeper:1"
 TRAINER_IMAGE = "us-docker.pkg.dev/project/repo/tpujob-trainer:0.1"

@@ -12,16 +12,15 @@ import time
 
 import pytest
 
-from tpujob.sandbox import cli
-from tpujob.sandbox.binaries import find_binaries
-from tpujob.sandbox.processes import pid_alive
+from tpujob_sandbox import cli, pid_alive
+from tpujob_sandbox.binaries import find_binaries
 
 WARM_START_LIMIT_SECONDS = 10
 
 
 def sandbox_command(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tpujob.sandbox.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "tpujob_sandbox.cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.trainer.conftest import REPO, free_port
+from tests.trainer.conftest import REPO
 from tpujob import localrun
 from tpujob.api import parse_tpujob
+from tpujob_sandbox import free_port
 
 EXAMPLE = REPO / "examples" / "digits-local.yaml"
 

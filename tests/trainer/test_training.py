@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.trainer.conftest import REPO, free_port, scrape, start_trainer, wait_for
+from tests.trainer.conftest import REPO, scrape, start_trainer
+from tpujob_sandbox import free_port, wait_for
 from tpujob_trainer.constants import EXIT_CODE_PREEMPTED, METRICS_PREFIX
 
 pytestmark = pytest.mark.slow

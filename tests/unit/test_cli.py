@@ -86,18 +86,22 @@ def test_crd_and_catalog_commands(capsys):
     assert "v5p    tpu-v5p-slice         2x2x4     16     4      ct5p-hightpu-4t" in table
 
 
-def test_sandbox_without_its_extra_says_what_to_install(
+def test_sandbox_without_the_test_bed_installed_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    import importlib.util
+    """The plain `pip install tpujob` has no test bed: `tpujob sandbox` names the distribution to add."""
+    from tpujob import cli
 
-    from tpujob.sandbox import cli as sandbox_cli
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "kubernetes" else real(name, *a)
-    )
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
     assert main(["sandbox", "up", "--dir", str(tmp_path)]) == 2
-    assert "pip install 'tpujob[sandbox]'" in capsys.readouterr().err
-    assert sandbox_cli.missing_extra()
+    assert "pip install ./sandbox" in capsys.readouterr().err
     assert not (tmp_path / "sandbox.json").exists()
+
+
+def test_the_test_bed_registers_its_command() -> None:
+    from importlib.metadata import entry_points
+
+    from tpujob.cli import PLUGIN_GROUP
+
+    (entry,) = [e for e in entry_points(group=PLUGIN_GROUP) if e.name == "sandbox"]
+    assert entry.value == "tpujob_sandbox.cli:add_subcommand"

@@ -8,7 +8,8 @@ from typing import Any
 
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
-from tpujob.handlers import Runtime, _schedule, indexed_job
+from tpujob.handlers.indexes import indexed_job
+from tpujob.handlers.passes import Runtime, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 
@@ -61,11 +62,11 @@ def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:
 
             return run
 
-        _schedule(runtime, "u", 0.2, again("soon"))
-        _schedule(runtime, "u", 30.0, again("late"))  # does not replace the sooner one
-        _schedule(runtime, "u", None, again("none"))  # nor does a pass that needs no look
+        schedule(runtime, "u", 0.2, again("soon"))
+        schedule(runtime, "u", 30.0, again("late"))  # does not replace the sooner one
+        schedule(runtime, "u", None, again("none"))  # nor does a pass that needs no look
         await asyncio.wait_for(done.wait(), timeout=10)
-        _schedule(runtime, "u", 0.1, again("after"))  # the fired one no longer counts
+        schedule(runtime, "u", 0.1, again("after"))  # the fired one no longer counts
         done.clear()
         await asyncio.wait_for(done.wait(), timeout=10)
         runtime.requeues["u"].cancel()

@@ -29,11 +29,11 @@ TERMINATION_GRACE_SECONDS = 30
 
 @dataclass(frozen=True)
 class Cluster:
-    """Where node pools go. The operator's configuration; defaults match `tpujob sandbox`."""
+    """Where node pools go: the operator's configuration. The defaults are an example for `tpujob render`."""
 
-    project: str = "tpujob-sandbox"
+    project: str = "my-project"
     location: str = "us-central1"
-    cluster: str = "sandbox"
+    cluster: str = "my-cluster"
     zone: str = "us-central1-a"
     # The cluster runs Workload Identity (GetCluster says so): pools then get the GKE metadata server.
     workload_identity: bool = False

@@ -9,9 +9,7 @@ from tpujob.api.models import NodePoolStatus, WorkerCounts
 from tpujob.status.model import (
     FAILED,
     POLL_PROVISIONING_SECONDS,
-    POOL_DELETED,
-    POOL_MISSING,
-    POOL_STOPPING,
+    POOL_RELEASED_STATES,
     REASON_PROVISIONING_TIMEOUT,
     RESTARTING,
     WARNING_REASONS,
@@ -82,7 +80,7 @@ def release(b: Builder, *, keep_finished_pods: bool) -> None:
             continue
         b.decision.delete_pods.append(pod.name)
     for pool in known_pools(b):
-        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
+        if pool.state not in POOL_RELEASED_STATES:
             b.decision.delete_pools.append(pool.name)
 
 

@@ -8,9 +8,7 @@ from tpujob.api.models import FLEX_START_MAX_RUN_SECONDS, CapacityMode
 from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
 from tpujob.status.model import (
     POLL_PROVISIONING_SECONDS,
-    POOL_DELETED,
-    POOL_MISSING,
-    POOL_STOPPING,
+    POOL_RELEASED_STATES,
     PROVISIONING,
     REASON_MAINTENANCE,
     REASON_MAINTENANCE_SCHEDULED,
@@ -38,7 +36,7 @@ def fall_back_if_due(b: Builder, reason: str) -> str | None:
     following = zones[(zones.index(current) + 1) % len(zones)]
     b.status.zone, b.status.zone_since = following, timestamp(b.now)
     for pool in known_pools(b):
-        leaving = pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+        leaving = pool.state not in POOL_RELEASED_STATES
         if leaving and pool.name not in b.decision.delete_pools:
             b.decision.delete_pools.append(pool.name)
     b.decision.create_pools.clear()
@@ -72,7 +70,7 @@ def run_duration_ends(b: Builder) -> bool:
     begin_restart(b, REASON_RUN_DURATION, detail, infrastructure=True)
     b.status.run_deadline = None
     for pool in known_pools(b):
-        if pool.state not in (POOL_MISSING, POOL_DELETED, POOL_STOPPING):
+        if pool.state not in POOL_RELEASED_STATES:
             b.decision.delete_pools.append(pool.name)
     return True
 

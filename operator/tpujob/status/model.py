@@ -74,6 +74,8 @@ NODE_LOSS_POD_REASONS = frozenset(
 POOL_MISSING = "MISSING"  # not found in GKE (not yet created, or gone)
 POOL_DELETED = "Deleted"
 POOL_STOPPING = "STOPPING"  # GKE is deleting it
+# States of a pool nobody needs to delete (again): never made, gone, or going.
+POOL_RELEASED_STATES = frozenset({POOL_MISSING, POOL_DELETED, POOL_STOPPING})
 POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
 POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
 
@@ -245,6 +247,7 @@ __all__ = [
     "POOL_ERROR_GRACE",
     "POOL_MISSING",
     "POOL_READY_STATES",
+    "POOL_RELEASED_STATES",
     "POOL_STOPPING",
     "POOL_WAIT_STATES",
     "PROVISIONING",

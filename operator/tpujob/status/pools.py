@@ -15,6 +15,7 @@ from tpujob.status.model import (
     POOL_ERROR_GRACE,
     POOL_MISSING,
     POOL_READY_STATES,
+    POOL_RELEASED_STATES,
     POOL_STOPPING,
     POOL_WAIT_STATES,
     PROVISIONING,
@@ -86,7 +87,7 @@ def _slice_pool(
     b: Builder, pool: PoolView, error: GKEError | None
 ) -> tuple[PoolView, tuple[str, str] | None]:
     """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
-    gone = pool.state in (POOL_MISSING, POOL_DELETED, POOL_STOPPING)
+    gone = pool.state in POOL_RELEASED_STATES
     if not gone and pool.zone and b.status.zone and pool.zone != b.status.zone:
         # In a zone the job has left (a fallback): deleted, again until GKE accepts it.
         b.decision.delete_pools.append(pool.name)

@@ -1,0 +1,35 @@
+"""Deleting a TPUJob: the finalizer releases its node pools before the job goes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from tpujob.api import constants as c
+from tpujob.handlers.events import JOBS
+from tpujob.handlers.passes import Runtime, forget
+
+
+def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:
+    return c.FINALIZER in (body.get("metadata", {}).get("finalizers") or [])
+
+
+# Only for jobs holding our finalizer (added by the pass before the first node pool is requested): kopf
+# adds no finalizer of its own, so a job that never had pools is deleted at once, its pods and Service by
+# garbage collection. When the handler is done, kopf removes the finalizer.
+@kopf.on.delete(*JOBS, when=_holds_finalizer)
+async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    """The finalizer: node pools go first; pods and the Service follow by garbage collection."""
+    runtime: Runtime = memo.runtime
+    handle = runtime.requeues.pop(uid, None)
+    if handle:
+        handle.cancel()
+    loop = asyncio.get_running_loop()
+    # Under the job's lock: a pass that began before the deletion must not recreate a pool after it.
+    async with runtime.locks.setdefault(uid, asyncio.Lock()):
+        remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
+    if remaining:
+        raise kopf.TemporaryError(f"waiting for node pools to be deleted: {', '.join(remaining)}", delay=5)
+    forget(runtime, uid)

@@ -1,0 +1,45 @@
+"""Watch events that ask for a pass: a TPUJob changed (not our own status write) or one of its pods did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from tpujob.api import constants as c
+from tpujob.handlers.passes import Runtime, forget, request_pass
+
+JOBS = (c.GROUP, c.VERSION, c.PLURAL)
+OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+@kopf.on.event(*JOBS)
+async def on_tpujob_event(
+    type: str,
+    body: kopf.Body,
+    uid: str,
+    namespace: str | None,
+    name: str,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    runtime: Runtime = memo.runtime
+    assert namespace is not None  # TPUJobs are namespaced
+    if type == "DELETED":
+        forget(runtime, uid)
+        return
+    if runtime.reconciler.is_own_write(body):
+        return  # the echo of the last pass' status write: that pass saw all the rest
+    request_pass(runtime, namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels=OWNED)
+async def on_pod_event(
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    job_name = labels.get(c.LABEL_JOB_NAME)
+    if job_name and namespace:
+        request_pass(memo.runtime, namespace, job_name)

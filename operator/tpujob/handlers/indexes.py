@@ -1,0 +1,52 @@
+"""The watched state every pass reads without API calls: kopf indexes of jobs, owned pods and Services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from tpujob.api import constants as c
+from tpujob.handlers.events import JOBS, OWNED
+from tpujob.reconciler import pod_view
+
+# The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
+# last-applied copy of the spec) would only be held in memory, once per job.
+INDEXED_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "labels",
+    "finalizers",
+    "deletionTimestamp",
+)
+
+
+@kopf.index(*JOBS)
+def tpujob_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): indexed_job(body)}
+
+
+def indexed_job(body: Any) -> dict[str, Any]:
+    meta = body["metadata"]
+    indexed = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
+        "spec": body.get("spec"),
+    }
+    if body.get("status") is not None:
+        indexed["status"] = body["status"]
+    return indexed
+
+
+@kopf.index("", "v1", "pods", labels=OWNED)
+def pod_index(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels.get(c.LABEL_JOB_NAME, "")): pod_view(body)}
+
+
+@kopf.index("", "v1", "services", labels=OWNED)
+def service_index(namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): True}

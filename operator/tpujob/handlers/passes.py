@@ -1,0 +1,116 @@
+"""The pass engine: one reconcile pass at a time per job, read from kopf's watch-fed indexes; requeues, the
+queue of jobs waiting for a pass, and forgetting a deleted job. No kopf handler lives here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from tpujob.config import OperatorConfig
+from tpujob.reconciler import Outcome, Reconciler
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's watch-fed indexes, the state a pass reads: jobs by (namespace, name), their pods and Services
+    by (namespace, job name)."""
+
+    jobs: kopf.Index[Any, Any]
+    pods: kopf.Index[Any, Any]
+    services: kopf.Index[Any, Any]
+
+
+class Runtime:
+    """Per-process state shared by the handlers (kopf's memo)."""
+
+    def __init__(self, config: OperatorConfig, reconciler: Reconciler) -> None:
+        self.config = config
+        self.reconciler = reconciler
+        self.locks: dict[str, asyncio.Lock] = {}
+        # Jobs with a pass requested but not yet begun: more events for them need no pass of their own.
+        self.queued: set[tuple[str, str]] = set()
+        self.passes: set[asyncio.Task[None]] = set()
+        self.requeues: dict[str, asyncio.TimerHandle] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
+
+
+def _values(index: kopf.Index[Any, Any], key: Any) -> Iterator[Any]:
+    try:
+        yield from index[key]
+    except KeyError:
+        return
+
+
+async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+    key = (namespace, name)
+    jobs, pods, services = runtime.indexes.jobs, runtime.indexes.pods, runtime.indexes.services
+    bodies = list(_values(jobs, key))
+    if not bodies:
+        runtime.queued.discard(key)
+        return
+    uid = bodies[0]["metadata"]["uid"]
+    lock = runtime.locks.setdefault(uid, asyncio.Lock())
+    async with lock:
+        runtime.queued.discard(key)  # the pass reads the state from here: a newer event needs a new pass
+        bodies = list(_values(jobs, key))  # the newest, after waiting for the lock
+        if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+            return
+        body = bodies[0]
+        job_pods = list(_values(pods, key))
+        service_exists = any(_values(services, key))
+        loop = asyncio.get_running_loop()
+        try:
+            outcome = await loop.run_in_executor(
+                None, runtime.reconciler.reconcile, body, job_pods, service_exists
+            )
+        except Exception:
+            # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
+            log.exception("%s/%s: reconcile failed; retrying", namespace, name)
+            outcome = Outcome(requeue_after=RETRY_SECONDS)
+    schedule(runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name))
+
+
+def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> None:
+    """One pending requeue per job: the soonest asked for. A pass that needs no look, or a later one,
+    leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end)."""
+    if delay is None:
+        return
+    loop = asyncio.get_running_loop()
+    when = loop.time() + max(delay, 0.1)
+    pending = runtime.requeues.get(uid)
+    if pending is not None and loop.time() < pending.when() <= when:
+        return
+    if pending is not None:
+        pending.cancel()
+    runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
+
+
+def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
+    """A pass for the job soon, as client-go's work queue would: however many events arrive before it
+    begins (a job's pods come in a burst), the job is queued once. The kopf handler returns at once, so
+    kopf drops the event's body instead of holding it while the pass waits for the job's lock."""
+    key = (namespace, name)
+    if key in runtime.queued:
+        return
+    runtime.queued.add(key)
+    task = asyncio.create_task(reconcile(runtime, namespace, name))
+    runtime.passes.add(task)
+    task.add_done_callback(runtime.passes.discard)
+
+
+def forget(runtime: Runtime, uid: str) -> None:
+    handle = runtime.requeues.pop(uid, None)
+    if handle:
+        handle.cancel()
+    runtime.locks.pop(uid, None)
+    runtime.reconciler.forget(uid)

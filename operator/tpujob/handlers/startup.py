@@ -1,0 +1,101 @@
+"""Start and stop: kopf's settings, the operator's clients and metrics endpoint, the periodic loops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from tpujob import gke, kube, metrics
+from tpujob.api import constants as c
+from tpujob.config import from_environment
+from tpujob.handlers.loops import resync_forever, sweep_forever
+from tpujob.handlers.passes import Indexes, Runtime
+from tpujob.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """No handler reacts to spec changes (every pass reads the whole spec), so kopf keeps no diff base:
+    no annotation write per job, no deep copy of every body on every event."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = from_environment()
+    # Our finalizer and annotation prefixes, so nothing the operator writes uses kopf's defaults.
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = _NoDiffBase()
+    # The operator posts its own events for every transition; kopf's log lines would be noise.
+    settings.posting.level = logging.WARNING
+    # Watches end server-side every few minutes and resume from their resourceVersion, so a silently
+    # broken connection is noticed; the client timeout is a backstop above the server's.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    # One replica with the Recreate strategy: no peering objects (and no RBAC for them) needed.
+    settings.peering.standalone = True
+    # The CRD exists before the operator starts (the chart installs it first): discover resources once
+    # instead of watching CRDs and namespaces cluster-wide, which the least-privilege RBAC does not allow
+    # (kopf would retry those 403s at every start, and a namespace-scoped operator has no cluster scope).
+    settings.scanning.disabled = True
+    # kopf keeps a task per watched object until it has been idle this long (default 5 s): in a burst of
+    # 1000 jobs that is thousands of tasks at once. Our handlers return at once, so a short wait will do.
+    settings.queueing.idle_timeout = 0.1
+    # Kubernetes and GKE calls are synchronous and run in these threads.
+    settings.execution.max_workers = config.workers
+    # A slow API server must not hang a pass.
+    settings.networking.request_timeout = 60
+    pools = policies = None
+    if config.gke_configured:
+        pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
+        region = gke.region_of(config.cluster.location) or config.cluster.location
+        policies = gke.WorkloadPolicies(config.cluster.project, region, config.gke_endpoint)
+    else:
+        log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
+    if config.metrics_port:
+        metrics.register()
+        start_http_server(config.metrics_port)
+    reconciler = Reconciler(
+        config.cluster,
+        kube.Kube.login(settings),
+        pools,
+        config.restart_backoff_seconds,
+        policies=policies,
+        unschedulable_grace_seconds=config.unschedulable_grace_seconds,
+    )
+    memo.runtime = Runtime(config, reconciler)
+
+
+@kopf.on.startup()
+async def start_loops(memo: kopf.Memo, **kwargs: Any) -> None:
+    runtime: Runtime = memo.runtime
+    # kopf hands each index to handlers as a keyword named after its function (handlers/indexes.py).
+    runtime.indexes = Indexes(kwargs["tpujob_index"], kwargs["pod_index"], kwargs["service_index"])
+    runtime.tasks = [
+        asyncio.create_task(sweep_forever(runtime)),
+        asyncio.create_task(resync_forever(runtime)),
+    ]
+
+
+@kopf.on.cleanup()
+async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    for task in [*runtime.tasks, *runtime.passes]:
+        task.cancel()
+    for handle in runtime.requeues.values():
+        handle.cancel()

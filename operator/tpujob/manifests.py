@@ -1,0 +1,51 @@
+"""TPUJob manifests read from files, with every problem named (for `tpujob validate`, `render` and `run`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+
+
+def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
+    """(label for messages, document) for every YAML document in a file."""
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    for index, document in enumerate(documents):
+        label = str(path) if len(documents) == 1 else f"{path} (document {index + 1})"
+        yield label, document
+
+
+def problems_in(path: Path) -> Iterator[str]:
+    try:
+        documents = list(load_documents(path))
+    except OSError as error:
+        yield f"{path}: cannot read: {error.strerror}"
+        return
+    except yaml.YAMLError as error:
+        yield f"{path}: not valid YAML: {error}".replace("\n", " ")
+        return
+    if not documents:
+        yield f"{path}: no TPUJob in the file"
+    for label, document in documents:
+        try:
+            parse_tpujob(document)
+        except InvalidTPUJob as invalid:
+            yield from (f"{label}: {problem}" for problem in invalid.problems)
+
+
+def load_one_job(path: Path) -> TPUJob:
+    """The single TPUJob in a file, or SystemExit(1) after printing every problem."""
+    problems = list(problems_in(path))
+    if not problems:
+        documents = list(load_documents(path))
+        if len(documents) == 1:
+            return parse_tpujob(documents[0][1])
+        problems = [f"{path}: holds {len(documents)} documents; give one TPUJob per file"]
+    for line in problems:
+        print(line, file=sys.stderr)
+    raise SystemExit(1)

@@ -1,0 +1,17 @@
+"""One reconcile pass for one TPUJob: observe, decide (tpujob.status, pure), act.
+
+Synchronous I/O (Kubernetes and GKE clients), run by the kopf handlers in worker threads, one
+pass per job at a time. Idempotent: creating what exists and deleting what is gone are no-ops, so
+a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
+
+- observe: what a pass sees (pods, pools while they change, the cluster, maintenance notices);
+- memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
+- act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics;
+- passes: the Reconciler, which runs them in that order, and releases pools on deletion.
+"""
+
+from tpujob.reconciler.act import EVENT_COMPONENT, event_manifest
+from tpujob.reconciler.observe import pod_view
+from tpujob.reconciler.passes import Outcome, Reconciler
+
+__all__ = ["EVENT_COMPONENT", "Outcome", "Reconciler", "event_manifest", "pod_view"]

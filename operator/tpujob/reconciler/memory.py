@@ -1,0 +1,111 @@
+"""What the operator remembers between passes, per job UID: what the watch may not have shown yet (its
+own status writes, pods and Services just created) and GKE's recent refusals. Thread-safe: passes run
+in worker threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tpujob import status as s
+
+
+class JobMemory:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # The status this operator last wrote: the watch may not have delivered it yet, and deciding on an
+        # older one would, for example, count one restart twice.
+        self._written: dict[str, dict[str, Any]] = {}
+        # The resourceVersion of each job's last status write (its watch echo is skipped).
+        self._written_version: dict[str, str] = {}
+        # Pods created but maybe not yet seen by the watch.
+        self._in_flight: dict[str, set[str]] = {}
+        # Jobs whose Service was created but maybe not yet seen by the watch: not created twice.
+        self._service_in_flight: set[str] = set()
+        # Pool creates GKE refused: not asked again before the monotonic time, whatever event comes first
+        # (our own status write, a pod). The count of permanent refusals in a row makes their backoff grow.
+        self._gke_refused: dict[str, tuple[float, dict[int, s.GKEError]]] = {}
+        self._rejections: dict[str, int] = {}
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._written.pop(uid, None)
+            self._written_version.pop(uid, None)
+            self._in_flight.pop(uid, None)
+            self._service_in_flight.discard(uid)
+            self._gke_refused.pop(uid, None)
+            self._rejections.pop(uid, None)
+
+    # --- status writes ---------------------------------------------------------------------------
+
+    def current_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The job's status: our last write if the watch has not caught up with it."""
+        with self._lock:
+            written = self._written.get(body["metadata"]["uid"])
+        return written if written is not None else dict(body.get("status") or {})
+
+    def wrote(self, uid: str, status: dict[str, Any], resource_version: str) -> None:
+        with self._lock:
+            self._written[uid] = status
+            self._written_version[uid] = resource_version
+
+    def is_own_write(self, body: Mapping[str, Any]) -> bool:
+        meta = body["metadata"]
+        with self._lock:
+            return bool(self._written_version.get(meta["uid"]) == meta.get("resourceVersion"))
+
+    # --- creates the watch has not shown yet -----------------------------------------------------
+
+    def pods_created(self, uid: str, names: Iterable[str]) -> None:
+        with self._lock:
+            self._in_flight.setdefault(uid, set()).update(names)
+
+    def pods_in_flight(self, uid: str, pods: Iterable[s.PodView]) -> frozenset[str]:
+        """Pods created and not yet seen; those the watch now shows are dropped."""
+        seen = {p.name for p in pods}
+        with self._lock:
+            pending = self._in_flight.get(uid, set()) - seen
+            self._in_flight[uid] = pending
+            return frozenset(pending)
+
+    def service_created(self, uid: str) -> None:
+        with self._lock:
+            self._service_in_flight.add(uid)
+
+    def service_exists(self, uid: str, seen: bool) -> bool:
+        with self._lock:
+            if seen:
+                self._service_in_flight.discard(uid)
+                return True
+            return uid in self._service_in_flight
+
+    # --- GKE refusals ----------------------------------------------------------------------------
+
+    def refusals(self, uid: str) -> dict[int, s.GKEError]:
+        """GKE's refusals of this job's creates while their backoff lasts; {} after."""
+        with self._lock:
+            until, errors = self._gke_refused.get(uid, (0.0, {}))
+            if time.monotonic() >= until:
+                self._gke_refused.pop(uid, None)
+                return {}
+            return errors
+
+    def refused(self, uid: str, errors: dict[int, s.GKEError]) -> float:
+        """Refused creates are not asked again before the delay returned: the polling interval for
+        transient refusals, a growing one for permanent ones."""
+        with self._lock:
+            if any(error.permanent for error in errors.values()):
+                self._rejections[uid] = self._rejections.get(uid, 0) + 1
+                delay = s.rejected_backoff_seconds(self._rejections[uid])
+            else:
+                self._rejections.pop(uid, None)
+                delay = s.POLL_PROVISIONING_SECONDS
+            self._gke_refused[uid] = (time.monotonic() + delay, errors)
+        return delay
+
+    def accepted(self, uid: str) -> None:
+        """Every create of the pass was accepted: the permanent-refusal count starts over."""
+        with self._lock:
+            self._rejections.pop(uid, None)

@@ -1,0 +1,183 @@
+"""What a pass sees: the job, its pods (from the watch), its pools (from GKE, only while they change),
+the cluster as GetCluster described it, GKE's maintenance notices, and the operator's memory of what the
+watch has not shown yet. Reads only; the result is a `status.Observed` for the pure decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+from tpujob import gke, kube, metrics
+from tpujob import status as s
+from tpujob.api import TPUJob
+from tpujob.api import constants as c
+from tpujob.api.models import NodePoolPolicy, TPUJobStatus
+from tpujob.gke import ClusterCheck, NodePools
+from tpujob.reconciler.memory import JobMemory
+from tpujob.render import Cluster, naming
+from tpujob.render import plan as render
+
+log = logging.getLogger(__name__)
+
+
+def pod_view(pod: Any) -> s.PodView:
+    """A pod (kopf body or dict) -> PodView. Reads the container's exit code for failure causes."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    unschedulable, since = "", ""
+    for condition in status.get("conditions") or []:
+        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if scheduled and condition.get("reason") == "Unschedulable":
+            unschedulable = condition.get("message") or "Unschedulable"
+            since = condition.get("lastTransitionTime") or ""
+    exit_code = None
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            exit_code = terminated.get("exitCode")
+            reason = reason or terminated.get("reason") or ""
+    return s.PodView(
+        name=meta["name"],
+        slice=int(labels.get(c.LABEL_SLICE, 0)),
+        worker=int(labels.get(c.LABEL_WORKER, 0)),
+        attempt=int(labels.get(c.LABEL_ATTEMPT, 0)),
+        phase=status.get("phase") or "Pending",
+        node=(pod.get("spec") or {}).get("nodeName") or "",
+        reason=reason,
+        exit_code=exit_code,
+        deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable=unschedulable,
+        unschedulable_since=since,
+    )
+
+
+def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
+    """Ask GKE only while pools change; a running job's pools are watched through its pods."""
+    if job.spec.node_pool.policy != NodePoolPolicy.create:
+        return False
+    states = {p.state for p in status.node_pools}
+    settled_running = status.phase in (s.STARTING, s.RUNNING) and states <= s.POOL_READY_STATES and states
+    settled_gone = status.phase in (*s.TERMINAL_PHASES, s.SUSPENDED) and states <= {s.POOL_DELETED}
+    return not (settled_running or settled_gone)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The operator's settings a decision takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS)."""
+
+    restart_backoff_seconds: float = 10.0
+    unschedulable_grace_seconds: float = 30.0
+
+
+class Observer:
+    def __init__(
+        self, cluster: Cluster, api: kube.Kube, pools: NodePools | None, memory: JobMemory, settings: Settings
+    ) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.pools = pools
+        self.memory = memory
+        self.settings = settings
+        # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.
+        self.cluster_check: ClusterCheck | None = None
+        # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
+        self.maintenance: dict[str, int] = {}
+        self.maintenance_forbidden = False
+
+    def observe(
+        self, job: TPUJob, pods: list[s.PodView], service_exists: bool, now: dt.datetime
+    ) -> s.Observed:
+        uid = job.metadata.uid or ""
+        creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
+        observed = s.Observed(
+            job=job,
+            now=now,
+            pods=tuple(pods),
+            pools=self.pool_views(job)
+            if self.pools and needs_gke_look(job, job.status or TPUJobStatus())
+            else None,
+            service_exists=self.memory.service_exists(uid, service_exists),
+            pods_in_flight=self.memory.pods_in_flight(uid, pods),
+            restart_backoff_seconds=self.settings.restart_backoff_seconds,
+            unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
+            zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
+            maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
+        )
+        if creates_pools and (config := self.configuration_errors(job)):
+            observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
+        if refused := self.memory.refusals(uid):
+            observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
+        return observed
+
+    def pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
+        """Each slice's pool as GKE has it (one GetNodePool per slice)."""
+        assert self.pools is not None
+        recorded = {p.slice: p.operation or "" for p in (job.status.node_pools if job.status else [])}
+        return tuple(
+            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""))
+            for i in range(job.spec.tpu.slices)
+        )
+
+    @property
+    def render_cluster(self) -> Cluster:
+        """The configured cluster as GetCluster described it (Workload Identity on or off)."""
+        check = self.cluster_check
+        if check is None or check.workload_identity == self.cluster.workload_identity:
+            return self.cluster
+        return dataclasses.replace(self.cluster, workload_identity=check.workload_identity)
+
+    def configuration_errors(self, job: TPUJob) -> dict[int, s.GKEError]:
+        """Every slice's error when the operator cannot make pools at all (no cluster, wrong settings)."""
+        if self.pools is None:
+            problem = "the operator has no GKE cluster configured (TPUJOB_GKE_PROJECT, _LOCATION, _CLUSTER)"
+        elif self.cluster_check is not None and not self.cluster_check.ready:
+            problem = self.cluster_check.problem
+        else:
+            return {}
+        error = s.GKEError(s.REASON_GKE_CONFIG, problem, permanent=True)
+        return dict.fromkeys(range(job.spec.tpu.slices), error)
+
+    def check_cluster(self) -> ClusterCheck | None:
+        """Read the configured cluster (GetCluster): a wrong project, location, cluster or zone shows in
+        the status of every waiting job, and in the tpujob_gke_cluster_ready gauge."""
+        if self.pools is None:
+            return None
+        check = gke.check_cluster(self.cluster, self.pools.client)
+        if not check.ready:
+            log.error("GKE cluster not usable: %s", check.problem)
+        elif self.cluster_check is None or not self.cluster_check.ready:
+            log.info(
+                "GKE cluster %s: version %s, release channel %s, Workload Identity %s",
+                self.cluster.parent,
+                check.version,
+                check.release_channel,
+                "on" if check.workload_identity else "off",
+            )
+        self.cluster_check = check
+        metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
+        return check
+
+    def refresh_maintenance(self) -> None:
+        """Read GKE's maintenance notices off the nodes (cluster-wide operators: nodes are cluster-scoped). A
+        list every resync suffices: GKE announces TPU host maintenance about 7 days ahead. Without the
+        permission (RBAC from an older chart) it says so once and stops asking."""
+        if self.maintenance_forbidden:
+            return
+        try:
+            found = self.api.get(kube.nodes(render.MAINTENANCE_LABEL)) or {}
+        except kube.ApiError as error:
+            if error.status != 403:
+                raise
+            log.warning("no permission to list nodes: GKE maintenance notices are not acted on (%s)", error)
+            self.maintenance_forbidden = True
+            return
+        notices = {}
+        for node in found.get("items", []):
+            value = (node["metadata"].get("labels") or {}).get(render.MAINTENANCE_LABEL, "")
+            if value.isdigit():
+                notices[node["metadata"]["name"]] = int(value)
+        self.maintenance = notices

@@ -1,0 +1,269 @@
+"""The pass: observe (observe.py) -> decide (tpujob.status, pure) -> act (act.py), for one job; plus the
+finalizer's release of a job's pools and the sweep of pools whose job is gone."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob import gke, kube, metrics
+from tpujob import status as s
+from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJobStatus
+from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
+from tpujob.reconciler.act import Actions
+from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.observe import Observer, Settings
+from tpujob.render import Cluster, naming
+from tpujob.render import plan as render
+
+log = logging.getLogger(__name__)
+
+# First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
+# up at once; later polls are every POLL_PROVISIONING_SECONDS.
+FIRST_POLL_SECONDS = 0.25
+
+
+@dataclass
+class Outcome:
+    """What a pass did, for the kopf layer: when to look again."""
+
+    requeue_after: float | None = None
+
+
+class Reconciler:
+    def __init__(
+        self,
+        cluster: Cluster,
+        api: kube.Kube,
+        pools: NodePools | None,
+        restart_backoff_seconds: float = 10.0,
+        *,
+        policies: WorkloadPolicies | None = None,
+        unschedulable_grace_seconds: float = 30.0,
+    ) -> None:
+        self.cluster = cluster
+        self.pools = pools
+        self.policies = policies
+        self.memory = JobMemory()
+        settings = Settings(restart_backoff_seconds, unschedulable_grace_seconds)
+        self.observer = Observer(cluster, api, pools, self.memory, settings)
+        self.actions = Actions(api, pools)
+        self.recorder = metrics.PassRecorder()
+
+    def forget(self, uid: str) -> None:
+        self.memory.forget(uid)
+        self.recorder.forget(uid)
+
+    def is_own_write(self, body: Mapping[str, Any]) -> bool:
+        """The job as this operator's last status write left it: the pass that wrote it saw everything
+        else, so the watch's echo of the write needs no pass of its own."""
+        return self.memory.is_own_write(body)
+
+    def check_cluster(self) -> ClusterCheck | None:
+        return self.observer.check_cluster()
+
+    def refresh_maintenance(self) -> None:
+        self.observer.refresh_maintenance()
+
+    # --- the pass --------------------------------------------------------------------------------
+
+    def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+        with metrics.RECONCILE_DURATION.time(), metrics.RECONCILE_ERRORS.count_exceptions():
+            return self._reconcile(body, pods, service_exists)
+
+    def _reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+        meta = body["metadata"]
+        status_before = self.memory.current_status(body)
+        try:
+            job = parse_tpujob({**body, "status": None})
+        except InvalidTPUJob as invalid:
+            return self._invalid(body, status_before, invalid, pods)
+        job = job.model_copy(update={"status": TPUJobStatus.model_validate(status_before)})
+        now = dt.datetime.now(dt.UTC)
+        observed = self.observer.observe(job, pods, service_exists, now)
+        decision = s.decide(observed)
+        if decision.create_pools:
+            # The finalizer before any paid resource: a job deleted from now on waits for its pools.
+            self.actions.ensure_finalizer(meta)
+            decision = self._create_pools(job, observed, decision)
+        self._act(job, decision)
+        status_after = decision.status.to_wire()
+        if status_after != status_before:
+            self._write_status(meta, status_after)
+        self.actions.post_events(meta, decision.events, now)
+        self.recorder.record(job, job.status or TPUJobStatus(), decision.status, now)
+        if decision.delete_job:
+            log.info("%s/%s: ttlSecondsAfterFinished passed, deleting", meta["namespace"], meta["name"])
+            self.actions.delete_job(meta["namespace"], meta["name"])
+            self.forget(meta["uid"])
+        return Outcome(requeue_after=decision.requeue_after)
+
+    def _create_pools(self, job: TPUJob, observed: s.Observed, decision: s.Decision) -> s.Decision:
+        """Create the pools, then decide again knowing which creates GKE refused (and why)."""
+        errors: dict[int, s.GKEError] = {}
+        operations: dict[int, str] = {}
+        placement = self._placement_problem(job)
+        for slice_index in decision.create_pools:
+            if placement is not None:
+                errors[slice_index] = placement
+                continue
+            request = render.node_pool(
+                job, self.observer.render_cluster, slice_index, zone=decision.status.zone
+            )
+            operation, error = self.actions.create_pool(request)
+            if error is not None:
+                errors[slice_index] = error
+            operations[slice_index] = operation
+        views = {p.slice: p for p in observed.pools or ()}
+        for slice_index in decision.create_pools:
+            if slice_index not in errors:
+                # As GKE will report it (no status message while provisioning): the first poll that finds
+                # it so writes no status.
+                views[slice_index] = s.PoolView(
+                    slice_index,
+                    naming.node_pool_name(job, slice_index),
+                    "PROVISIONING",
+                    operation=operations.get(slice_index, ""),
+                    zone=decision.status.zone or "",
+                )
+        again = s.decide(
+            dataclasses.replace(observed, pools=tuple(views[k] for k in sorted(views)), gke_errors=errors)
+        )
+        again.events = decision.events + [e for e in again.events if e not in decision.events]
+        uid = job.metadata.uid or ""
+        if errors:
+            again.requeue(self.memory.refused(uid, errors))
+        else:
+            self.memory.accepted(uid)
+            again.requeue(FIRST_POLL_SECONDS)
+        return again
+
+    def _placement_problem(self, job: TPUJob) -> s.GKEError | None:
+        """What must hold before asking GKE: a cluster recent enough for flex-start; for tpu7x multi-host
+        pools, a workload policy that exists and places this topology."""
+        if job.spec.capacity.mode == CapacityMode.flex_start and (
+            problem := gke.flex_start_problem(self.observer.cluster_check)
+        ):
+            return problem
+        policy = job.spec.node_pool.workload_policy
+        if policy is None or self.policies is None:
+            return None
+        return self.policies.problem(policy, render.slice_shape(job).topology)
+
+    def _act(self, job: TPUJob, decision: s.Decision) -> None:
+        namespace, uid = job.metadata.namespace, job.metadata.uid or ""
+        for name in decision.delete_pods:
+            self.actions.delete_pod(namespace, name)
+        if self.pools is not None:
+            for name in decision.delete_pools:
+                if not self.actions.delete_pool(name):
+                    decision.requeue(s.POLL_PROVISIONING_SECONDS)
+                    continue
+                # Recorded, so the next passes wait for GKE instead of asking again.
+                for pool in decision.status.node_pools:
+                    if pool.name == name:
+                        pool.state = s.POOL_STOPPING
+        pods: list[dict[str, Any]] = []
+        if decision.create_pods:
+            avoid = int(time.time()) + job.spec.run_policy.maintenance_lead_seconds
+            cluster = self.observer.render_cluster
+            pods = [
+                render.pod(job, cluster, i, w, decision.status.attempt, avoid_maintenance_before=avoid)
+                for i, w in decision.create_pods
+            ]
+            self.memory.pods_created(uid, (pod["metadata"]["name"] for pod in pods))
+        service = render.service(job) if decision.create_service else None
+        if pods or service:
+            self.actions.create_pods_and_service(namespace, pods, service)
+        if service:
+            self.memory.service_created(uid)
+
+    def _invalid(
+        self,
+        body: dict[str, Any],
+        status_before: dict[str, Any],
+        invalid: InvalidTPUJob,
+        pods: list[s.PodView],
+    ) -> Outcome:
+        """Nothing is created for a spec the schema let through but the operator cannot run; what an
+        earlier, valid spec created (a job edited into an invalid one) is released."""
+        meta = body["metadata"]
+        message = "; ".join(str(p) for p in invalid.problems)
+        now = dt.datetime.now(dt.UTC)
+        status = TPUJobStatus.model_validate(status_before)
+        for pod in pods:
+            if not pod.deleting:
+                self.actions.delete_pod(meta["namespace"], pod.name)
+        releasable = [p for p in status.node_pools if p.state not in s.POOL_RELEASED_STATES]
+        for pool in releasable if self.pools is not None else []:
+            if self.actions.delete_pool(pool.name):
+                pool.state = s.POOL_STOPPING
+        changed = status.reason != s.REASON_INVALID_SPEC or status.message != message
+        status.phase, status.reason, status.message = s.FAILED, s.REASON_INVALID_SPEC, message
+        status.conditions = s.set_condition(
+            status.conditions, "Failed", True, s.REASON_INVALID_SPEC, message, now
+        )
+        status.observed_generation = meta.get("generation")
+        wire = status.to_wire()
+        if wire != status_before:
+            self._write_status(meta, wire)
+        if changed:
+            self.actions.post_events(meta, [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
+        return Outcome()
+
+    def _write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
+        version = self.actions.patch_status(meta, status)
+        if version is not None:
+            self.memory.wrote(meta["uid"], status, version)
+
+    # --- deletion and the orphan sweep -----------------------------------------------------------
+
+    def release_pools(self, body: dict[str, Any]) -> list[str]:
+        """Start deleting every pool of a job being deleted; the names GKE still has."""
+        if self.pools is None:
+            return []
+        try:
+            job = parse_tpujob({**body, "status": None})
+        except InvalidTPUJob:
+            return []  # nothing was ever created for it
+        if job.spec.node_pool.policy != NodePoolPolicy.create:
+            return []
+        remaining = []
+        for view in self.observer.pool_views(job):
+            if view.state == s.POOL_MISSING:
+                continue
+            remaining.append(view.name)
+            if view.state != s.POOL_STOPPING:
+                self.actions.delete_pool(view.name)
+        if not remaining:
+            self.forget(body["metadata"]["uid"])
+        return remaining
+
+    def sweep_orphans(self, live_uids: set[str], namespace: str | None = None) -> list[str]:
+        """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs).
+
+        A namespace-scoped operator judges only its namespace's pools: it cannot see other jobs.
+        """
+        if self.pools is None:
+            return []
+        deleted = []
+        for pool in self.pools.owned():
+            if namespace is not None and pool.namespace != namespace:
+                continue
+            # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
+            if not pool.job_uid or pool.job_uid in live_uids or pool.state == s.POOL_STOPPING:
+                continue
+            if self.actions.job_exists(pool.namespace, pool.job, pool.job_uid):
+                continue
+            log.warning(
+                "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
+            )
+            if self.actions.delete_pool(pool.name):
+                deleted.append(pool.name)
+        return deleted

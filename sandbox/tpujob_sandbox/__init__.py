@@ -1,0 +1,59 @@
+"""tpujob's test bed: a real Kubernetes control plane plus simulated GKE and kubelet (`tpujob sandbox`).
+
+    tpujob sandbox up --dir DIR        # background; writes DIR/kubeconfig and DIR/sandbox.json
+    tpujob sandbox operator --dir DIR  # `tpujob operator` pointed at it
+    tpujob sandbox status --dir DIR
+    tpujob sandbox down --dir DIR      # stops every process it started; logs stay in DIR/logs
+
+Parts (each module says more):
+- binaries: etcd, kube-apiserver, kube-scheduler, kube-controller-manager from KUBEBUILDER_ASSETS, the cache
+  (~/.cache/tpujob/kubernetes-1.20.2) or built once from Debian's Kubernetes source package.
+- controlplane: the real control plane on loopback (token auth, RBAC, service accounts, GC, scheduler).
+- gke (+ gke_facts): GKE's cluster, node pool and operation REST API as GKE behaves (release channels,
+  zones, capacity, quota, asynchronous stockouts, workload policies), faults on demand; registers TPU Nodes.
+- kubelet: pod phases for pods on those nodes; the trainer image runs as a local process.
+- bed: all of it as one `Sandbox`; operators: `tpujob operator` on it as users run it.
+- pytest_plugin: the fixtures tests use (sandbox, gke, kubelet, namespace, operator, jobs).
+
+The names below are the test bed's API for tests and benchmarks. They load on first use, so
+`tpujob sandbox status` does not import the Kubernetes and Google clients.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Sandbox": "bed",
+    "start_sandbox": "bed",
+    "FLEX_START_LOCATION": "bed",
+    "GkeSimulator": "gke",
+    "ReleaseChannel": "gke",
+    "SimCluster": "gke",
+    "KubeletSimulator": "kubelet",
+    "EXIT_CODE_SIGTERM": "kubelet",
+    "OperatorProcess": "operators",
+    "install_crd": "operators",
+    "operator_kubeconfig": "operators",
+    "token_kubeconfig": "operators",
+    "operator_env": "operators",
+    "Jobs": "jobs",
+    "namespace_name": "pytest_plugin",
+    "TIME_SCALE": "pytest_plugin",
+    "wait_for": "waiting",
+    "Timeout": "waiting",
+    "free_port": "processes",
+    "pid_alive": "processes",
+    "log_tail": "processes",
+    "start_process": "processes",
+    "stop_process": "processes",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tpujob_sandbox' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tpujob_sandbox.{_EXPORTS[name]}"), name)

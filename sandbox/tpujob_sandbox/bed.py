@@ -1,0 +1,112 @@
+"""The whole test bed in one object: control plane + simulated GKE + simulated kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tpujob_sandbox.binaries import Binaries, Progress, find_binaries, stderr_progress
+from tpujob_sandbox.controlplane import ControlPlane
+from tpujob_sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
+from tpujob_sandbox.kubelet import KubeletSimulator
+from tpujob_sandbox.layout import INFO_FILE
+
+FLEX_START_LOCATION = "us-east5"
+
+
+@dataclass
+class Sandbox:
+    state_dir: Path
+    control_plane: ControlPlane
+    api_client: k8s.ApiClient
+    gke: GkeSimulator
+    kubelet: KubeletSimulator
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    def info(self) -> dict[str, Any]:
+        """What `sandbox.json` holds: how to reach the cluster and the simulated GKE, and who to stop."""
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "gkeEndpoint": self.gke.endpoint,
+            "project": self.gke.project,
+            "location": self.gke.location,
+            "cluster": self.gke.cluster,
+            "zone": self.default_zone,
+            "releaseChannel": self.gke.cluster_model.release_channel.value,
+            "pid": os.getpid(),
+            "pids": self.control_plane.pids,
+            "logs": str(self.control_plane.logs),
+        }
+
+    @property
+    def default_zone(self) -> str:
+        """The zone the operator is configured with: the cluster's first zone (offers v5e and v5p)."""
+        return self.gke.cluster_model.default_node_zones[0]
+
+    def write_info(self) -> Path:
+        path = self.state_dir / INFO_FILE
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.info(), indent=2) + "\n")
+        partial.rename(path)  # atomic: readers never see half a file
+        return path
+
+    def preempt_slice(self, pool: str, *, recreate_after: float | None = None) -> list[str]:
+        """Spot reclaim of a whole TPU slice: every node of `pool` shuts down (its pods fail as on a real
+        node shutdown) and goes away; GKE brings the VMs back after `recreate_after` seconds of GKE time
+        (None: never). Returns the node names."""
+        nodes = self.gke.node_names(pool)
+        self.kubelet.preempt_nodes(nodes)
+        if recreate_after is not None:
+            self.gke.recreate_nodes(pool, recreate_after)
+        return nodes
+
+    def stop(self) -> None:
+        """Simulators first (they talk to the API server), then the control plane."""
+        self.kubelet.stop()
+        self.gke.stop()
+        self.api_client.close()
+        self.control_plane.stop()
+
+
+def start_sandbox(
+    state_dir: Path,
+    *,
+    binaries: Binaries | None = None,
+    progress: Progress = stderr_progress,
+    time_scale: float = 1.0,
+    release_channel: ReleaseChannel = ReleaseChannel.REGULAR,
+    gke_port: int = 0,
+    control_plane: ControlPlane | None = None,
+) -> Sandbox:
+    """Start everything (or add the simulators to a started `control_plane`); binaries are found, or built
+    once, if not given. `time_scale` multiplies GKE's durations (1.0: as slow as GKE). Stop with
+    `Sandbox.stop()`."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if control_plane is None:
+        control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
+    api_client = k8s_config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    gke = kubelet = None
+    try:
+        cluster = SimCluster(release_channel=release_channel)
+        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale)
+        # A second cluster of the project in us-east5, where GKE offers flex-start for v5p and v6e TPUs.
+        gke.add_cluster(SimCluster(location=FLEX_START_LOCATION, release_channel=release_channel))
+        gke.start(gke_port)
+        kubelet = KubeletSimulator(api_client, state_dir).start()
+        gke.autoscaler.shut_down_nodes = gke.maintenance.shut_down_nodes = kubelet.preempt_nodes
+    except BaseException:
+        for part in (kubelet, gke):
+            if part:
+                part.stop()
+        control_plane.stop()
+        raise
+    return Sandbox(state_dir, control_plane, api_client, gke, kubelet)

@@ -1,0 +1,248 @@
+"""Control plane binaries: found in KUBEBUILDER_ASSETS, in the local cache, or built from Debian's source.
+
+No Docker engine runs where the tests run, so kind and k3d are out. Debian ships the Kubernetes 1.20
+source (vendored) and etcd; building kube-apiserver, kube-scheduler and kube-controller-manager from it
+takes about five minutes once, then the cache makes every start take seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "1.20.2"
+DEBIAN_SOURCE_PACKAGE = "kubernetes"
+REQUIRED = ("etcd", "kube-apiserver")
+OPTIONAL = ("kube-scheduler", "kube-controller-manager")
+ALL_BINARIES = REQUIRED + OPTIONAL
+BUILD_TARGETS = ("cmd/kube-apiserver", "cmd/kube-scheduler", "cmd/kube-controller-manager")
+APT_PACKAGES = (
+    "golang-go",
+    "rsync",
+    "jq",
+    "make",
+    "dpkg-dev",
+    "etcd-server",
+    # The vendored copies of these two crash on Go 1.19 (segfault in map iteration): Debian's work.
+    "golang-github-modern-go-reflect2-dev",
+    "golang-github-json-iterator-go-dev",
+)
+VENDOR_REPLACEMENTS = {
+    "vendor/github.com/modern-go/reflect2": "/usr/share/gocode/src/github.com/modern-go/reflect2",
+    "vendor/github.com/json-iterator/go": "/usr/share/gocode/src/github.com/json-iterator/go",
+}
+DEB_SRC_LIST = Path("/etc/apt/sources.list.d/tpujob-deb-src.sources")
+DEB_SRC_ENTRY = """\
+# Added by `tpujob sandbox` to fetch Debian's Kubernetes source package.
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+HOW_TO_AVOID_THE_BUILD = (
+    "Either set KUBEBUILDER_ASSETS to a folder holding etcd, kube-apiserver, kube-scheduler and "
+    "kube-controller-manager (for example from `setup-envtest use -p path 1.20`), or run once as root "
+    f"on Debian bookworm so the binaries can be built from Debian's Kubernetes {KUBERNETES_VERSION} source, "
+    "or set KUBECONFIG to test against an existing cluster."
+)
+
+Progress = Callable[[str], None]
+
+
+class BinariesUnavailable(RuntimeError):
+    """The control plane binaries are neither provided nor buildable here."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the control plane programs; scheduler and controller-manager may be missing (envtest)."""
+
+    folder: Path
+    origin: str  # "KUBEBUILDER_ASSETS", "cache" or "built"
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def has(self, name: str) -> bool:
+        return os.access(self.path(name), os.X_OK)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tpujob" / f"kubernetes-{KUBERNETES_VERSION}"
+
+
+def missing_binaries(folder: Path, names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if not os.access(folder / name, os.X_OK)]
+
+
+def stderr_progress(message: str) -> None:
+    print(f"[tpujob sandbox] {message}", file=sys.stderr, flush=True)
+
+
+def find_binaries(cache_dir: Path | None = None, progress: Progress = stderr_progress) -> Binaries:
+    """KUBEBUILDER_ASSETS first, then the cache, else build into the cache (once per machine)."""
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        folder = Path(assets)
+        missing = missing_binaries(folder, REQUIRED)
+        if missing:
+            raise BinariesUnavailable(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
+        return Binaries(folder, "KUBEBUILDER_ASSETS")
+    cache = cache_dir or default_cache_dir()
+    if not missing_binaries(cache, ALL_BINARIES):
+        return Binaries(cache, "cache")
+    with _exclusive_lock(cache.parent / f".{cache.name}.lock"):
+        # Another process may have finished the build while this one waited for the lock.
+        if not missing_binaries(cache, ALL_BINARIES):
+            return Binaries(cache, "cache")
+        build_binaries(cache, progress)
+    return Binaries(cache, "built")
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def build_problems() -> list[str]:
+    """Why a build cannot run here; empty when it can."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the build installs Debian packages and needs root")
+    if shutil.which("apt-get") is None:
+        problems.append("apt-get is missing (the build needs Debian)")
+    return problems
+
+
+def build_binaries(cache: Path, progress: Progress = stderr_progress) -> None:
+    problems = build_problems()
+    if problems:
+        raise BinariesUnavailable(
+            f"No control plane binaries in {cache} and cannot build them: {'; '.join(problems)}. "
+            + HOW_TO_AVOID_THE_BUILD
+        )
+    started = time.monotonic()
+    progress(f"building Kubernetes {KUBERNETES_VERSION} control plane binaries into {cache} (once, ~5 min)")
+    workdir = cache.parent / f"build-kubernetes-{KUBERNETES_VERSION}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    try:
+        install_build_packages(progress)
+        source = fetch_source(workdir, progress)
+        replace_broken_vendored_packages(source, progress)
+        compile_targets(source, progress)
+        install_into_cache(source, cache)
+    except subprocess.CalledProcessError as error:
+        raise BinariesUnavailable(
+            f"Building the control plane failed at `{' '.join(map(str, error.cmd))}` "
+            f"(exit {error.returncode}); the log is above. " + HOW_TO_AVOID_THE_BUILD
+        ) from error
+    shutil.rmtree(workdir, ignore_errors=True)
+    progress(f"built the control plane in {time.monotonic() - started:.0f} s")
+
+
+def install_build_packages(progress: Progress) -> None:
+    if not DEB_SRC_LIST.exists():
+        DEB_SRC_LIST.write_text(DEB_SRC_ENTRY)
+    progress("apt-get update")
+    _run(["apt-get", "update", "-q"], progress)
+    progress(f"apt-get install {' '.join(APT_PACKAGES)}")
+    _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], progress)
+
+
+def fetch_source(workdir: Path, progress: Progress) -> Path:
+    progress("downloading Debian's Kubernetes source package (34 MB)")
+    _run(["apt-get", "source", "--download-only", DEBIAN_SOURCE_PACKAGE], progress, cwd=workdir)
+    (dsc,) = workdir.glob(f"{DEBIAN_SOURCE_PACKAGE}_*.dsc")
+    source = workdir / "src"
+    progress(f"unpacking {dsc.name}")
+    _run(["dpkg-source", "--no-check", "-x", dsc.name, str(source)], progress, cwd=workdir)
+    return source
+
+
+def replace_broken_vendored_packages(source: Path, progress: Progress) -> None:
+    for vendored, debian_copy in VENDOR_REPLACEMENTS.items():
+        progress(f"replacing {vendored} with {debian_copy}")
+        target = source / vendored
+        shutil.rmtree(target)
+        shutil.copytree(debian_copy, target, ignore=shutil.ignore_patterns("*_test.go"), symlinks=False)
+
+
+def compile_targets(source: Path, progress: Progress) -> None:
+    # Kubernetes 1.20 builds in GOPATH mode: the tree must sit at $GOPATH/src/k8s.io/kubernetes.
+    gopath = source / ".go"
+    (gopath / "src" / "k8s.io").mkdir(parents=True, exist_ok=True)
+    link = gopath / "src" / "k8s.io" / "kubernetes"
+    if not link.exists():
+        link.symlink_to("../../..")
+    # The Go build cache goes with the work folder: ~1 GB nobody needs once the binaries are cached.
+    env = {**os.environ, "GOPATH": str(gopath), "GOCACHE": str(source / ".gocache"), "CGO_ENABLED": "0"}
+    progress(f"compiling {', '.join(BUILD_TARGETS)} (the long part)")
+    _run(["make", f"WHAT={' '.join(BUILD_TARGETS)}"], progress, cwd=source, env=env)
+
+
+def install_into_cache(source: Path, cache: Path) -> None:
+    built = source / "_output" / "local" / "bin" / "linux" / "amd64"
+    staging = cache.with_name(cache.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in (*OPTIONAL, "kube-apiserver"):
+        shutil.copy2(built / name, staging / name)
+    etcd = shutil.which("etcd") or "/usr/bin/etcd"
+    shutil.copy2(etcd, staging / "etcd")
+    # Rename last so an interrupted build never leaves a cache that looks complete.
+    shutil.rmtree(cache, ignore_errors=True)
+    staging.rename(cache)
+
+
+def _run(
+    command: list[str], progress: Progress, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> None:
+    """Run a build step, echoing its output and a heartbeat so a long silent compile shows it is alive."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(30):
+            progress(f"... {command[0]} still running ({time.monotonic() - started:.0f} s)")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**(env or os.environ), "DEBIAN_FRONTEND": "noninteractive"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                progress(f"    {line.rstrip()}")
+        except BaseException:  # interrupted (Ctrl+C, a test timeout): leave no compiler behind
+            process.kill()
+            raise
+        if process.wait() != 0:
+            raise subprocess.CalledProcessError(process.returncode, command)
+    finally:
+        done.set()
+
+
+if __name__ == "__main__":  # `python -m tpujob_sandbox.binaries`: build or show the cached binaries.
+    found = find_binaries()
+    print(f"{found.origin}: {found.folder}")

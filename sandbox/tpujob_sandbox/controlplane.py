@@ -1,0 +1,304 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+
+Everything lives in one state folder: data, keys, kubeconfigs and a log per program (`logs/<name>.log`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tpujob_sandbox.binaries import Binaries
+from tpujob_sandbox.pki import Pki, ensure_pki
+from tpujob_sandbox.processes import free_port, log_tail, start_process, stop_process
+from tpujob_sandbox.waiting import wait_for
+
+LOOPBACK = "127.0.0.1"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Nodes are simulated and send no heartbeats: the node lifecycle controller would mark them NotReady and
+# evict their pods. Cloud controllers have no cloud to talk to.
+CONTROLLERS = "*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-route,-service"
+START_TIMEOUT_SECONDS = 60.0
+# Users the bootstrap RBAC policy already grants what each component needs.
+ADMIN = ("admin", ("system:masters",))
+SCHEDULER = ("system:kube-scheduler", ())
+CONTROLLER_MANAGER = ("system:kube-controller-manager", ())
+
+
+class ControlPlaneError(RuntimeError):
+    """A component failed to start; the message carries the tail of its log."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+
+    @classmethod
+    def pick(cls) -> Ports:
+        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """One bearer token per user, written to the API server's static token file."""
+
+    by_user: dict[str, str]
+
+    @classmethod
+    def generate(cls) -> Tokens:
+        users = (ADMIN, SCHEDULER, CONTROLLER_MANAGER)
+        return cls({name: secrets.token_hex(16) for name, _ in users})
+
+    def token_file(self) -> str:
+        groups = dict((ADMIN, SCHEDULER, CONTROLLER_MANAGER))
+        lines = [f'{token},{user},{user},"{",".join(groups[user])}"' for user, token in self.by_user.items()]
+        return "\n".join(lines) + "\n"
+
+
+def kubeconfig(server: str, ca_pem: str, user: str, token: str, context: str = "tpujob-sandbox") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": context,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {"name": context, "context": {"cluster": context, "user": user, "namespace": "default"}}
+        ],
+        "current-context": context,
+    }
+
+
+def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
+    client = f"http://{LOOPBACK}:{ports.etcd_client}"
+    peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
+    return [
+        str(binary),
+        "--name=sandbox",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=sandbox={peer}",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        f"--etcd-servers=http://{LOOPBACK}:{ports.etcd_client}",
+        f"--bind-address={LOOPBACK}",
+        f"--advertise-address={LOOPBACK}",
+        f"--secure-port={ports.apiserver}",
+        "--insecure-port=0",
+        f"--cert-dir={state / 'apiserver-certs'}",
+        f"--tls-cert-file={pki.serving_cert}",
+        f"--tls-private-key-file={pki.serving_key}",
+        f"--client-ca-file={pki.ca_cert}",
+        # Front-proxy settings: unused, but without them every component logs a missing CA bundle forever.
+        f"--requestheader-client-ca-file={pki.ca_cert}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--token-auth-file={state / 'tokens.csv'}",
+        "--authorization-mode=RBAC",
+        f"--service-account-key-file={pki.service_account_public_key}",
+        f"--service-account-signing-key-file={pki.service_account_key}",
+        f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        # Only one API server and no real network: nothing should rewrite the `kubernetes` endpoints.
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--v=1",
+    ]
+
+
+def _component_common(kubeconfig_path: Path, port: int, cert_dir: Path) -> list[str]:
+    return [
+        f"--kubeconfig={kubeconfig_path}",
+        f"--authentication-kubeconfig={kubeconfig_path}",
+        f"--authorization-kubeconfig={kubeconfig_path}",
+        "--leader-elect=false",
+        "--port=0",
+        f"--secure-port={port}",
+        f"--bind-address={LOOPBACK}",
+        f"--cert-dir={cert_dir}",
+        "--v=1",
+    ]
+
+
+def controller_manager_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        *_component_common(
+            state / "controller-manager.kubeconfig", ports.controller_manager, state / "cm-certs"
+        ),
+        f"--controllers={CONTROLLERS}",
+        f"--service-account-private-key-file={pki.service_account_key}",
+        f"--root-ca-file={pki.ca_cert}",
+        f"--cluster-signing-cert-file={pki.ca_cert}",
+        f"--cluster-signing-key-file={pki.ca_key}",
+        "--use-service-account-credentials=true",
+    ]
+
+
+def scheduler_args(binary: Path, state: Path, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        *_component_common(state / "scheduler.kubeconfig", ports.scheduler, state / "scheduler-certs"),
+    ]
+
+
+def _https_ok(url: str, context: ssl.SSLContext, token: str | None = None) -> bool:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _etcd_healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=2) as response:
+            return bool(json.load(response).get("health") == "true")
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@dataclass
+class ControlPlane:
+    """Start with `start()`, stop with `stop()`; `kubeconfig` is the admin's."""
+
+    binaries: Binaries
+    state_dir: Path
+    ports: Ports = field(default_factory=Ports.pick)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports.apiserver}"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.processes.items()}
+
+    def start(self) -> ControlPlane:
+        """Start etcd and the API server together, then the controller-manager and the scheduler."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        pki = ensure_pki(self.state_dir / "pki", hosts=(LOOPBACK, "localhost", "10.96.0.1", "kubernetes"))
+        tokens = self._write_credentials(pki)
+        trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
+        # Self-signed serving certs: only liveness is checked on these two, not identity.
+        unverified = ssl._create_unverified_context()
+        admin_token = tokens.by_user[ADMIN[0]]
+        components: list[tuple[str, list[str], Callable[[], bool]]] = [
+            (
+                "etcd",
+                etcd_args(self.binaries.path("etcd"), self.state_dir / "etcd", self.ports),
+                lambda: _etcd_healthy(self.ports.etcd_client),
+            ),
+            (
+                "kube-apiserver",
+                apiserver_args(self.binaries.path("kube-apiserver"), self.state_dir, pki, self.ports),
+                lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token),
+            ),
+            (
+                "kube-controller-manager",
+                controller_manager_args(
+                    self.binaries.path("kube-controller-manager"), self.state_dir, pki, self.ports
+                ),
+                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.controller_manager}/healthz", unverified),
+            ),
+            (
+                "kube-scheduler",
+                scheduler_args(self.binaries.path("kube-scheduler"), self.state_dir, self.ports),
+                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.scheduler}/healthz", unverified),
+            ),
+        ]
+        # envtest folders (KUBEBUILDER_ASSETS) may hold only etcd and kube-apiserver.
+        present = [c for c in components if self.binaries.has(c[0])]
+        # The API server waits for etcd by itself; the controller-manager and scheduler exit if the API
+        # server's RBAC is not bootstrapped yet, so they start in a second stage.
+        stages = (present[:2], present[2:])
+        try:
+            for stage in stages:
+                for name, args, _ in stage:
+                    self._start_component(name, args)
+                for name, _, healthy in stage:
+                    self._wait_until_healthy(name, healthy)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_credentials(self, pki: Pki) -> Tokens:
+        tokens = Tokens.generate()
+        (self.state_dir / "tokens.csv").write_text(tokens.token_file())
+        ca_pem = pki.ca_cert.read_text()
+        for filename, (user, _) in (
+            ("kubeconfig", ADMIN),
+            ("scheduler.kubeconfig", SCHEDULER),
+            ("controller-manager.kubeconfig", CONTROLLER_MANAGER),
+        ):
+            path = self.state_dir / filename
+            path.write_text(yaml.safe_dump(kubeconfig(self.server, ca_pem, user, tokens.by_user[user])))
+            path.chmod(0o600)
+        return tokens
+
+    def _start_component(self, name: str, args: list[str]) -> None:
+        self.processes[name] = start_process(args, self.logs / f"{name}.log")
+
+    def _wait_until_healthy(self, name: str, healthy: Callable[[], bool]) -> None:
+        process = self.processes[name]
+        log = self.logs / f"{name}.log"
+
+        def ready_or_dead() -> bool:
+            if process.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {process.returncode}; log {log}:\n{log_tail(log)}"
+                )
+            return healthy()
+
+        try:
+            wait_for(ready_or_dead, timeout=START_TIMEOUT_SECONDS, what=f"{name} to become healthy")
+        except AssertionError as error:
+            raise ControlPlaneError(f"{error}; log {log}:\n{log_tail(log)}") from None
+
+    def stop(self) -> None:
+        """Stop in reverse start order, so nothing logs errors about a dependency that vanished first."""
+        for name in reversed(list(self.processes)):
+            stop_process(self.processes[name])

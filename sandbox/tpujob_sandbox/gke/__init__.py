@@ -1,0 +1,13 @@
+"""The simulated GKE, one module per GKE resource: the cluster and its rules (cluster), zones, capacity and
+quota (zones), node pools and their provisioning (nodepools), operations, the Nodes a pool registers (nodes),
+workload policies (policies), faults on demand (faults) and the HTTP API that ties them (server).
+
+Every behaviour stands for something GKE documents or is seen doing; the source is beside the code.
+"""
+
+from tpujob_sandbox.gke.cluster import ReleaseChannel, SimCluster
+from tpujob_sandbox.gke.faults import CallFault, PoolFault
+from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
+from tpujob_sandbox.gke.server import GkeSimulator
+
+__all__ = ["SIMULATED_NODE_LABEL", "CallFault", "GkeSimulator", "PoolFault", "ReleaseChannel", "SimCluster"]

@@ -1,0 +1,108 @@
+"""The cluster autoscaler's part for flex-start pools: a slice comes up whole when its pods wait, and goes
+when its run duration ends.
+
+GKE (https://cloud.google.com/kubernetes-engine/docs/concepts/dws): a flex-start pool is created empty with
+autoscaling on; when pods that need it are pending, GKE requests the capacity and, once Dynamic Workload
+Scheduler has it, provisions every VM of the slice at once (a multi-host slice is all or nothing); the VMs
+run at most `maxRunDuration` (7 days by default and at most). How long the queue takes is the market's:
+here `queue_seconds` of GKE time once capacity is free. What happens to the nodes at the run-duration limit
+is not documented (README): here they shut down as a reclaimed VM does (15 s for the pods), then go. The
+run duration itself is wall-clock time (the user's limit, which the operator counts as well), not scaled.
+
+The autoscaler scans every SCAN_SECONDS, as Kubernetes' cluster autoscaler does (--scan-interval 10s).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+
+from tpujob.api import constants
+from tpujob_sandbox.gke.nodepools import NodePools, _Pool
+
+log = logging.getLogger(__name__)
+
+SCAN_SECONDS = 10.0
+QUEUE_SECONDS = 300.0  # GKE time from the first pending pod to the slice, when capacity is there
+
+
+class FlexStartAutoscaler:
+    def __init__(
+        self,
+        core: k8s.CoreV1Api,
+        pools: Callable[[], list[NodePools]],
+        *,
+        later: Callable[..., None],
+        time_scale: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.core = core
+        self.pools = pools
+        self.queue_seconds = QUEUE_SECONDS
+        self.time_scale = time_scale
+        # Shuts the given nodes down gracefully (the simulated kubelet's node shutdown); set by the test bed.
+        self.shut_down_nodes: Callable[[list[str]], None] = lambda nodes: None
+        self._later = later
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def start(self) -> None:
+        self._later(SCAN_SECONDS, self._scan)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def _scan(self) -> None:
+        if self._stopped:
+            return
+        try:
+            with self._lock:
+                self._scan_once()
+        finally:
+            self._later(SCAN_SECONDS, self._scan)
+
+    def _scan_once(self) -> None:
+        records = [(pools, record) for pools in self.pools() for record in pools.flex_pools()]
+        if not records:
+            return
+        waiting = self._pools_with_pending_pods()
+        now = self._clock()
+        for pools, record in records:
+            if record.node_names:
+                if record.run_ends is not None and now >= record.run_ends:
+                    self._end_run(pools, record)
+                continue
+            if record.pool.name not in waiting:
+                record.queued_since = None
+                continue
+            if record.queued_since is None:
+                record.queued_since = now
+            if now - record.queued_since < self.queue_seconds * self.time_scale:
+                continue
+            if pools.take_capacity(record):
+                pools.register_slice(record)
+                # The run duration is the user's own wall-clock limit, which the operator counts too: not
+                # scaled, or the simulated GKE and the operator would disagree about when it ends.
+                record.run_ends = self._clock() + record.max_run_seconds
+                log.info("flex-start: %s got its %d VMs", record.pool.name, record.shape.nodes)
+
+    def _pools_with_pending_pods(self) -> set[str]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector="status.phase=Pending").items
+        return {
+            selector[constants.NODE_LABEL_NODEPOOL]
+            for pod in pods
+            if not pod.spec.node_name
+            and (selector := pod.spec.node_selector or {}).get(constants.NODE_LABEL_NODEPOOL)
+        }
+
+    def _end_run(self, pools: NodePools, record: _Pool) -> None:
+        names = list(record.node_names)
+        log.info("flex-start: %s reached its run duration; its VMs go", record.pool.name)
+        self.shut_down_nodes(names)
+        for name in pools.release_slice(record):
+            pools.nodes.remove(name)

@@ -1,0 +1,410 @@
+"""Node pools: what GKE accepts, how provisioning goes (and fails, and retries), and deletion.
+
+Time here is GKE time, multiplied by the simulator's `time_scale` (1.0: as slow as GKE; tests use a small
+factor, never a special case).
+
+Provisioning, as GKE does it for a TPU pool:
+- the create call is validated and accepted at once: the pool is PROVISIONING, its operation RUNNING;
+- after PROVISIONING_SECONDS the VMs are requested. A multi-host slice is all or nothing. Quota short or no
+  capacity in the zone: the pool goes to ERROR with the reason in `conditions[]` (GCE_QUOTA_EXCEEDED or
+  GCE_STOCKOUT, canonicalCode RESOURCE_EXHAUSTED) while the operation keeps RUNNING and GKE retries every
+  RETRY_INTERVAL_SECONDS. Meanwhile that operation keeps every other operation of the cluster out, and the
+  pool cannot be deleted (shared/reference/gke-tpu.md, "Realities to design for");
+- capacity back within RETRY_WINDOW_SECONDS: nodes register, the pool is RUNNING, its conditions clear, the
+  operation is DONE. Otherwise the operation ends with RESOURCE_EXHAUSTED and GKE's message; the pool stays in
+  ERROR until someone deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.cloud import container_v1
+from google.protobuf import json_format
+from kubernetes.client.rest import ApiException
+
+from tpujob_sandbox import gke_facts
+from tpujob_sandbox.gke import errors, zones
+from tpujob_sandbox.gke.cluster import FLEX_START_MAX_RUN_SECONDS, SimCluster, check_flex_start
+from tpujob_sandbox.gke.faults import Faults, PoolFault, call_fault_error
+from tpujob_sandbox.gke.nodes import NodeRegistry, node_name
+from tpujob_sandbox.gke.operations import Operations
+from tpujob_sandbox.gke.policies import WorkloadPolicies, pool_policy_missing
+
+log = logging.getLogger(__name__)
+
+# GKE time (seconds). Creating a TPU node pool takes minutes (GKE docs: "can take several minutes"); deleting
+# one about two. How often the managed instance group retries and for how long: GKE's own stockout message
+# says "Not all instances running in IGM after 35m0s"; the retry interval is not documented (README).
+PROVISIONING_SECONDS = 300.0
+DELETION_SECONDS = 120.0
+RETRY_INTERVAL_SECONDS = 60.0
+RETRY_WINDOW_SECONDS = 35 * 60.0
+
+Status = container_v1.NodePool.Status
+Code = container_v1.StatusCondition.Code
+
+
+@dataclass
+class _Pool:
+    pool: container_v1.NodePool
+    shape: gke_facts.PoolShape
+    zone: str
+    node_names: list[str] = field(default_factory=list)
+    create_operation: str = ""
+    delete_operation: str = ""
+    retry_until: float = 0.0  # when GKE stops retrying the VMs (monotonic, real seconds)
+    attempt_started: float = 0.0  # when GKE first asked for the VMs (monotonic, real seconds)
+    # Flex-start: the pool waits empty; its pods pending since (real seconds), and when its VMs must go.
+    queued_since: float | None = None
+    run_ends: float | None = None
+
+    @property
+    def flex(self) -> bool:
+        return bool(self.pool.config.flex_start)
+
+    @property
+    def max_run_seconds(self) -> float:
+        duration = self.pool.config.max_run_duration
+        return duration.total_seconds() if duration else float(FLEX_START_MAX_RUN_SECONDS)
+
+    holds_capacity: bool = False
+
+
+def _duration(real_seconds: float, time_scale: float) -> str:
+    """GKE time elapsed, as Go prints a duration in GKE's messages (35m4.03s)."""
+    seconds = real_seconds / time_scale if time_scale else 0.0
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.2f}s" if minutes else f"{rest:.2f}s"
+
+
+class NodePools:
+    def __init__(
+        self,
+        cluster: SimCluster,
+        operations: Operations,
+        nodes: NodeRegistry,
+        faults: Faults,
+        policies: WorkloadPolicies,
+        *,
+        capacity: zones.Capacity,
+        quota: zones.Quota,
+        time_scale: float,
+        later: Callable[..., None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.operations = operations
+        self.nodes = nodes
+        self.faults = faults
+        self.policies = policies
+        self.capacity = capacity
+        self.quota = quota
+        self.time_scale = time_scale
+        self.retry_window_seconds = RETRY_WINDOW_SECONDS
+        # Real GKE refuses a second node pool operation while one runs on the cluster in some cases (see
+        # operations.py); off by default, the exclusive retrying create always applies.
+        self.serialize_operations = False
+        self._later = later  # (gke_seconds, function, *args)
+        self._clock = clock  # real (monotonic) seconds
+        self._pools: dict[str, _Pool] = {}
+        # Times GKE asked for each pool's VMs (the first try and every retry), for tests to wait on.
+        self.attempts: Counter[str] = Counter()
+        self._lock = threading.RLock()
+
+    # --- reads ------------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> container_v1.NodePool:
+        with self._lock:
+            if name not in self._pools:
+                raise errors.not_found(f"{self.cluster.parent}/nodePools/{name}")
+            return container_v1.NodePool(self._pools[name].pool)
+
+    def all(self) -> dict[str, container_v1.NodePool]:
+        with self._lock:
+            return {name: container_v1.NodePool(record.pool) for name, record in self._pools.items()}
+
+    def node_names(self, pool: str) -> list[str]:
+        with self._lock:
+            return list(self._pools[pool].node_names) if pool in self._pools else []
+
+    # --- create -----------------------------------------------------------------------------------------
+
+    def create(self, raw: bytes) -> container_v1.Operation:
+        text = raw.decode() or "{}"
+        try:
+            request = container_v1.CreateNodePoolRequest.from_json(text)
+        except json_format.ParseError as error:
+            raise errors.invalid_argument(f"Invalid JSON payload received. {error}") from None
+        pool = request.node_pool
+        machine_type = pool.config.machine_type or "e2-medium"
+        fault = self.faults.take_call("CreateNodePool", pool.name)
+        if fault is not None:
+            raise call_fault_error(fault, self.cluster.name, self.cluster.region, machine_type)
+        shape, pool_zones = self._validate(pool, machine_type, json.loads(text))
+        with self._lock:
+            if pool.name in self._pools:
+                raise errors.GkeError(
+                    409, "ALREADY_EXISTS", f"Already exists: {self.cluster.parent}/nodePools/{pool.name}."
+                )
+            busy = self.operations.blocking(serialize=self.serialize_operations)
+            if busy:
+                raise errors.incompatible_operation(busy)
+            pool.config.machine_type = machine_type
+            pool.locations = pool_zones
+            pool.status = Status.PROVISIONING
+            pool.self_link = (
+                f"https://container.googleapis.com/v1/{self.cluster.parent}/nodePools/{pool.name}"
+            )
+            pool.version = pool.version or self.cluster.version
+            pool.etag = secrets.token_hex(8)
+            operation = self.operations.start(container_v1.Operation.Type.CREATE_NODE_POOL, pool.name)
+            record = _Pool(pool, shape, pool_zones[0], create_operation=operation.name)
+            self._pools[pool.name] = record
+            injected = self.faults.take_pool(pool.name)
+        delay = PROVISIONING_SECONDS
+        if injected is not None and injected.provisioning_seconds is not None:
+            delay = injected.provisioning_seconds
+        self._later(delay, self._provision, record, injected.fault if injected else None)
+        return operation
+
+    def _validate(
+        self, pool: container_v1.NodePool, machine_type: str, request_json: dict[str, Any]
+    ) -> tuple[gke_facts.PoolShape, list[str]]:
+        """GKE's synchronous checks, each an INVALID_ARGUMENT: the pool itself, then the cluster's rules."""
+        policy_topology = ""
+        policy_name = pool.placement_policy.policy_name
+        if policy_name:
+            policy = self.policies.find(self.cluster.region, policy_name)
+            if policy is None:
+                raise pool_policy_missing(self.cluster.project, self.cluster.region, policy_name)
+            policy_topology = policy.accelerator_topology
+        # A flex-start pool starts empty (initialNodeCount 0); the autoscaler brings its slice up whole, so
+        # the slice's size is the autoscaling maximum.
+        flex = pool.config.flex_start
+        nodes = pool.autoscaling.max_node_count if flex else pool.initial_node_count
+        try:
+            shape = gke_facts.pool_shape(
+                pool.name,
+                machine_type,
+                nodes,
+                pool.placement_policy.tpu_topology,
+                policy_topology=policy_topology,
+            )
+        except gke_facts.InvalidNodePool as error:
+            raise errors.invalid_argument(str(error)) from None
+        self.cluster.check_management(request_json)
+        pool_zones = self.cluster.check_locations(list(pool.locations))
+        if shape.machine.is_tpu and len(pool_zones) != 1:
+            # A TPU slice lives in one zone (GKE "Plan TPUs": set exactly one node location for TPU pools).
+            raise errors.invalid_argument(
+                f"TPU node pools must have exactly one node location; got {', '.join(pool_zones)}."
+            )
+        self.cluster.check_machine_type(machine_type, shape.machine.is_tpu, pool_zones)
+        if flex:
+            run_seconds = (
+                int(pool.config.max_run_duration.total_seconds()) if pool.config.max_run_duration else 0
+            )
+            check_flex_start(self.cluster, shape.machine.accelerator, pool_zones[0], run_seconds)
+        return shape, pool_zones
+
+    def _provision(self, record: _Pool, fault: PoolFault | None) -> None:
+        with self._lock:
+            if self._pools.get(record.pool.name) is not record or record.delete_operation:
+                return
+            record.attempt_started = self._clock()
+            record.retry_until = record.attempt_started + self.retry_window_seconds * self.time_scale
+        if record.flex:  # created empty: its nodes come when its pods wait (autoscaler.py)
+            with self._lock:
+                record.pool.status = Status.RUNNING
+            self.operations.finish(record.create_operation)
+            return
+        if fault is PoolFault.ERROR:
+            message = (
+                "Google Compute Engine: An internal error has occurred. Instances could not be created; "
+                "the node pool is in ERROR."
+            )
+            self._set_error(record, message, Code.UNKNOWN, errors.INTERNAL)
+            self.operations.finish(record.create_operation, errors.INTERNAL, message)
+            return
+        self._attempt(record)
+
+    def _attempt(self, record: _Pool) -> None:
+        """Ask for the slice's VMs once; on failure retry later, or give up after the window."""
+        with self._lock:
+            if self._pools.get(record.pool.name) is not record or record.delete_operation:
+                return
+            problem = self._reserve(record)
+            self.attempts[record.pool.name] += 1
+        if problem is None:
+            self._bring_up(record)
+            return
+        code, message = problem
+        self._set_error(record, message, code, errors.RESOURCE_EXHAUSTED)
+        if self._clock() >= record.retry_until:
+            self.operations.finish(record.create_operation, errors.RESOURCE_EXHAUSTED, message)
+            return
+        self.operations.hold_cluster(record.create_operation)
+        self._later(RETRY_INTERVAL_SECONDS, self._attempt, record)
+
+    def _reserve(self, record: _Pool) -> tuple[Code, str] | None:
+        """Quota, then capacity, for the whole slice at once; None when both are taken."""
+        machine = record.shape.machine
+        if not machine.is_tpu:
+            return None
+        region, family = zones.region_of(record.zone), zones.quota_family(machine.name)
+        chips = machine.chips * record.shape.nodes
+        vms = record.shape.nodes
+        instance = node_name(self.cluster.name, record.pool.name, 0)
+        waited = _duration(self._clock() - record.attempt_started, self.time_scale)
+        if not self.quota.take(region, family, chips):
+            limit = self.quota.available(region, family) or 0
+            return Code.GCE_QUOTA_EXCEEDED, errors.quota_message(family, region, instance, vms, limit, waited)
+        if not self.capacity.take(record.zone, machine.name, vms):
+            self.quota.give_back(region, family, chips)
+            message = errors.stockout_message(self.cluster.project, record.zone, instance, vms, waited)
+            return Code.GCE_STOCKOUT, message
+        record.holds_capacity = True
+        return None
+
+    def _release_capacity(self, record: _Pool) -> None:
+        if not record.holds_capacity:
+            return
+        machine = record.shape.machine
+        self.capacity.give_back(record.zone, machine.name, record.shape.nodes)
+        self.quota.give_back(
+            zones.region_of(record.zone), zones.quota_family(machine.name), machine.chips * record.shape.nodes
+        )
+        record.holds_capacity = False
+
+    def _bring_up(self, record: _Pool) -> None:
+        try:
+            self.register_slice(record)
+        except ApiException as error:
+            message = f"Nodes failed to register: {error.reason}"
+            self._set_error(record, message, Code.UNKNOWN, errors.INTERNAL)
+            self.operations.finish(record.create_operation, errors.INTERNAL, message)
+            return
+        with self._lock:
+            record.pool.status = Status.RUNNING
+            record.pool.status_message = ""
+            record.pool.conditions = []
+            record.pool.instance_group_urls = [
+                f"https://www.googleapis.com/compute/v1/projects/{self.cluster.project}/zones/{record.zone}/"
+                f"instanceGroupManagers/gke-{self.cluster.name}-{record.pool.name}-grp"
+            ]
+        self.operations.finish(record.create_operation)
+
+    def register_slice(self, record: _Pool) -> list[str]:
+        """One Node per VM of the slice, all at once (a multi-host slice is all or nothing)."""
+        names = [node_name(self.cluster.name, record.pool.name, i) for i in range(record.shape.nodes)]
+        for name in names:
+            self.nodes.register(name, record.pool, record.shape, record.zone)
+        with self._lock:
+            record.node_names = names
+        return names
+
+    def flex_pools(self) -> list[_Pool]:
+        with self._lock:
+            return [
+                r
+                for r in self._pools.values()
+                if r.flex and not r.delete_operation and r.pool.status == Status.RUNNING
+            ]
+
+    def take_capacity(self, record: _Pool) -> bool:
+        """Quota and capacity for the whole slice, for the autoscaler (None problem: taken)."""
+        with self._lock:
+            return self._reserve(record) is None
+
+    def release_slice(self, record: _Pool) -> list[str]:
+        """The autoscaler took the slice's VMs away: their capacity is free again; the names that went."""
+        with self._lock:
+            names, record.node_names = record.node_names, []
+            self._release_capacity(record)
+            record.queued_since = record.run_ends = None
+        return names
+
+    def _set_error(self, record: _Pool, message: str, code: Code, canonical: int) -> None:
+        with self._lock:
+            record.pool.status = Status.ERROR
+            record.pool.status_message = message  # deprecated, still filled by GKE
+            record.pool.conditions = [
+                container_v1.StatusCondition(code=code, message=message, canonical_code=canonical)
+            ]
+
+    def recreate_nodes(self, pool: str, after_gke_seconds: float | None = None) -> None:
+        """After a preemption GKE recreates the slice's VMs: register the pool's missing Nodes again."""
+        self._later(
+            PROVISIONING_SECONDS if after_gke_seconds is None else after_gke_seconds, self._restore, pool
+        )
+
+    def _restore(self, pool: str) -> None:
+        with self._lock:
+            record = self._pools.get(pool)
+        if record is None:
+            return
+        present = self.nodes.present(pool)
+        for name in record.node_names:
+            if name not in present:
+                self.nodes.register(name, record.pool, record.shape, record.zone)
+
+    # --- delete -----------------------------------------------------------------------------------------
+
+    def delete(self, name: str) -> container_v1.Operation:
+        fault = self.faults.take_call("DeleteNodePool", name)
+        if fault is not None:
+            raise call_fault_error(fault, self.cluster.name, self.cluster.region, "")
+        with self._lock:
+            if name not in self._pools:
+                raise errors.not_found(f"{self.cluster.parent}/nodePools/{name}")
+            record = self._pools[name]
+            # A pool whose creation still runs (even while GKE retries a stockout) cannot be deleted.
+            if self.operations.is_running(record.create_operation):
+                raise errors.incompatible_operation(record.create_operation)
+            busy = self.operations.blocking(serialize=self.serialize_operations)
+            if busy:
+                raise errors.incompatible_operation(busy)
+            if record.delete_operation:  # already being deleted: its delete is the incompatible operation
+                raise errors.incompatible_operation(record.delete_operation)
+            record.pool.status = Status.STOPPING
+            operation = self.operations.start(container_v1.Operation.Type.DELETE_NODE_POOL, name)
+            record.delete_operation = operation.name
+        self._later(DELETION_SECONDS, self._finish_delete, record)
+        return operation
+
+    def _finish_delete(self, record: _Pool) -> None:
+        name = record.pool.name
+        with self._lock:
+            current = self._pools.get(name) is record  # a pool created again under the name stays
+        if current:
+            for node in record.node_names:
+                self.nodes.drain_and_remove(node)
+            with self._lock:
+                self._pools.pop(name, None)
+                self._release_capacity(record)
+        self.operations.finish(record.delete_operation)
+
+    def remove_all(self, *, drain: bool = True) -> None:
+        """Drop every pool and its nodes at once, outside the API (between tests; counts no calls).
+        drain=False deletes the Node objects without listing their pods first (for a benchmark)."""
+        with self._lock:
+            records = list(self._pools.values())
+            self._pools.clear()
+            for record in records:
+                self._release_capacity(record)
+        self.operations.cancel_running("The node pool was removed.")
+        for record in records:
+            for node in record.node_names:
+                if drain:
+                    self.nodes.drain_and_remove(node)
+                else:
+                    self.nodes.remove(node)

@@ -1,0 +1,122 @@
+"""The container runtime side of the simulated kubelet: a trainer-image container runs as a local process
+group with the pod's env, output in a log file; stopping it is SIGTERM, then SIGKILL after a grace period."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpujob.render.plan import ENV_METRICS_PORT
+from tpujob_sandbox.kubelet.podstatus import container_argv, container_env, is_trainer_image
+from tpujob_sandbox.processes import free_port, start_process, stop_process
+
+
+@dataclass
+class Run:
+    """What this kubelet knows about one pod it runs."""
+
+    uid: str
+    pod_ip: str
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    finished: bool = False
+    sigterm_at: float | None = None
+    kill_timer: threading.Timer | None = field(default=None, repr=False)
+
+
+class LocalContainers:
+    """Runs the pods' trainer-image containers as local processes (other images run nowhere)."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        trainer_images: tuple[str, ...],
+        trainer_entrypoint: tuple[str, ...],
+        python: str,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.state_dir = state_dir
+        self.trainer_images = trainer_images
+        self.trainer_entrypoint = trainer_entrypoint
+        self.python = python
+        # Passed to local processes on top of PATH/HOME/LANG and the pod's env (e.g. PYTHONPATH).
+        self.extra_env = dict(extra_env or {})
+
+    def trainer_container(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The pod's first container with the trainer image: the one that runs as a local process."""
+        return next(
+            (c for c in pod["spec"]["containers"] if is_trainer_image(c["image"], self.trainer_images)), None
+        )
+
+    def log_path(self, namespace: str, name: str) -> Path:
+        return self.state_dir / "pods" / f"{namespace}_{name}.log"
+
+    def start(
+        self, run: Run, pod: dict[str, Any], container: dict[str, Any], on_exit: Callable[[], None]
+    ) -> None:
+        """Start `container` as `run`'s process; `on_exit` is called (on another thread) when it exits."""
+        run.process = self._spawn(pod, container)
+        threading.Thread(target=_await_exit, args=(run.process, on_exit), daemon=True).start()
+
+    def _spawn(self, pod: dict[str, Any], container: dict[str, Any]) -> subprocess.Popen[bytes]:
+        env = container_env(pod, container)
+        if ENV_METRICS_PORT in env:
+            # Each pod has a network namespace of its own; these processes share the host's. Every worker
+            # pod serves metrics on the same port, so each process (of any attempt, old ones still shutting
+            # down) gets a free one instead.
+            env[ENV_METRICS_PORT] = str(free_port())
+        argv = container_argv(container, env, self.python, self.trainer_entrypoint)
+        base = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+        workdir = self.state_dir / "pods" / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        cwd = Path(container["workingDir"]) if container.get("workingDir") else workdir
+        log_path = self.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"])
+        return start_process(
+            argv,
+            log_path,
+            env={**base, **self.extra_env, "HOSTNAME": pod["metadata"]["name"], **env},
+            cwd=cwd,
+        )
+
+
+def _await_exit(process: subprocess.Popen[bytes], on_exit: Callable[[], None]) -> None:
+    process.wait()
+    on_exit()
+
+
+def terminate(run: Run, grace_seconds: float) -> None:
+    """Pod deletion: SIGTERM `run`'s process group once, SIGKILL it `grace_seconds` later."""
+    assert run.process is not None
+    if run.sigterm_at is None:
+        run.sigterm_at = time.monotonic()
+        sigterm_group(run.process)
+        run.kill_timer = threading.Timer(grace_seconds, kill_group, (run.process,))
+        run.kill_timer.daemon = True
+        run.kill_timer.start()
+
+
+def discard(run: Run, grace_seconds: float = 10.0) -> None:
+    """The pod is gone or the kubelet stops: cancel a pending SIGKILL and stop the process, if any."""
+    if run.kill_timer:
+        run.kill_timer.cancel()
+    if run.process:
+        stop_process(run.process, grace_seconds=grace_seconds)
+
+
+def sigterm_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)

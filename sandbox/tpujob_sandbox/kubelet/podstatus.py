@@ -1,0 +1,191 @@
+"""What a kubelet computes for a pod without asking anyone: the container's env and command line, and the
+pod statuses it posts (Running, restarted, terminated). Pure functions and constants, no I/O."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+EXIT_CODE_ANNOTATION = "sandbox.tpujob.dev/exit-code"
+EXIT_MESSAGE_ANNOTATION = "sandbox.tpujob.dev/exit-message"
+DEFAULT_TRAINER_IMAGES = ("tpujob-trainer",)
+# The trainer image's ENTRYPOINT: what runs when a pod gives only args.
+DEFAULT_TRAINER_ENTRYPOINT = ("python", "-m", "tpujob_trainer")
+SHUTDOWN_REASON = "Terminated"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+EXIT_CODE_SIGTERM = 143
+EXIT_CODE_START_ERROR = 128
+
+
+def status_time() -> str:
+    """Now, as a kubelet writes times into a pod or node status (whole seconds, UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def is_trainer_image(image: str, trainer_images: tuple[str, ...]) -> bool:
+    """`registry/path/tpujob-trainer:tag` matches "tpujob-trainer": the last path segment, any tag."""
+    repository = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+    return any(repository.startswith(prefix) for prefix in trainer_images)
+
+
+def _field_value(pod: dict[str, Any], path: str) -> str:
+    metadata, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    simple = {
+        "metadata.name": metadata.get("name"),
+        "metadata.namespace": metadata.get("namespace"),
+        "metadata.uid": metadata.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.hostIP": status.get("hostIP"),
+        "status.podIP": status.get("podIP"),
+    }
+    if path in simple:
+        return simple[path] or ""
+    for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+        if path.startswith(prefix + "['"):
+            return (metadata.get(source) or {}).get(path[len(prefix) + 2 : -2], "")
+    raise ValueError(f"unsupported fieldRef {path}")
+
+
+def container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """The container's env as the kubelet would compute it: literal values and downward-API fields.
+
+    Later entries may refer to earlier ones with $(NAME), as in Kubernetes.
+    """
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if entry.get("valueFrom"):
+            field_ref = entry["valueFrom"].get("fieldRef")
+            if not field_ref:
+                raise ValueError(f"env {entry['name']}: only fieldRef is simulated")
+            env[entry["name"]] = _field_value(pod, field_ref["fieldPath"])
+        else:
+            env[entry["name"]] = _expand(entry.get("value") or "", env)
+    return env
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    for name, value in env.items():
+        text = text.replace(f"$({name})", value)
+    return text
+
+
+def container_argv(
+    container: dict[str, Any], env: dict[str, str], python: str, entrypoint: tuple[str, ...]
+) -> list[str]:
+    """command (else the image's entrypoint) + args, $(VAR) expanded; `python`/`python3` run this
+    interpreter, which has the trainer installed."""
+    command = container.get("command") or list(entrypoint)
+    argv = [_expand(part, env) for part in command + (container.get("args") or [])]
+    if argv[0] in ("python", "python3"):
+        argv[0] = python
+    return argv
+
+
+def running_status(pod: dict[str, Any], pod_ip: str, host_ip: str, restarts: int = 0) -> dict[str, Any]:
+    now = status_time()
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": f"sandbox://{c['image']}",
+            "containerID": f"sandbox://{pod['metadata']['uid']}/{c['name']}",
+            "ready": True,
+            "started": True,
+            "restartCount": restarts,
+            "state": {"running": {"startedAt": now}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return {
+        "phase": "Running",
+        "hostIP": host_ip,
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": (pod.get("status") or {}).get("startTime") or now,
+        "conditions": [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "containerStatuses": statuses,
+    }
+
+
+def restarted_status(
+    pod: dict[str, Any], pod_ip: str, host_ip: str, restarts: int, exit_code: int
+) -> dict[str, Any]:
+    """Running again after the container exited with `exit_code`: that exit is each container's lastState."""
+    status = running_status(pod, pod_ip, host_ip, restarts)
+    for container_status in status["containerStatuses"]:
+        container_status["lastState"] = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Error" if exit_code else "Completed",
+                "finishedAt": status_time(),
+            }
+        }
+    return status
+
+
+def terminated_status(
+    pod: dict[str, Any],
+    exit_code: int,
+    *,
+    reason: str = "",
+    message: str = "",
+    pod_reason: str = "",
+    pod_message: str = "",
+    extra_conditions: tuple[dict[str, str], ...] = (),
+) -> dict[str, Any]:
+    """Terminal status: Succeeded when every container exited 0, else Failed."""
+    now = status_time()
+    status = pod.get("status") or {}
+    container_reason = reason or ("Completed" if exit_code == 0 else "Error")
+    previous = {s["name"]: s for s in status.get("containerStatuses") or []}
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": f"sandbox://{c['image']}",
+            "containerID": f"sandbox://{pod['metadata']['uid']}/{c['name']}",
+            "ready": False,
+            "started": False,
+            "restartCount": previous.get(c["name"], {}).get("restartCount", 0),
+            "state": {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": container_reason,
+                    **({"message": message} if message else {}),
+                    "startedAt": status.get("startTime") or now,
+                    "finishedAt": now,
+                    "containerID": f"sandbox://{pod['metadata']['uid']}/{c['name']}",
+                }
+            },
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    conditions = [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        *extra_conditions,
+    ]
+    result: dict[str, Any] = {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "conditions": conditions,
+        "containerStatuses": statuses,
+    }
+    if pod_reason:
+        result["reason"], result["message"] = pod_reason, pod_message
+    return result
+
+
+def restarts_container(restart_policy: str, exit_code: int) -> bool:
+    return restart_policy == "Always" or (restart_policy == "OnFailure" and exit_code != 0)
+
+
+def shell_exit_code(returncode: int) -> int:
+    """Popen reports death by signal N as -N; a container runtime reports 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode

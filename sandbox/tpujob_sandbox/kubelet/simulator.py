@@ -1,0 +1,314 @@
+"""`KubeletSimulator`: for each pod bound to a simulated node, one idempotent sync (on `PodWatch`'s work
+thread) toward what a kubelet would report; trainer-image containers run in `LocalContainers`, node
+preemption is `NodeShutdown`'s."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
+from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, terminate
+from tpujob_sandbox.kubelet.podstatus import (
+    DEFAULT_TRAINER_ENTRYPOINT,
+    DEFAULT_TRAINER_IMAGES,
+    EXIT_CODE_ANNOTATION,
+    EXIT_CODE_START_ERROR,
+    EXIT_MESSAGE_ANNOTATION,
+    restarted_status,
+    restarts_container,
+    running_status,
+    shell_exit_code,
+    terminated_status,
+)
+from tpujob_sandbox.kubelet.podwatch import PodWatch
+from tpujob_sandbox.kubelet.shutdown import NodeShutdown
+from tpujob_sandbox.processes import stop_process
+from tpujob_sandbox.waiting import wait_for
+
+
+class KubeletSimulator:
+    """Start with `start()`. Pods on nodes labelled by the GKE simulator are this kubelet's."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        state_dir: Path,
+        *,
+        trainer_images: tuple[str, ...] = DEFAULT_TRAINER_IMAGES,
+        trainer_entrypoint: tuple[str, ...] = DEFAULT_TRAINER_ENTRYPOINT,
+        python: str = sys.executable,
+        extra_env: dict[str, str] | None = None,
+        shutdown_grace_seconds: float = 30.0,
+        critical_pods_grace_seconds: float = 15.0,
+    ) -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.containers = LocalContainers(
+            state_dir,
+            trainer_images=trainer_images,
+            trainer_entrypoint=trainer_entrypoint,
+            python=python,
+            extra_env=extra_env,
+        )
+        self._runs: dict[tuple[str, str], Run] = {}
+        self.node_shutdown = NodeShutdown(
+            api_client,
+            self._runs,
+            self._patch_status,
+            shutdown_grace_seconds=shutdown_grace_seconds,
+            critical_pods_grace_seconds=critical_pods_grace_seconds,
+        )
+        self.pods = PodWatch(self.core, self._sync)
+        self._simulated_nodes: set[str] = set()
+        self._next_ip = 2
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> KubeletSimulator:
+        self.pods.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching; every local process gets SIGTERM (SIGKILL after 10 s)."""
+        self.pods.stop()
+        for run in list(self._runs.values()):
+            discard(run)
+
+    # ---- test controls ---------------------------------------------------------------------------------
+
+    def succeed(self, namespace: str, name: str, timeout: float = 15) -> Any:
+        return self.exit(namespace, name, 0, timeout=timeout)
+
+    def fail(
+        self, namespace: str, name: str, exit_code: int = 1, message: str = "", timeout: float = 15
+    ) -> Any:
+        return self.exit(namespace, name, exit_code, message=message, timeout=timeout)
+
+    def exit(
+        self, namespace: str, name: str, exit_code: int, *, message: str = "", timeout: float = 15
+    ) -> Any:
+        """End the pod's containers with `exit_code` (via the annotation, as a user could) and wait for the
+        kubelet to report it; returns the pod."""
+        annotations = {EXIT_CODE_ANNOTATION: str(exit_code), EXIT_MESSAGE_ANNOTATION: message or None}
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+        return wait_for(
+            lambda: self._exited(namespace, name),
+            timeout=timeout,
+            what=f"pod {namespace}/{name} to exit {exit_code}",
+        )
+
+    def _exited(self, namespace: str, name: str) -> Any:
+        pod = self.core.read_namespaced_pod(name, namespace)
+        terminated = [
+            s for s in pod.status.container_statuses or [] if s.last_state and s.last_state.terminated
+        ]
+        if pod.status.phase in ("Succeeded", "Failed") or terminated:
+            return pod
+        return None
+
+    def preempt_node(self, node: str, timeout: float | None = None) -> None:
+        """Shut `node` down as GKE does on spot reclaim or maintenance; returns when the node is gone."""
+        self.preempt_nodes([node], timeout)
+
+    def preempt_nodes(self, nodes: list[str], timeout: float | None = None) -> None:
+        """Shut several nodes down at once (a TPU slice goes as a whole): one shared grace period."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def work() -> None:
+            try:
+                self.node_shutdown.shut_down(nodes)
+                future.set_result(None)
+            except BaseException as error:
+                future.set_exception(error)
+
+        self.pods.put(work)
+        future.result(timeout=timeout or self.node_shutdown.shutdown_grace_seconds + 30)
+
+    def pod_shutdown_grace_seconds(self, pod: dict[str, Any]) -> float:
+        """What a pod gets on node shutdown: the non-critical share of the shutdown grace period, or less if
+        the pod asks for less (kubelet's graceful node shutdown takes the smaller)."""
+        return self.node_shutdown.pod_grace_seconds(pod)
+
+    def process(self, namespace: str, name: str) -> subprocess.Popen[bytes] | None:
+        run = self._runs.get((namespace, name))
+        return run.process if run else None
+
+    def log_path(self, namespace: str, name: str) -> Path:
+        return self.containers.log_path(namespace, name)
+
+    # ---- sync ------------------------------------------------------------------------------------------
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api_client.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))  # type: ignore[no-any-return]
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _is_simulated(self, node: str) -> bool:
+        if node in self._simulated_nodes:
+            return True
+        try:
+            labels = self.core.read_node(node).metadata.labels or {}
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        if labels.get(SIMULATED_NODE_LABEL) == "true":
+            self._simulated_nodes.add(node)
+            return True
+        return False
+
+    def _sync(self, namespace: str, name: str) -> None:
+        """One idempotent step toward what a kubelet would have reported for this pod."""
+        key = (namespace, name)
+        pod = self._read(namespace, name)
+        run = self._runs.get(key)
+        if pod is None or (run and run.uid != pod["metadata"]["uid"]):
+            self._forget(key)
+            if pod is None:
+                return
+            run = None
+        node = pod["spec"].get("nodeName")
+        if not node or not self._is_simulated(node):
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if pod["metadata"].get("deletionTimestamp"):
+            self._finish_deletion(pod, run)
+        elif phase in ("Succeeded", "Failed"):
+            if run and run.process:
+                stop_process(run.process)
+        elif run is None:
+            self._start(pod)
+        elif not run.finished:
+            self._check_exit(pod, run)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        run = self._runs.pop(key, None)
+        if run:
+            discard(run, grace_seconds=1)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        local = self.containers.trainer_container(pod)
+        host_ip = self._host_ip(pod["spec"]["nodeName"])
+        # A local process really listens on loopback; a hostNetwork pod has its node's address.
+        pod_ip = "127.0.0.1" if local else host_ip if pod["spec"].get("hostNetwork") else self._new_pod_ip()
+        run = Run(uid=pod["metadata"]["uid"], pod_ip=pod_ip)
+        self._runs[key] = run
+        status = running_status(pod, run.pod_ip, host_ip)
+        if local:
+            # The process sees the pod as running: its status fields (podIP ...) are known before it starts.
+            pod = {**pod, "status": status}
+            try:
+                self.containers.start(run, pod, local, self._on_exit_of(key))
+            except (ValueError, OSError) as error:
+                self._report_exit(pod, run, EXIT_CODE_START_ERROR, reason="StartError", message=str(error))
+                return
+        self._patch_status(pod, status)
+
+    def _on_exit_of(self, key: tuple[str, str]) -> Callable[[], None]:
+        """When a local process exits, its pod is synced again (unless the kubelet is stopping)."""
+
+        def on_exit() -> None:
+            if not self.pods.stopping:
+                self.pods.enqueue(*key)
+
+        return on_exit
+
+    def _check_exit(self, pod: dict[str, Any], run: Run) -> None:
+        annotations = pod["metadata"].get("annotations") or {}
+        if EXIT_CODE_ANNOTATION in annotations:
+            if run.process:
+                stop_process(run.process)
+            message = annotations.get(EXIT_MESSAGE_ANNOTATION, "")
+            self._report_exit(
+                pod, run, int(annotations[EXIT_CODE_ANNOTATION]), message=message, by_annotation=True
+            )
+        elif run.process and run.process.poll() is not None:
+            self._report_exit(pod, run, run.process.returncode)
+
+    def _report_exit(
+        self,
+        pod: dict[str, Any],
+        run: Run,
+        exit_code: int,
+        *,
+        reason: str = "",
+        message: str = "",
+        by_annotation: bool = False,
+    ) -> None:
+        exit_code = shell_exit_code(exit_code)
+        if restarts_container(pod["spec"].get("restartPolicy", "Always"), exit_code):
+            self._restart(pod, run, exit_code, by_annotation)
+            return
+        run.finished = True
+        self._patch_status(pod, terminated_status(pod, exit_code, reason=reason, message=message))
+
+    def _restart(self, pod: dict[str, Any], run: Run, exit_code: int, by_annotation: bool) -> None:
+        """restartPolicy Always/OnFailure: the container starts again in the same pod, restartCount + 1."""
+        run.restarts += 1
+        if by_annotation:
+            annotations = {EXIT_CODE_ANNOTATION: None, EXIT_MESSAGE_ANNOTATION: None}
+            self.core.patch_namespaced_pod(
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                {"metadata": {"annotations": annotations}},
+            )
+        host_ip = self._host_ip(pod["spec"]["nodeName"])
+        status = restarted_status(pod, run.pod_ip, host_ip, run.restarts, exit_code)
+        if run.process:
+            local = self.containers.trainer_container(pod)
+            assert local is not None  # a pod with a process has a trainer-image container
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.containers.start(run, {**pod, "status": status}, local, self._on_exit_of(key))
+        self._patch_status(pod, status)
+
+    def _finish_deletion(self, pod: dict[str, Any], run: Run | None) -> None:
+        """Graceful deletion: SIGTERM, wait up to the grace period (SIGKILL after), then remove the pod."""
+        if run and run.process and run.process.poll() is None:
+            terminate(run, grace_seconds=pod["metadata"].get("deletionGracePeriodSeconds") or 30)
+            return  # the process's exit brings us back here
+        try:
+            self.core.delete_namespaced_pod(
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                body=k8s.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=pod["metadata"]["uid"])
+                ),
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+        self._forget((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+
+    def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": status}
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def _new_pod_ip(self) -> str:
+        self._next_ip += 1
+        return f"10.4.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
+
+    def _host_ip(self, node: str) -> str:
+        try:
+            addresses = self.core.read_node(node).status.addresses or []
+        except ApiException:
+            return ""
+        return next((a.address for a in addresses if a.type == "InternalIP"), "")

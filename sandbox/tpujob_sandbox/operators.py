@@ -1,0 +1,166 @@
+"""`tpujob operator` as users run it, in a subprocess under a least-privilege ServiceAccount's token, on the
+test bed: the CRD install, the operator's ServiceAccount and RBAC, its kubeconfig and the process. Shared by
+the e2e and chart tests and the operator benchmark (bench/operator_bench.py)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import yaml
+from kubernetes import client as k8s
+
+from tpujob.api import constants as c
+from tpujob.api.crd import crd
+from tpujob.rbac import cluster_role
+from tpujob_sandbox.bed import Sandbox
+from tpujob_sandbox.processes import free_port
+from tpujob_sandbox.waiting import wait_for
+
+OPERATOR_NAMESPACE = "tpujob-system"
+OPERATOR_ACCOUNT = "tpujob-operator"
+
+
+def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
+    """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount, with the
+    operator's periods shortened so tests see its reactions within seconds."""
+    return {
+        **os.environ,
+        "KUBECONFIG": str(operator_kubeconfig(sandbox, folder / "kubeconfig")),
+        "TPUJOB_GKE_ENDPOINT": sandbox.gke.endpoint,
+        "TPUJOB_GKE_PROJECT": sandbox.gke.project,
+        "TPUJOB_GKE_LOCATION": sandbox.gke.location,
+        "TPUJOB_GKE_CLUSTER": sandbox.gke.cluster,
+        "TPUJOB_GKE_ZONE": sandbox.default_zone,
+        "TPUJOB_RESYNC_SECONDS": "2",
+        "TPUJOB_RESTART_BACKOFF_SECONDS": "0.5",
+        "TPUJOB_SWEEP_SECONDS": "2",
+        "TPUJOB_METRICS_PORT": "0",
+        "TPUJOB_HEALTH_PORT": str(free_port()),
+        "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "1",
+    }
+
+
+def install_crd(sandbox: Sandbox) -> None:
+    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+    api = k8s.ApiextensionsV1Api(sandbox.api_client)
+    definition = crd(cel=False)
+    try:
+        api.create_custom_resource_definition(definition)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    wait_for(
+        lambda: any(
+            cond.type == "Established" and cond.status == "True"
+            for cond in api.read_custom_resource_definition(c.CRD_NAME).status.conditions or []
+        ),
+        timeout=30,
+        what="the TPUJob CRD to be established",
+    )
+
+
+def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
+    """A kubeconfig holding the operator ServiceAccount's token, so the test bed enforces our RBAC."""
+    core = k8s.CoreV1Api(sandbox.api_client)
+    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
+    for create, args in (
+        (core.create_namespace, ({"metadata": {"name": OPERATOR_NAMESPACE}},)),
+        (
+            core.create_namespaced_service_account,
+            (OPERATOR_NAMESPACE, {"metadata": {"name": OPERATOR_ACCOUNT}}),
+        ),
+        (rbac.create_cluster_role, (cluster_role(OPERATOR_ACCOUNT),)),
+        (
+            rbac.create_cluster_role_binding,
+            (
+                {
+                    "metadata": {"name": OPERATOR_ACCOUNT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": OPERATOR_ACCOUNT,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+                    ],
+                },
+            ),
+        ),
+    ):
+        try:
+            create(*args)
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+
+    return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
+
+
+def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding the ServiceAccount's token, so the test bed enforces that account's RBAC."""
+    core = k8s.CoreV1Api(sandbox.api_client)
+
+    def token() -> str | None:
+        found = core.read_namespaced_service_account(account, namespace)
+        if not found.secrets:
+            return None
+        secret = core.read_namespaced_secret(found.secrets[0].name, namespace)
+        return base64.b64decode(secret.data["token"]).decode() if secret.data else None
+
+    config = yaml.safe_load(sandbox.kubeconfig.read_text())
+    config["users"] = [
+        {"name": account, "user": {"token": wait_for(token, timeout=30, what=f"{account}'s token")}}
+    ]
+    for context in config["contexts"]:
+        context["context"]["user"] = account
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class OperatorProcess:
+    """`tpujob operator` in a subprocess: start, SIGKILL, start again. `running` holds the live ones, so
+    a test can make sure no other operator reconciles its jobs."""
+
+    running: ClassVar[set[OperatorProcess]] = set()
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tpujob.cli", "operator"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        OperatorProcess.running.add(self)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last status write; what a node failure or OOM does."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        OperatorProcess.running.discard(self)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        OperatorProcess.running.discard(self)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")

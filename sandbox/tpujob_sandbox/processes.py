@@ -1,0 +1,86 @@
+"""Child processes that die with their parent and stop with SIGTERM, then SIGKILL after a deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tpujob.localrun import free_ports
+
+_PR_SET_PDEATHSIG = 1
+
+
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)  # loaded before any fork: the child only calls into it
+
+
+def _die_with_parent() -> None:
+    # If the sandbox's own process is killed (even with SIGKILL), the kernel stops its children too.
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start_process(
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `args` in its own process group, output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
+def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 10.0) -> int:
+    """SIGTERM the process group, SIGKILL it if still alive after the grace period; return the exit code."""
+    if process.poll() is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+    # Children the program left in its group go with it.
+    _signal_group(process.pid, signal.SIGKILL)
+    return process.returncode
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if `pid` runs and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    # The state letter follows the parenthesised command name, which may itself contain spaces.
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (the same helper `tpujob run --local` gives its workers)."""
+    return free_ports(1)[0]

@@ -1,0 +1,145 @@
+"""The test bed's pytest fixtures (registered through the `pytest11` entry point): one test bed (real
+control plane + simulated GKE and kubelet) per session, one namespace per test.
+
+    def test_something(sandbox, namespace, gke, kubelet, core):
+        core.list_node()                                           # admin client of the real API server
+        pools = gke.client()                                       # real google-cloud-container, REST, sim
+        gke.inject_call_fault("quota")                             # next CreateNodePool answers 403
+        gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)    # a stockout in that zone
+        gke.calls["CreateNodePool"]                                # calls received (this test only)
+        kubelet.succeed(namespace, "pod-name")                     # the pod's containers exit 0
+        kubelet.preempt_node(node_name)                            # spot reclaim / maintenance
+
+    def test_a_job(jobs):                                          # `tpujob operator` runs on the bed
+        jobs.create(manifest); jobs.wait_phase("name", "Running")
+
+The first session on a fresh machine builds the control plane (about 5 minutes, progress on the terminal).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from tpujob.api import constants as c
+from tpujob_sandbox.bed import Sandbox, start_sandbox
+from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
+from tpujob_sandbox.gke import GkeSimulator
+from tpujob_sandbox.jobs import Jobs
+from tpujob_sandbox.kubelet import KubeletSimulator
+from tpujob_sandbox.operators import OperatorProcess, install_crd, operator_env
+from tpujob_sandbox.waiting import wait_for
+
+# The simulated GKE runs this much faster than GKE: a TPU pool's 5 minutes of provisioning take 0.6 s, a
+# stockout GKE retries for 35 minutes lasts 4.2 s. Slow enough that a test can see PROVISIONING.
+TIME_SCALE = 0.002
+SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: needs the test bed (real control plane)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the test bed is an e2e test: `-m "not e2e"` runs the rest."""
+    for item in items:
+        if SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated GKE and kubelet."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def progress(message: str) -> None:
+        # A first run builds for minutes: show it on the terminal even while output is captured.
+        with capture.global_and_fixture_disabled():
+            print(f"[tpujob sandbox] {message}", flush=True)
+
+    try:
+        binaries = find_binaries(progress=progress)
+    except BinariesUnavailable as error:
+        pytest.fail(str(error), pytrace=False)
+    bed = start_sandbox(tmp_path_factory.mktemp("sandbox"), binaries=binaries, time_scale=TIME_SCALE)
+    yield bed
+    bed.stop()
+
+
+@pytest.fixture
+def core(sandbox: Sandbox) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(sandbox.api_client)
+
+
+@pytest.fixture
+def custom(sandbox: Sandbox) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(sandbox.api_client)
+
+
+@pytest.fixture
+def gke(sandbox: Sandbox) -> Iterator[GkeSimulator]:
+    """The simulated GKE, with no faults and zero call counts at the start; its pools are removed after."""
+    simulator = sandbox.gke
+    simulator.clear_faults()
+    simulator.reset_calls()
+    yield simulator
+    simulator.clear_faults()
+    simulator.remove_all_pools()
+
+
+@pytest.fixture
+def kubelet(sandbox: Sandbox) -> KubeletSimulator:
+    return sandbox.kubelet
+
+
+def namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")
+    return f"{slug[:50].rstrip('-')}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def namespace(sandbox: Sandbox, core: k8s.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace, ready for pods (its default service account and token exist); deleted after."""
+    name = namespace_name(request.node.name)
+    core.create_namespace({"metadata": {"name": name, "labels": {"tpujob.dev/test": "true"}}})
+
+    def service_account_ready() -> bool:
+        accounts = core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+        return bool(accounts and accounts[0].secrets)
+
+    # Pods are refused until the controller-manager made the default service account and its token.
+    wait_for(service_account_ready, timeout=30, what=f"the default service account in {name}")
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """`tpujob operator` as users run it: a separate process under the chart's least-privilege
+    ServiceAccount, against the session's test bed."""
+    install_crd(sandbox)
+    folder = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(operator_env(sandbox, folder), folder / "operator.log").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def jobs(sandbox: Sandbox, namespace: str, operator: OperatorProcess, gke: GkeSimulator) -> Iterator[Jobs]:
+    """Torn down before `gke`: every TPUJob of the test is deleted through the operator (finalizer
+    and all), so no job outlives its test and recreates pools in the next one."""
+    handle = Jobs(sandbox, namespace)
+    yield handle
+    for job in handle.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL)["items"]:
+        handle.delete(job["metadata"]["name"])
+    wait_for(
+        lambda: (
+            not handle.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL)["items"]
+        ),
+        timeout=90,
+        what=f"the TPUJobs of {namespace} to be deleted",
+    )

@@ -1,0 +1,258 @@
+"""The values of the tpujob-operator chart as pydantic models: the one source of values.schema.json
+(scripts/generate_chart.py writes it). Defaults equal values.yaml's (tests/chart/test_chart.py checks);
+a section refuses keys it does not know, as Helm then does through the schema.
+
+Fields are snake_case here and camelCase in values.yaml (the alias generator); descriptions are the
+schema's, the comments of values.yaml say more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "tpujob-operator"
+
+PORT = {"ge": 1, "le": 65535}
+NAMESPACE = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"
+# `--set` passes a decimal as a string ("0.5"), so a number of seconds may come as a numeric string.
+Seconds = Annotated[float, Field(gt=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?$")]
+SecondsOrZero = Annotated[float, Field(ge=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?$")]
+SECONDS_NOTE = "A number; `--set` passes decimals as strings, so numeric strings are accepted."
+Duration = Annotated[str, Field(pattern="^([0-9]+(ms|s|m|h))+$")]  # a Prometheus duration
+Labels = dict[str, str]
+
+
+def alert_names(rules: dict[str, Any]) -> tuple[str, ...]:
+    """The alerts of a Prometheus rule file (its recording rules have no name to give)."""
+    return tuple(rule["alert"] for group in rules["groups"] for rule in group["rules"] if "alert" in rule)
+
+
+# alerts.disabled takes only names files/alerts.yaml has: a typo fails `helm install`, not silently.
+ALERTS = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+AlertName = Literal[alert_names(ALERTS)]  # type: ignore[valid-type]
+
+
+class Section(BaseModel):
+    # validate_default: a default breaking its own constraint fails here (the defaults test), not in Helm.
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True
+    )
+
+
+class Image(Section):
+    # Helm drops a key set to null: the schema then says which one is missing.
+    model_config = ConfigDict(json_schema_extra={"required": ["repository"]})
+
+    repository: str = Field("tpujob-operator", min_length=1, description="Image repository.")
+    tag: str = Field("", description="Image tag; empty: the chart's appVersion.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Image pull policy."
+    )
+
+
+class PullSecret(Section):
+    name: str = Field(min_length=1, description="Secret name.")
+
+
+class Gke(Section):
+    project: str = Field(
+        "",
+        pattern="^([a-z][-a-z0-9]{4,28}[a-z0-9]|[-a-z0-9.:]*)$",
+        description="Google Cloud project of the cluster (TPUJOB_GKE_PROJECT).",
+    )
+    location: str = Field(
+        "",
+        pattern="^([a-z]+-[a-z]+[0-9]+(-[a-z])?)?$",
+        description="Cluster location: region or zone (TPUJOB_GKE_LOCATION).",
+    )
+    cluster: str = Field(
+        "", pattern="^([a-z]([-a-z0-9]{0,38}[a-z0-9])?)?$", description="Cluster name (TPUJOB_GKE_CLUSTER)."
+    )
+    zone: str = Field(
+        "",
+        pattern="^([a-z]+-[a-z]+[0-9]+-[a-z])?$",
+        description="Zone of the TPU node pools (TPUJOB_GKE_ZONE).",
+    )
+    endpoint: str = Field("", description="GKE API endpoint override (TPUJOB_GKE_ENDPOINT).")
+
+
+class EnvVar(BaseModel):
+    # A Kubernetes EnvVar: value or valueFrom, which the API server checks.
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+
+
+class Operator(Section):
+    resync_seconds: Seconds = Field(30, description=f"TPUJOB_RESYNC_SECONDS. {SECONDS_NOTE}")
+    sweep_seconds: Seconds = Field(300, description=f"TPUJOB_SWEEP_SECONDS. {SECONDS_NOTE}")
+    workers: int = Field(16, ge=1, le=256, description="TPUJOB_WORKERS.")
+    restart_backoff_seconds: SecondsOrZero = Field(
+        10, description=f"TPUJOB_RESTART_BACKOFF_SECONDS. {SECONDS_NOTE}"
+    )
+    unschedulable_grace_seconds: SecondsOrZero = Field(
+        30, description=f"TPUJOB_UNSCHEDULABLE_GRACE_SECONDS. {SECONDS_NOTE}"
+    )
+    verbose: bool = Field(False, description="Log every kopf step.")
+    extra_env: list[EnvVar] = Field([], description="More environment variables.")
+
+
+class MetricsService(Section):
+    enabled: bool = Field(True, description="Create the metrics Service.")
+    port: int = Field(8000, **PORT, description="Service port.")
+    annotations: Labels = Field({}, description="Service annotations.")
+
+
+class ServiceMonitor(Section):
+    enabled: bool = Field(False, description="Create a ServiceMonitor (needs monitoring.coreos.com/v1).")
+    interval: Duration = Field("30s", description="Scrape interval (a Prometheus duration: 30s, 1m)")
+    scrape_timeout: Duration = Field("10s", description="Scrape timeout (a Prometheus duration: 30s, 1m)")
+    labels: Labels = Field({}, description="Extra labels.")
+
+
+class PodMonitor(ServiceMonitor):
+    enabled: bool = Field(
+        False, description="Create a PodMonitor for trainer pods (needs monitoring.coreos.com/v1)."
+    )
+    namespaces: list[Annotated[str, Field(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]] = Field(
+        [], description="Namespaces of the trainer pods scraped."
+    )
+
+
+class Metrics(Section):
+    port: int = Field(8000, **PORT, description="Container port of /metrics (TPUJOB_METRICS_PORT).")
+    service: MetricsService = Field(
+        default_factory=MetricsService, description="The ClusterIP Service in front of /metrics."
+    )
+    service_monitor: ServiceMonitor = Field(
+        default_factory=ServiceMonitor, description="A Prometheus Operator ServiceMonitor for the operator."
+    )
+    pod_monitor: PodMonitor = Field(
+        default_factory=PodMonitor, description="A Prometheus Operator PodMonitor for the trainer pods."
+    )
+
+
+class LivenessProbe(Section):
+    initial_delay_seconds: int = Field(15, ge=0, description="Seconds before the first probe.")
+    period_seconds: int = Field(20, ge=1, description="Seconds between probes.")
+    timeout_seconds: int = Field(5, ge=1, description="Seconds a probe may take.")
+    failure_threshold: int = Field(3, ge=1, description="Failed probes in a row before a restart.")
+
+
+class Health(Section):
+    port: int = Field(8081, **PORT, description="Container port of /healthz (TPUJOB_HEALTH_PORT).")
+    liveness_probe: LivenessProbe = Field(
+        default_factory=LivenessProbe, description="The liveness probe of /healthz."
+    )
+
+
+class ServiceAccount(Section):
+    create: bool = Field(True, description="Create the ServiceAccount.")
+    name: str = Field(
+        "",
+        pattern="^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        description="Its name; empty: the full resource name.",
+    )
+    annotations: Labels = Field({}, description="Annotations on it.")
+    gcp_service_account: str = Field(
+        "",
+        pattern=r"^([a-z][-a-z0-9]{4,28}[a-z0-9]@[-a-z0-9.:]+\.iam\.gserviceaccount\.com)?$",
+        description="Workload Identity: the Google service account (NAME@PROJECT.iam.gserviceaccount.com).",
+    )
+
+
+class Rbac(Section):
+    create: bool = Field(True, description="Create the (Cluster)Role and its binding.")
+
+
+class Crds(Section):
+    install: bool = Field(False, description="Render the CRD as a template (with helm --skip-crds).")
+    keep: bool = Field(True, description="Keep the CRD on helm uninstall.")
+    cel: bool = Field(True, description="Include the CEL rules (false before Kubernetes 1.25).")
+
+
+class Dashboard(Section):
+    enabled: bool = Field(False, description="Create the dashboard ConfigMap.")
+    labels: Labels = Field({"grafana_dashboard": "1"}, description="Labels Grafana's sidecar looks for.")
+    annotations: Labels = Field({}, description="Annotations, e.g. grafana_folder.")
+    namespace: str = Field(
+        "", pattern=NAMESPACE, description="Namespace of the ConfigMap; empty: the release's."
+    )
+
+
+class Alerts(Section):
+    enabled: bool = Field(
+        False, description="Create a PrometheusRule with the alerts (needs monitoring.coreos.com/v1)."
+    )
+    labels: Labels = Field({}, description="Extra labels.")
+    disabled: list[AlertName] = Field([], description="Alerts of files/alerts.yaml left out, by name.")
+
+
+# Kubernetes objects passed through as they are (resources, security contexts, tolerations, affinity) are
+# free-form: the API server checks them.
+class Values(Section):
+    image: Image = Field(default_factory=Image, description="The operator image.")
+    image_pull_secrets: list[PullSecret] = Field([], description="Secrets for pulling the image.")
+    name_override: str = Field("", max_length=63, description="Replaces the chart name in resource names.")
+    fullname_override: str = Field("", max_length=63, description="Replaces the full resource name prefix.")
+    gke: Gke = Field(default_factory=Gke, description="The GKE cluster for TPU node pools (TPUJOB_GKE_*).")
+    watch_namespace: str = Field(
+        "",
+        pattern=NAMESPACE,
+        max_length=63,
+        description="Watch only this namespace (TPUJOB_NAMESPACE); empty: every namespace.",
+    )
+    operator: Operator = Field(default_factory=Operator, description="How the operator works (TPUJOB_*).")
+    metrics: Metrics = Field(
+        default_factory=Metrics,
+        description=(
+            "The operator's /metrics endpoint, its Service, ServiceMonitor and the trainers' PodMonitor."
+        ),
+    )
+    health: Health = Field(default_factory=Health, description="The liveness endpoint and probe.")
+    service_account: ServiceAccount = Field(
+        default_factory=ServiceAccount, description="The operator's ServiceAccount."
+    )
+    rbac: Rbac = Field(default_factory=Rbac, description="RBAC from tpujob.rbac.RULES.")
+    crds: Crds = Field(default_factory=Crds, description="The TPUJob CRD as a template.")
+    dashboard: Dashboard = Field(default_factory=Dashboard, description="The Grafana dashboard ConfigMap.")
+    alerts: Alerts = Field(
+        default_factory=Alerts,
+        description="Prometheus alerting rules (files/alerts.yaml) in a PrometheusRule.",
+    )
+    resources: dict[str, Any] = Field(
+        {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        description="CPU and memory of the operator container.",
+    )
+    pod_security_context: dict[str, Any] = Field(
+        {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        description="Security context of the pod.",
+    )
+    security_context: dict[str, Any] = Field(
+        {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        description="Security context of the container.",
+    )
+    pod_labels: Labels = Field({}, description="Extra labels on the pod.")
+    pod_annotations: Labels = Field({}, description="Annotations on the pod.")
+    priority_class_name: str = Field("", description="Priority class of the pod.")
+    node_selector: Labels = Field({}, description="Node selector of the pod.")
+    tolerations: list[dict[str, Any]] = Field([], description="Tolerations of the pod.")
+    affinity: dict[str, Any] = Field({}, description="Affinity of the pod.")
+    # Helm passes `global` to every chart; values.yaml has none, so dumps leave it out.
+    global_: dict[str, Any] = Field(
+        default_factory=dict, alias="global", exclude=True, description="Helm's global values (unused)."
+    )

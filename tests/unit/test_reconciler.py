@@ -1,0 +1,309 @@
+"""The code that acts on the APIs, alone: the pass's writes (act), its memory between passes, what it
+observes, and the Reconciler's orchestration, against in-memory stand-ins for the Kubernetes and GKE
+clients that record every call. The e2e suite runs the same code against the real API server."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from tests.manifests import base_job, with_change
+from tpujob import kube, metrics
+from tpujob import status as s
+from tpujob.api import constants as c
+from tpujob.api import parse_tpujob
+from tpujob.gke import OwnedPool
+from tpujob.reconciler import Reconciler
+from tpujob.reconciler import memory as memory_module
+from tpujob.reconciler.act import Actions
+from tpujob.reconciler.memory import JobMemory
+from tpujob.render import Cluster, naming
+
+
+class RecordingKube:
+    """The Kubernetes calls a pass makes, by verb; `fail` maps a path to the error its call raises."""
+
+    def __init__(self, objects: dict[str, dict[str, Any]] | None = None) -> None:
+        self.objects = objects or {}
+        self.fail: dict[str, Exception] = {}
+        self.calls: list[tuple[str, str, Any]] = []
+        self.version = 100
+
+    def _call(self, verb: str, path: str, body: Any = None) -> None:
+        self.calls.append((verb, path, body))
+        if path in self.fail:
+            raise self.fail[path]
+
+    def create(self, path: str, body: dict[str, Any]) -> bool:
+        self._call("create", path, body)
+        return True
+
+    def delete(self, path: str, propagation: str | None = None) -> bool:
+        self._call("delete", path, propagation)
+        return True
+
+    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self._call("patch", path, patch)
+        self.version += 1
+        return {"metadata": {"resourceVersion": str(self.version)}}
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        self._call("get", path)
+        return self.objects.get(path)
+
+    def verbs(self, verb: str) -> list[tuple[str, Any]]:
+        return [(path, body) for v, path, body in self.calls if v == verb]
+
+
+class RecordingPools:
+    """GKE node pools by name and state; creates and deletes recorded, refusals on demand."""
+
+    def __init__(self, states: dict[str, str] | None = None, owned: list[OwnedPool] | None = None) -> None:
+        self.states = states or {}
+        self.owned_pools = owned or []
+        self.create_error: s.GKEError | None = None
+        self.delete_error: s.GKEError | None = None
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+
+    def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
+        return s.PoolView(slice_index, name, self.states.get(name, s.POOL_MISSING), operation=operation)
+
+    def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
+        self.created.append(pool)
+        if self.create_error is None:
+            self.states[pool["name"]] = "PROVISIONING"
+            return f"operation-{len(self.created)}", None
+        return "", self.create_error
+
+    def delete(self, name: str) -> s.GKEError | None:
+        self.deleted.append(name)
+        if self.delete_error is None and name in self.states:
+            self.states[name] = s.POOL_STOPPING
+        return self.delete_error
+
+    def owned(self) -> list[OwnedPool]:
+        return self.owned_pools
+
+
+def sample(counter: Any, **labels: str) -> float:
+    """A counter's current value for the labels, through the public collect() interface."""
+    for family in counter.collect():
+        for item in family.samples:
+            if item.name.endswith("_total") and item.labels == labels:
+                return float(item.value)
+    return 0.0
+
+
+def job_body(
+    manifest: dict[str, Any] | None = None, status: dict[str, Any] | None = None, **meta: Any
+) -> dict[str, Any]:
+    body = manifest or base_job()
+    body["metadata"].update({"uid": "uid-1", "resourceVersion": "1", "generation": 1, **meta})
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def pool_name(body: dict[str, Any], slice_index: int) -> str:
+    return naming.node_pool_name(parse_tpujob({**body, "status": None}), slice_index)
+
+
+STOCKOUT = s.GKEError(s.REASON_STOCKOUT, "no capacity", permanent=False)
+REJECTED = s.GKEError(s.REASON_POOL_REJECTED, "Invalid machine type", permanent=True)
+
+
+# --- act: each write alone -------------------------------------------------------------------------
+
+
+def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> None:
+    pools = RecordingPools({"p": "RUNNING"})
+    actions = Actions(RecordingKube(), pools)  # type: ignore[arg-type]
+    accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
+    refused = sample(metrics.GKE_ERRORS, reason=s.REASON_GKE_UNAVAILABLE)
+
+    assert actions.delete_pool("p") is True
+    pools.delete_error = s.GKEError(s.REASON_GKE_UNAVAILABLE, "503", permanent=False)
+    assert actions.delete_pool("p") is False
+
+    assert sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted") == accepted + 1
+    assert sample(metrics.GKE_ERRORS, reason=s.REASON_GKE_UNAVAILABLE) == refused + 1
+    assert pools.deleted == ["p", "p"]
+
+
+def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> None:
+    api = RecordingKube()
+    api.fail[kube.pods("ns")] = kube.ApiError(403, "Forbidden", "pods is forbidden")
+    actions = Actions(api, None)  # type: ignore[arg-type]
+    pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
+
+    with pytest.raises(kube.ApiError, match="forbidden"):
+        actions.create_pods_and_service("ns", pods, {"metadata": {"name": "svc"}})
+
+    created = [body["metadata"]["name"] for _, body in api.verbs("create")]
+    assert sorted(created) == ["svc", "w-0", "w-1", "w-2"]
+
+
+def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised() -> None:
+    api = RecordingKube()
+    actions = Actions(api, None)  # type: ignore[arg-type]
+    meta = {"name": "j", "namespace": "ns", "uid": "u"}
+    assert actions.patch_status(meta, {"phase": "Running"}) == "101"
+
+    api.fail[kube.tpujobs("ns", "j", "status")] = kube.ApiError(404, "NotFound", "gone")
+    assert actions.patch_status(meta, {"phase": "Running"}) is None
+
+    api.fail[kube.tpujobs("ns", "j", "status")] = kube.ApiError(409, "Conflict", "modified")
+    with pytest.raises(kube.ApiError):
+        actions.patch_status(meta, {"phase": "Running"})
+
+
+def test_the_finalizer_is_added_once_guarded_by_the_resource_version() -> None:
+    api = RecordingKube()
+    actions = Actions(api, None)  # type: ignore[arg-type]
+    meta = {"name": "j", "namespace": "ns", "resourceVersion": "41", "finalizers": ["other"]}
+    actions.ensure_finalizer(meta)
+    actions.ensure_finalizer({**meta, "finalizers": ["other", c.FINALIZER]})
+
+    (patch,) = api.verbs("patch")
+    assert patch == (
+        kube.tpujobs("ns", "j"),
+        {"metadata": {"finalizers": ["other", c.FINALIZER], "resourceVersion": "41"}},
+    )
+
+
+def test_a_lost_event_does_not_fail_the_pass() -> None:
+    api = RecordingKube()
+    api.fail[kube.events("ns")] = kube.ApiError(500, "InternalError", "etcd")
+    actions = Actions(api, None)  # type: ignore[arg-type]
+    meta = {"name": "j", "namespace": "ns", "uid": "u"}
+    actions.post_events(
+        meta, [s.Event("Normal", "A", "a"), s.Event("Normal", "B", "b")], dt.datetime.now(dt.UTC)
+    )
+    assert [body["reason"] for _, body in api.verbs("create")] == ["A", "B"]
+
+
+# --- memory: what the watch has not shown yet, and GKE's refusals ----------------------------------
+
+
+def test_permanent_refusals_back_off_longer_each_time_and_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(memory_module.time, "monotonic", lambda: clock[0])
+    memory = JobMemory()
+
+    first = memory.refused("u", {0: REJECTED})
+    second = memory.refused("u", {0: REJECTED})
+    assert (first, second) == (s.rejected_backoff_seconds(1), s.rejected_backoff_seconds(2))
+    assert second > first
+    assert memory.refusals("u") == {0: REJECTED}
+
+    clock[0] += second
+    assert memory.refusals("u") == {}
+    memory.accepted("u")
+    assert memory.refused("u", {0: REJECTED}) == first  # the count started over
+    assert memory.refused("u", {0: STOCKOUT}) == s.POLL_PROVISIONING_SECONDS
+
+
+def test_pods_in_flight_are_dropped_once_the_watch_shows_them() -> None:
+    memory = JobMemory()
+    memory.pods_created("u", ["a", "b"])
+    seen = [s.PodView(name="a", slice=0, worker=0, attempt=0, phase="Pending")]
+    assert memory.pods_in_flight("u", seen) == frozenset({"b"})
+    assert memory.pods_in_flight("u", []) == frozenset({"b"})
+    memory.forget("u")
+    assert memory.pods_in_flight("u", []) == frozenset()
+
+
+def test_own_status_write_is_read_back_until_the_watch_has_it() -> None:
+    memory = JobMemory()
+    body = job_body(status={"phase": "Pending"})
+    assert memory.current_status(body) == {"phase": "Pending"}
+    memory.wrote("uid-1", {"phase": "Provisioning"}, "7")
+    assert memory.current_status(body) == {"phase": "Provisioning"}
+    assert not memory.is_own_write(body)
+    assert memory.is_own_write(job_body(resourceVersion="7"))
+
+
+# --- the pass: observe, decide, act ----------------------------------------------------------------
+
+
+def reconciler(pools: RecordingPools | None, api: RecordingKube | None = None) -> Reconciler:
+    return Reconciler(Cluster(), api or RecordingKube(), pools)  # type: ignore[arg-type]
+
+
+def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status() -> None:
+    api, pools = RecordingKube(), RecordingPools()
+    outcome = reconciler(pools, api).reconcile(job_body(), [], False)
+
+    verbs = [(verb, path) for verb, path, _ in api.calls if verb == "patch"]
+    assert verbs[0] == ("patch", kube.tpujobs("default", "train"))  # the finalizer first
+    assert [p["name"] for p in pools.created] == [pool_name(job_body(), 0)]
+    (status_path, status_patch) = api.verbs("patch")[1]
+    assert status_path == kube.tpujobs("default", "train", "status")
+    assert status_patch["status"]["phase"] == s.PROVISIONING
+    assert outcome.requeue_after is not None and outcome.requeue_after <= 1
+
+
+def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
+    pools = RecordingPools()
+    pools.create_error = REJECTED
+    passes = reconciler(pools)
+    passes.reconcile(job_body(), [], False)
+    passes.reconcile(job_body(), [], False)
+
+    assert len(pools.created) == 1
+
+
+def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
+    name = pool_name(job_body(), 0)
+    api, pools = RecordingKube(), RecordingPools({name: "RUNNING"})
+    status = {"phase": "Running", "nodePools": [{"slice": 0, "name": name, "state": "RUNNING"}]}
+    body = job_body(with_change("spec.tpu.topology", "3x3"), status=status)
+    pod = s.PodView(name="train-0-0", slice=0, worker=0, attempt=0, phase="Running")
+    passes = reconciler(pools, api)
+
+    passes.reconcile(body, [pod], True)
+    assert pools.deleted == [name]
+    assert api.verbs("delete") == [(kube.pods("default", "train-0-0"), None)]
+    (_, patch) = api.verbs("patch")[-1]
+    assert (patch["status"]["phase"], patch["status"]["reason"]) == (s.FAILED, s.REASON_INVALID_SPEC)
+    assert patch["status"]["nodePools"][0]["state"] == s.POOL_STOPPING
+    events = [body for path, body in api.verbs("create") if path == kube.events("default")]
+    assert [e["reason"] for e in events] == [s.REASON_INVALID_SPEC]
+
+    # The next pass reads its own write: nothing more to release, no second event.
+    passes.reconcile(body, [], True)
+    assert pools.deleted == [name]
+    assert len([1 for path, _ in api.verbs("create") if path == kube.events("default")]) == 1
+
+
+def test_releasing_a_deleted_jobs_pools_deletes_each_once_and_names_what_remains() -> None:
+    body = job_body(base_job(tpu={"type": "v5e", "topology": "4x4", "slices": 3}))
+    first, second = pool_name(body, 0), pool_name(body, 1)
+    pools = RecordingPools({first: "RUNNING", second: s.POOL_STOPPING})
+    passes = reconciler(pools)
+
+    assert passes.release_pools(body) == [first, second]
+    assert pools.deleted == [first]  # the second is already going; the third never existed
+    pools.states.clear()
+    assert passes.release_pools(body) == []
+
+
+def test_the_sweep_deletes_only_pools_whose_job_is_gone_within_its_namespace() -> None:
+    owned = [
+        OwnedPool("live", "ns", "a", "uid-live", "RUNNING"),
+        OwnedPool("orphan", "ns", "b", "uid-gone", "RUNNING"),
+        OwnedPool("not-yet-indexed", "ns", "c", "uid-c", "RUNNING"),
+        OwnedPool("elsewhere", "other", "d", "uid-x", "RUNNING"),
+        OwnedPool("going", "ns", "e", "uid-y", s.POOL_STOPPING),
+        OwnedPool("by-hand", "ns", "f", "", "RUNNING"),
+    ]
+    api = RecordingKube({kube.tpujobs("ns", "c"): {"metadata": {"uid": "uid-c"}}})
+    pools = RecordingPools({p.name: p.state for p in owned}, owned)
+
+    deleted = reconciler(pools, api).sweep_orphans({"uid-live"}, namespace="ns")
+
+    assert deleted == ["orphan"]
+    assert pools.deleted == ["orphan"]
