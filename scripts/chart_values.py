@@ -176,6 +176,20 @@ class Crds(Section):
     cel: bool = Field(True, description="Include the CEL rules (false before Kubernetes 1.25).")
 
 
+class Peering(Section):
+    lifetime_seconds: int = Field(
+        15,
+        ge=5,
+        le=600,
+        description="A replica silent this long counts as dead: the standby takes over within this time "
+        "(TPUJOB_PEERING_LIFETIME_SECONDS).",
+    )
+
+
+class PodDisruptionBudget(Section):
+    enabled: bool = Field(True, description="Create it (when replicaCount > 1).")
+
+
 class Dashboard(Section):
     enabled: bool = Field(False, description="Create the dashboard ConfigMap.")
     labels: Labels = Field({"grafana_dashboard": "1"}, description="Labels Grafana's sidecar looks for.")
@@ -201,6 +215,13 @@ class Values(Section):
     name_override: str = Field("", max_length=63, description="Replaces the chart name in resource names.")
     fullname_override: str = Field("", max_length=63, description="Replaces the full resource name prefix.")
     gke: Gke = Field(default_factory=Gke, description="The GKE cluster for TPU node pools (TPUJOB_GKE_*).")
+    replica_count: int = Field(
+        2, ge=1, le=5, description="Operator replicas: one reconciles, the others stand by (kopf peering)."
+    )
+    peering: Peering = Field(default_factory=Peering, description="Active and standby replicas.")
+    pod_disruption_budget: PodDisruptionBudget = Field(
+        default_factory=PodDisruptionBudget, description="Keeps one replica through node drains."
+    )
     watch_namespace: str = Field(
         "",
         pattern=NAMESPACE,

@@ -69,12 +69,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator in the foreground (kopf), configured by TPUJOB_* environment variables."""
     from tpujob.config import from_environment
+    from tpujob.peering import ensure_identity
 
     config = from_environment()
-    # kopf imports the `kubernetes` client whenever it is installed, only to recognise that library's
-    # objects, which the operator never hands it (tpujob.kube makes its calls): 40 MiB of generated
-    # models. The operator image does not install it; this keeps a development install the same.
-    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
+    ensure_identity()
     import kopf
 
     import tpujob.handlers  # noqa: F401  (registers the handlers)

@@ -43,6 +43,15 @@ class OperatorConfig(BaseSettings):
         "(reason Unschedulable)",
     )
 
+    peering: str | None = Field(
+        None,
+        description="kopf peering object the operator's replicas share (one active, the rest standby); "
+        "empty: standalone, for a single replica",
+    )
+    peering_lifetime_seconds: int = Field(
+        15, ge=5, le=600, description="a replica silent this long is dead: a standby takes over after it"
+    )
+
     @property
     def cluster(self) -> Cluster:
         return Cluster(

@@ -1,180 +1,172 @@
-"""The few Kubernetes calls a reconcile pass makes: create, delete, merge-patch, get, as plain JSON.
+"""The Kubernetes calls a reconcile pass makes, through the `kubernetes` package, as plain dicts.
 
-Not the `kubernetes` package: importing its generated models costs the operator about 40 MiB, a
-quarter of its memory budget, for calls whose answers it hardly reads. Credentials come from kopf's
-own login (the pod's service account, else the kubeconfig), so the watches and the writes act as one
-identity. Synchronous, thread-safe (one pooled set of connections): passes run in worker threads.
+The login is kopf's own (`kopf.login_via_client`, registered in handlers/startup.py): the pod's
+service account (its rotated token read again by the client every minute), else the kubeconfig,
+exec credential plugins such as `gke-gcloud-auth-plugin` included. So the watches and the writes act
+as one identity. Bodies go out as dicts and answers are not turned into models (`_preload_content`
+off): a created pod's answer is not worth decoding, and the models would cost every pass. One pooled
+set of connections, thread-safe: passes run in worker threads.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
+import os
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
-import kopf
-import urllib3
+from kubernetes import client, config
 
+from tpujob import peering
 from tpujob.api import constants as c
 
-# A projected service account token is rotated by the kubelet: read the file again this often.
-TOKEN_REREAD_SECONDS = 60.0
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
+ApiError = client.ApiException
+REQUEST_TIMEOUT_SECONDS = 60.0
 
 
-class ApiError(Exception):
-    """A non-2xx answer: the HTTP status and the API server's reason (NotFound, AlreadyExists, ...)."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-
-
-def pods(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/pods" + (f"/{quote(name)}" if name else "")
-
-
-def services(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/services" + (f"/{quote(name)}" if name else "")
+def login(max_connections: int = 16) -> client.ApiClient:
+    """As kopf.login_via_client logs in: the service account in a pod, else the kubeconfig."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        # KUBECONFIG as it is now (the client reads it once, when imported); a list of files is merged.
+        config.load_kube_config(os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION)
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = max_connections
+    return client.ApiClient(configuration)
 
 
-def events(namespace: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/events"
+def _read(response: Any) -> bytes:
+    """A raw answer's body; the connection goes back to the pool, read to the end and reusable."""
+    try:
+        data: bytes = response.data
+    finally:
+        response.release_conn()
+    return data
 
 
-def nodes(label_selector: str) -> str:
-    return f"/api/v1/nodes?labelSelector={quote(label_selector)}"
-
-
-def tpujobs(namespace: str, name: str = "", subresource: str = "") -> str:
-    path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace)}/{c.PLURAL}"
-    return path + (f"/{quote(name)}" if name else "") + (f"/{subresource}" if subresource else "")
+def _answer(response: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = json.loads(_read(response))
+    return answer
 
 
 class Kube:
-    def __init__(
-        self,
-        connection: kopf.ConnectionInfo,
-        token_path: str | None = None,
-        max_connections: int = 16,
-        timeout: float = 60.0,
-    ) -> None:
-        self.server = connection.server.rstrip("/")
-        self._token = connection.token
-        self._token_path = token_path
-        self._token_read = time.monotonic()
-        self._token_lock = threading.Lock()
-        self._basic = (
-            urllib3.make_headers(basic_auth=f"{connection.username}:{connection.password}")
-            if connection.username and connection.password
-            else {}
-        )
-        insecure = bool(connection.insecure)
-        self._http = urllib3.PoolManager(
-            num_pools=1,
-            maxsize=max_connections,
-            block=True,
-            ssl_context=connection.as_ssl_context() if self.server.startswith("https") else None,
-            cert_reqs="CERT_NONE" if insecure else "CERT_REQUIRED",
-            assert_hostname=False if insecure else None,
-            timeout=urllib3.Timeout(connect=10.0, read=timeout),
-            retries=False,
-        )
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
-    def login(cls, settings: kopf.OperatorSettings) -> Kube:
-        """As kopf logs in without a client library: the service account in a pod, else the kubeconfig."""
-        connection = kopf.login_with_service_account(settings=settings)
-        if connection is not None:
-            return cls(connection, token_path=SERVICE_ACCOUNT_TOKEN)
-        connection = kopf.login_with_kubeconfig(settings=settings)
-        if connection is None:
-            raise kopf.LoginError("no service account token and no kubeconfig (KUBECONFIG, ~/.kube/config)")
-        return cls(connection)
+    def login(cls, max_connections: int = 16) -> Kube:
+        return cls(login(max_connections))
 
-    # --- the calls -------------------------------------------------------------------------------
+    # --- pods, Services, Events ------------------------------------------------------------------
 
-    def create(self, path: str, body: dict[str, Any]) -> bool:
-        """POST; False when the object exists already."""
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when the pod exists already."""
+        return _created(self.core.create_namespaced_pod, namespace, body)
+
+    def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
+        return _created(self.core.create_namespaced_service, namespace, body)
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
+        return _created(self.core.create_namespaced_event, namespace, body)
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """False when the pod is gone already."""
+        return _deleted(lambda: self.core.delete_namespaced_pod(name, namespace, **_RAW))
+
+    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _answer(self.core.list_node(label_selector=label_selector, **_RAW))[
+            "items"
+        ]
+        return items
+
+    def get_peering(self, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """kopf's peering object: a ClusterKopfPeering, or a KopfPeering in the namespace."""
         try:
-            self.request("POST", path, body)
+            if namespace is None:
+                found = self.custom.get_cluster_custom_object(
+                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, name, **_RAW
+                )
+            else:
+                found = self.custom.get_namespaced_custom_object(
+                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, name, **_RAW
+                )
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        return _answer(found)
+
+    def create_peering(self, body: dict[str, Any]) -> bool:
+        """kopf's peering object; False when it exists already (another replica made it)."""
+        namespace = body["metadata"].get("namespace")
+        try:
+            if namespace is None:
+                created = self.custom.create_cluster_custom_object(
+                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, body, **_RAW
+                )
+            else:
+                created = self.custom.create_namespaced_custom_object(
+                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, body, **_RAW
+                )
         except ApiError as error:
             if error.status == 409:
                 return False
             raise
+        _read(created)
         return True
 
-    def delete(self, path: str, propagation: str | None = None) -> bool:
-        """DELETE; False when the object is gone already."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        try:
-            self.request("DELETE", path, body if propagation else None)
-        except ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+    # --- TPUJobs ---------------------------------------------------------------------------------
 
-    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", path, patch, content_type=MERGE_PATCH, answer=True)
-
-    def get(self, path: str) -> dict[str, Any] | None:
+    def get_tpujob(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.request("GET", path, answer=True)
+            return _answer(self.custom.get_namespaced_custom_object(*_TPUJOBS(namespace), name, **_RAW))
         except ApiError as error:
             if error.status == 404:
                 return None
             raise
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        content_type: str = JSON,
-        answer: bool = False,
-    ) -> dict[str, Any]:
-        """One call; the answer is parsed only when asked for (a created pod is not worth decoding)."""
-        payload = json.dumps(body).encode() if body is not None else None
-        for attempt in range(2):
-            headers = {"Accept": JSON, **self._basic, **self._authorization()}
-            if payload is not None:
-                headers["Content-Type"] = content_type
-            response = self._http.request(method, self.server + path, body=payload, headers=headers)
-            if response.status == 401 and attempt == 0 and self._token_path:
-                self._reread_token()  # rotated between two reads: once more with the new token
-                continue
-            break
-        if response.status >= 300:
-            raise _error(response.status, response.data)
-        return json.loads(response.data) if answer else {}
+    def patch_tpujob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (a resourceVersion in it makes it conditional)."""
+        return _answer(self.custom.patch_namespaced_custom_object(*_TPUJOBS(namespace), name, patch, **_RAW))
 
-    def close(self) -> None:
-        self._http.clear()
+    def patch_tpujob_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of the status subresource: the spec is left as it is."""
+        return _answer(
+            self.custom.patch_namespaced_custom_object_status(*_TPUJOBS(namespace), name, patch, **_RAW)
+        )
 
-    # --- credentials ----------------------------------------------------------------------------
-
-    def _authorization(self) -> dict[str, str]:
-        if self._token_path and time.monotonic() - self._token_read > TOKEN_REREAD_SECONDS:
-            self._reread_token()
-        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
-
-    def _reread_token(self) -> None:
-        assert self._token_path is not None
-        with self._token_lock:
-            with open(self._token_path, encoding="utf-8") as file:
-                self._token = file.read().strip()
-            self._token_read = time.monotonic()
+    def delete_tpujob(self, namespace: str, name: str, propagation: str = "Background") -> bool:
+        return _deleted(
+            lambda: self.custom.delete_namespaced_custom_object(
+                *_TPUJOBS(namespace), name, propagation_policy=propagation, **_RAW
+            )
+        )
 
 
-def _error(status: int, data: bytes) -> ApiError:
+_RAW: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT_SECONDS}
+
+
+def _TPUJOBS(namespace: str) -> tuple[str, str, str, str]:
+    return c.GROUP, c.VERSION, namespace, c.PLURAL
+
+
+def _created(create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> bool:
     try:
-        answer = json.loads(data)
-        return ApiError(status, answer.get("reason", ""), answer.get("message", ""))
-    except (ValueError, AttributeError):
-        return ApiError(status, "", data[:200].decode(errors="replace"))
+        _read(create(namespace, body, **_RAW))
+    except ApiError as error:
+        if error.status == 409:
+            return False
+        raise
+    return True
+
+
+def _deleted(delete: Callable[[], Any]) -> bool:
+    try:
+        _read(delete())
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True

@@ -69,6 +69,10 @@ RECONCILE_DURATION = Histogram(
     "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
 )
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
+OPERATOR_ACTIVE = Gauge(
+    "tpujob_operator_active",
+    "1 on the replica that reconciles TPUJobs, 0 on a standby (kopf peering); sum over replicas is 1.",
+)
 GKE_CLUSTER_READY = Gauge(
     "tpujob_gke_cluster_ready",
     "1 when the configured GKE cluster was found and its zone setting fits it (GetCluster, at start and "

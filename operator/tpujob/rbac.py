@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpujob import peering
 from tpujob.api import constants as c
+
+# What kopf does with its peering object: read and watch it, write its own record (kopf's RBAC docs);
+# the operator creates it at start when no replica has yet.
+PEERING_VERBS = ["get", "list", "watch", "patch", "create"]
 
 RULES: list[dict[str, Any]] = [
     # Watch TPUJobs, add/remove the finalizer and kopf's annotations (patch), delete after the TTL.
@@ -21,6 +26,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     # Events for every transition a user sees in `kubectl describe`.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # Active and standby replicas (kopf peering): a namespace-scoped operator's KopfPeering.
+    {"apiGroups": [peering.GROUP], "resources": [peering.NAMESPACED_PLURAL], "verbs": PEERING_VERBS},
 ]
 
 
@@ -28,6 +35,8 @@ RULES: list[dict[str, Any]] = [
 # maintenance notice), to checkpoint and restart a slice before its hosts go.
 CLUSTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    # A cluster-wide operator's replicas meet in a ClusterKopfPeering.
+    {"apiGroups": [peering.GROUP], "resources": [peering.CLUSTER_PLURAL], "verbs": PEERING_VERBS},
 ]
 
 

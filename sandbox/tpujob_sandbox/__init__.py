@@ -35,6 +35,7 @@ _EXPORTS = {
     "EXIT_CODE_SIGTERM": "kubelet",
     "OperatorProcess": "operators",
     "install_crd": "operators",
+    "install_peering_crds": "operators",
     "operator_kubeconfig": "operators",
     "token_kubeconfig": "operators",
     "operator_env": "operators",

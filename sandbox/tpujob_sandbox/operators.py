@@ -9,12 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import yaml
 from kubernetes import client as k8s
 
+from tpujob import peering
 from tpujob.api import constants as c
 from tpujob.api.crd import crd
 from tpujob.rbac import cluster_role
@@ -46,23 +48,39 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
     }
 
 
-def install_crd(sandbox: Sandbox) -> None:
-    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+def install_peering_crds(sandbox: Sandbox) -> None:
+    """kopf's peering CRDs, as the chart ships them: the replicas' operator creates its object in one."""
     api = k8s.ApiextensionsV1Api(sandbox.api_client)
-    definition = crd(cel=False)
+    for cluster_wide in (True, False):
+        definition = peering.peering_crd(cluster_wide)
+        _create_or_keep(api.create_custom_resource_definition, definition)
+        _wait_established(api, definition["metadata"]["name"])
+
+
+def _create_or_keep(create: Callable[[dict[str, Any]], object], body: dict[str, Any]) -> None:
     try:
-        api.create_custom_resource_definition(definition)
+        create(body)
     except k8s.ApiException as error:
         if error.status != 409:
             raise
+
+
+def _wait_established(api: k8s.ApiextensionsV1Api, name: str) -> None:
     wait_for(
         lambda: any(
             cond.type == "Established" and cond.status == "True"
-            for cond in api.read_custom_resource_definition(c.CRD_NAME).status.conditions or []
+            for cond in api.read_custom_resource_definition(name).status.conditions or []
         ),
         timeout=30,
-        what="the TPUJob CRD to be established",
+        what=f"the CRD {name} to be established",
     )
+
+
+def install_crd(sandbox: Sandbox) -> None:
+    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+    api = k8s.ApiextensionsV1Api(sandbox.api_client)
+    _create_or_keep(api.create_custom_resource_definition, crd(cel=False))
+    _wait_established(api, c.CRD_NAME)
 
 
 def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:

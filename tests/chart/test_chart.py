@@ -61,7 +61,14 @@ def test_lint_and_template_pass(helm, scenario):
 
 def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
     kinds = by_kind(render(helm))
-    assert sorted(kinds) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert sorted(kinds) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
     (role,) = kinds["ClusterRole"]
     assert role["rules"] == RULES + CLUSTER_RULES
     (binding,) = kinds["ClusterRoleBinding"]
@@ -76,7 +83,7 @@ def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
     ]
     (deployment,) = kinds["Deployment"]
     spec = deployment["spec"]
-    assert (spec["replicas"], spec["strategy"]) == (1, {"type": "Recreate"})
+    assert (spec["replicas"], spec["strategy"]["type"]) == (2, "RollingUpdate")
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -106,10 +113,14 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "metrics.port=9100,health.port=9101",
         "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
         "--set", "operator.restartBackoffSeconds=3,operator.unschedulableGraceSeconds=4",
+        "--set", "peering.lifetimeSeconds=20",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
-    env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    container_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = {e["name"]: e["value"] for e in container_env if e["name"].startswith("TPUJOB_")}
     assert set(env) == set(ENVIRONMENT)
+    # kopf's identity of the replica in the peering object: the pod's name.
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container_env
     assert env == {
         "TPUJOB_GKE_PROJECT": "p-123456",
         "TPUJOB_GKE_LOCATION": "europe-west4",
@@ -124,7 +135,36 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_WORKERS": "9",
         "TPUJOB_RESTART_BACKOFF_SECONDS": "3",
         "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "4",
+        "TPUJOB_PEERING": "rel-tpujob-operator",
+        "TPUJOB_PEERING_LIFETIME_SECONDS": "20",
     }
+
+
+def test_two_replicas_roll_one_at_a_time_keep_one_through_a_drain_and_share_a_peering(helm):
+    """The chart ships kopf's peering CRDs; the replicas' operator creates its peering object."""
+    for plural in ("clusterkopfpeerings", "kopfpeerings"):
+        crd = yaml.safe_load((CHART / f"crds/kopf.dev_{plural}.yaml").read_text())
+        assert crd["spec"]["names"]["plural"] == plural
+    kinds = by_kind(render(helm))
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
+        "kubernetes.io/hostname"
+    )
+    (budget,) = kinds["PodDisruptionBudget"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= (
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TPUJOB_PEERING"] == "rel-tpujob-operator"  # the operator creates it in kopf's CRD
+    # One replica: no budget (it would block every drain).
+    assert "PodDisruptionBudget" not in by_kind(render(helm, "--set", "replicaCount=1"))
 
 
 def test_namespace_scoped_uses_a_role_and_the_crd_without_cel(helm):
@@ -135,15 +175,19 @@ def test_namespace_scoped_uses_a_role_and_the_crd_without_cel(helm):
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ml-team"
     assert role["rules"] == RULES
     assert binding["subjects"][0]["namespace"] == "tpujob-system"
-    (crd,) = kinds["CustomResourceDefinition"]
-    assert crd["metadata"]["name"] == c.CRD_NAME
+    crds = {crd["metadata"]["name"]: crd for crd in kinds["CustomResourceDefinition"]}
+    assert sorted(crds) == sorted([c.CRD_NAME, "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"])
+    crd = crds[c.CRD_NAME]
     assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     assert "x-kubernetes-validations" not in json.dumps(crd)
     assert crd["spec"] == yaml.safe_load((CHART / "files/crd-no-cel.yaml").read_text())["spec"]
 
 
 def test_crd_template_with_cel_is_the_crds_folder_copy(helm):
-    (crd,) = by_kind(render(helm, "--set", "crds.install=true,crds.keep=false"))["CustomResourceDefinition"]
+    documents = by_kind(render(helm, "--set", "crds.install=true,crds.keep=false"))[
+        "CustomResourceDefinition"
+    ]
+    (crd,) = [d for d in documents if d["metadata"]["name"] == c.CRD_NAME]
     assert crd["spec"] == yaml.safe_load((CHART / "crds/tpujob.dev_tpujobs.yaml").read_text())["spec"]
     assert "x-kubernetes-validations" in json.dumps(crd)
     assert "annotations" not in crd["metadata"]
@@ -290,8 +334,48 @@ def test_dashboard_has_the_promised_panels_and_variables():
     )
     assert {"namespace", "job"} <= variables.keys()
     for panel in board["panels"]:
-        if panel["type"] != "row":
+        if panel["type"] not in ("row", "text"):
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+
+
+def test_dashboard_is_a_complete_grafana_model():
+    """grafana-foundation-sdk (scripts/dashboard.py) does not validate what it builds: the fields Grafana
+    needs are here, every query panel queries the data source variable, text panels query nothing."""
+    board = dashboard.load()
+    assert board["schemaVersion"] >= 39
+    assert board["uid"] == "tpujob-overview" and board["title"] == "TPUJob"
+    assert board["tags"] == ["tpujob", "tpu", "gke"]
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows == ["Jobs", "GKE node pools", "TPU capacity and cost", "Operator", "Per job: $job", "Goodput"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(set(ids)) == len(ids)
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    kinds = set()
+    for panel in board["panels"]:
+        where, kind = panel["title"], panel["type"]
+        kinds.add(kind)
+        position = panel["gridPos"]
+        assert position["w"] > 0 and position["h"] > 0 and position["x"] + position["w"] <= 24, where
+        if kind == "row":
+            assert not panel["collapsed"] and panel["panels"] == [], where  # its panels follow it
+        elif kind == "text":
+            assert "targets" not in panel and "datasource" not in panel, where
+            assert panel["options"]["content"].strip(), where
+        else:
+            assert panel["datasource"] == source and panel["description"], where
+            assert panel["fieldConfig"]["defaults"]["unit"], where
+            assert panel["targets"], where
+            for target in panel["targets"]:
+                assert target["datasource"] == source and target["expr"].strip(), where
+                assert target["refId"] and target["legendFormat"], where
+    assert kinds == {"row", "timeseries", "bargauge", "stat", "text"}
+    (goodput,) = [p for p in board["panels"] if p["type"] == "text"]
+    assert "#15" in goodput["options"]["content"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    for name in ("namespace", "job"):
+        variable = variables[name]
+        assert variable["datasource"] == source
+        assert variable["definition"] == variable["query"]["query"]  # the SDK's model lacks `definition`
 
 
 def test_every_metric_the_dashboard_queries_is_exported_by_the_code():

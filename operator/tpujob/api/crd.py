@@ -67,6 +67,22 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+# The descriptions Kubernetes gives TypeMeta (k8s.io/apimachinery), as controller-gen copies them into every
+# CRD. metadata stays bare: the API server refuses anything there but name and generateName, and describes
+# it itself (ObjectMeta) in the OpenAPI document `kubectl explain` reads.
+_CONVENTIONS = "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+_API_VERSION_DESCRIPTION = (
+    "APIVersion defines the versioned schema of this representation of an object. Servers should convert "
+    "recognized schemas to the latest internal value, and may reject unrecognized values. "
+    f"More info: {_CONVENTIONS}#resources"
+)
+_KIND_DESCRIPTION = (
+    "Kind is a string value representing the REST resource this object represents. Servers may infer this "
+    "from the endpoint the client submits requests to. Cannot be updated. In CamelCase. "
+    f"More info: {_CONVENTIONS}#types-kinds"
+)
+
+
 def openapi_schema() -> dict[str, Any]:
     spec = structural(TPUJobSpec.model_json_schema(by_alias=True, mode="validation"))
     status = structural(TPUJobStatus.model_json_schema(by_alias=True, mode="serialization"))
@@ -76,8 +92,8 @@ def openapi_schema() -> dict[str, Any]:
         "description": "A TPU training job on GKE: TPU slices, capacity, trainer and failure policy.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "description": _API_VERSION_DESCRIPTION},
+            "kind": {"type": "string", "description": _KIND_DESCRIPTION},
             "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
@@ -93,6 +109,13 @@ def openapi_schema() -> dict[str, Any]:
         ],
     }
 
+
+# `kubectl get tpujob` (the category, which kubectl expands before it reads resource names) lists this
+# project's kinds. Not in `all`, as Kubeflow's training jobs and JobSet are not: `kubectl get all` stays
+# the built-in workloads (and does not fail for users who may not list TPUJobs). Only TPUJob may join
+# this category: it shares the singular's name, so another kind in it would turn `kubectl get tpujob NAME`
+# into a lookup of NAME in every kind of the category.
+CATEGORIES = ("tpujob",)
 
 PRINTER_COLUMNS = [
     {"name": "Type", "type": "string", "jsonPath": ".spec.tpu.type", "description": "TPU generation"},
@@ -131,7 +154,7 @@ def crd(*, cel: bool = True) -> dict[str, Any]:
                 "plural": c.PLURAL,
                 "singular": c.SINGULAR,
                 "shortNames": list(c.SHORT_NAMES),
-                "categories": ["all", "tpu"],
+                "categories": list(CATEGORIES),
             },
             "versions": [
                 {

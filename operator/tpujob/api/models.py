@@ -235,6 +235,8 @@ class NodePoolSpec(ApiModel):
 
 
 class EnvVar(ApiModel):
+    """An environment variable of the trainer container."""
+
     name: str = Field(pattern=ENV_NAME_PATTERN, max_length=256, description="Variable name.")
     value: str = Field(default="", description="Variable value.")
 
@@ -328,9 +330,12 @@ class RunPolicy(ApiModel):
 
 
 class TPUJobSpec(ApiModel):
+    """What the job runs and where: TPU slices, their capacity, node pools, trainer and run policy."""
+
     tpu: TPUSpec = Field(description="Which TPUs, in which shape.")
     capacity: CapacitySpec = Field(
-        default_factory=CapacitySpec, description="On-demand, spot or reservation."
+        default_factory=CapacitySpec,
+        description="Where the TPUs come from: on-demand, spot, a reservation or flex-start.",
     )
     node_pool: NodePoolSpec = Field(default_factory=NodePoolSpec, description="Who makes the node pools.")
     trainer: TrainerSpec = Field(description="The container that runs on every TPU host.")
@@ -357,6 +362,8 @@ class Condition(ApiModel):
 
 
 class NodePoolStatus(ApiModel):
+    """One slice's GKE node pool as the operator last saw it."""
+
     model_config = ConfigDict(extra="ignore")
 
     name: str = Field(description="GKE node pool name.")
@@ -373,6 +380,8 @@ class NodePoolStatus(ApiModel):
 
 
 class WorkerCounts(ApiModel):
+    """The job's pods of the current attempt, by state."""
+
     model_config = ConfigDict(extra="ignore")
 
     expected: int = Field(default=0, description="Pods the job runs (hosts x slices).")

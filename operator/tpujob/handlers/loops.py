@@ -1,15 +1,46 @@
-"""The periodic loops: a resync pass for every job (and maintenance notices), and the orphan sweep."""
+"""The periodic loops: which replica is active (peering), a resync pass for every job (and maintenance
+notices), and the orphan sweep. A standby replica runs none of the work."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 
-from tpujob.handlers.passes import Runtime, reconcile
+from tpujob import metrics, peering
+from tpujob.handlers.passes import Runtime, reconcile, request_pass
 
 log = logging.getLogger(__name__)
 
 RESYNC_CONCURRENCY = 8
+
+
+async def lead_forever(runtime: Runtime) -> None:
+    """Read the peering object a few times per lifetime: this replica works while no live peer outranks
+    it, as kopf's own watches do. Becoming active, it looks at every job at once."""
+    name, api = runtime.config.peering, runtime.api
+    if name is None or api is None:
+        return
+    loop = asyncio.get_running_loop()
+    period = runtime.config.peering_lifetime_seconds / 5
+    while True:
+        try:
+            found = await loop.run_in_executor(None, api.get_peering, name, runtime.config.namespace)
+            peers = (found or {}).get("status") or {}
+            active = found is not None and peering.leads(
+                peers, runtime.identity, runtime.priority, dt.datetime.now(dt.UTC)
+            )
+        except Exception:
+            log.exception("reading the peering object %s failed; will retry", name)
+            active = runtime.active
+        if active != runtime.active:
+            log.warning("replica %s is now %s", runtime.identity, "active" if active else "standby")
+            runtime.active = active
+            metrics.OPERATOR_ACTIVE.set(1 if active else 0)
+            if active:
+                for namespace, job in list(runtime.indexes.jobs):
+                    request_pass(runtime, namespace, job)
+        await asyncio.sleep(period)
 
 
 async def resync_forever(runtime: Runtime) -> None:
@@ -18,6 +49,8 @@ async def resync_forever(runtime: Runtime) -> None:
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
+        if not runtime.active:
+            continue
         if (
             runtime.config.namespace is None
         ):  # nodes are cluster-scoped: a namespaced operator cannot read them
@@ -43,6 +76,9 @@ async def sweep_forever(runtime: Runtime) -> None:
     loop = asyncio.get_running_loop()
     jobs = runtime.indexes.jobs
     while True:
+        if not runtime.active:  # a standby sweeps as soon as it takes over: the active one may have crashed
+            await asyncio.sleep(1.0)
+            continue
         try:
             await loop.run_in_executor(None, runtime.reconciler.check_cluster)
         except Exception:

@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from tpujob import kube
 from tpujob.config import OperatorConfig
 from tpujob.reconciler import Outcome, Reconciler
 
@@ -32,9 +33,22 @@ class Indexes:
 class Runtime:
     """Per-process state shared by the handlers (kopf's memo)."""
 
-    def __init__(self, config: OperatorConfig, reconciler: Reconciler) -> None:
+    def __init__(
+        self,
+        config: OperatorConfig,
+        reconciler: Reconciler,
+        identity: str = "",
+        priority: int = 0,
+        api: kube.Kube | None = None,
+    ) -> None:
         self.config = config
         self.reconciler = reconciler
+        self.api = api
+        # Peering: this replica's identity and priority; whether it is the active one (a standalone
+        # operator always is; a replica waits for its first look at the peering object).
+        self.identity = identity
+        self.priority = priority
+        self.active = config.peering is None
         self.locks: dict[str, asyncio.Lock] = {}
         # Jobs with a pass requested but not yet begun: more events for them need no pass of their own.
         self.queued: set[tuple[str, str]] = set()
@@ -55,7 +69,7 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     key = (namespace, name)
     jobs, pods, services = runtime.indexes.jobs, runtime.indexes.pods, runtime.indexes.services
     bodies = list(_values(jobs, key))
-    if not bodies:
+    if not bodies or not runtime.active:  # a standby replica leaves every job to the active one
         runtime.queued.discard(key)
         return
     uid = bodies[0]["metadata"]["uid"]

@@ -9,10 +9,10 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from tpujob import gke, kube, metrics
+from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import from_environment
-from tpujob.handlers.loops import resync_forever, sweep_forever
+from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.passes import Indexes, Runtime
 from tpujob.reconciler import Reconciler
 
@@ -33,6 +33,13 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's watches log in as the operator's own calls do (tpujob.kube.login), through the kubernetes
+    package: the service account in a pod, else the kubeconfig with its exec plugin."""
+    return kopf.login_via_client(**kwargs)
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
@@ -47,8 +54,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
-    # One replica with the Recreate strategy: no peering objects (and no RBAC for them) needed.
-    settings.peering.standalone = True
+    # Replicas meet in a peering object: the one of highest priority works, the others stand by and
+    # take over when its record in the object goes stale (peering_lifetime_seconds after its last write).
+    settings.peering.standalone = config.peering is None
+    priority = peering.new_priority()
+    if config.peering is not None:
+        settings.peering.name = config.peering
+        settings.peering.clusterwide = config.namespace is None
+        settings.peering.mandatory = True
+        settings.peering.priority = priority
+        settings.peering.lifetime = config.peering_lifetime_seconds
     # The CRD exists before the operator starts (the chart installs it first): discover resources once
     # instead of watching CRDs and namespaces cluster-wide, which the least-privilege RBAC does not allow
     # (kopf would retry those 403s at every start, and a namespace-scoped operator has no cluster scope).
@@ -70,15 +85,20 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register()
         start_http_server(config.metrics_port)
+    api = kube.Kube.login(max_connections=config.workers)
     reconciler = Reconciler(
         config.cluster,
-        kube.Kube.login(settings),
+        api,
         pools,
         config.restart_backoff_seconds,
         policies=policies,
         unschedulable_grace_seconds=config.unschedulable_grace_seconds,
     )
-    memo.runtime = Runtime(config, reconciler)
+    if config.peering is not None:
+        # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
+        api.create_peering(peering.peering_object(config.peering, config.namespace))
+    metrics.OPERATOR_ACTIVE.set(1 if config.peering is None else 0)
+    memo.runtime = Runtime(config, reconciler, peering.own_identity(), priority, api)
 
 
 @kopf.on.startup()
@@ -87,6 +107,7 @@ async def start_loops(memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf hands each index to handlers as a keyword named after its function (handlers/indexes.py).
     runtime.indexes = Indexes(kwargs["tpujob_index"], kwargs["pod_index"], kwargs["service_index"])
     runtime.tasks = [
+        asyncio.create_task(lead_forever(runtime)),
         asyncio.create_task(sweep_forever(runtime)),
         asyncio.create_task(resync_forever(runtime)),
     ]

@@ -75,17 +75,17 @@ class Actions:
     # --- Kubernetes ------------------------------------------------------------------------------
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        self.api.delete(kube.pods(namespace, name))
+        self.api.delete_pod(namespace, name)
 
     def create_pods_and_service(
         self, namespace: str, pods: list[dict[str, Any]], service: dict[str, Any] | None
     ) -> None:
         """Pods all at once (a slice's hosts start together), with the Service that names them for DNS.
         What exists already is fine; the first other error is raised after every call ended."""
-        creates = [(kube.pods(namespace), pod) for pod in pods]
+        creates = [(self.api.create_pod, pod) for pod in pods]
         if service is not None:
-            creates.append((kube.services(namespace), service))
-        futures = [self._creators.submit(self.api.create, path, body) for path, body in creates]
+            creates.append((self.api.create_service, service))
+        futures = [self._creators.submit(create, namespace, body) for create, body in creates]
         for error in [f.exception() for f in futures]:
             if error is not None:
                 raise error
@@ -99,7 +99,7 @@ class Actions:
         patch = {
             "metadata": {"finalizers": [*finalizers, c.FINALIZER], "resourceVersion": meta["resourceVersion"]}
         }
-        self.api.merge_patch(kube.tpujobs(meta["namespace"], meta["name"]), patch)
+        self.api.patch_tpujob(meta["namespace"], meta["name"], patch)
 
     def post_events(self, meta: dict[str, Any], events: list[s.Event], now: dt.datetime) -> None:
         """Through the operator's own bounded connection pool (kopf's poster opens a connection per
@@ -107,16 +107,14 @@ class Actions:
         namespace, name = meta["namespace"], meta["name"]
         for event in events:
             try:
-                self.api.create(kube.events(namespace), event_manifest(meta, event, now, self.instance))
+                self.api.create_event(namespace, event_manifest(meta, event, now, self.instance))
             except Exception as error:
                 log.warning("%s/%s: event %s not posted: %s", namespace, name, event.reason, error)
 
     def patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> str | None:
         """Write the status subresource; the written resourceVersion, None if the job is gone."""
         try:
-            written = self.api.merge_patch(
-                kube.tpujobs(meta["namespace"], meta["name"], "status"), {"status": status}
-            )
+            written = self.api.patch_tpujob_status(meta["namespace"], meta["name"], {"status": status})
         except kube.ApiError as error:
             if error.status == 404:  # deleted meanwhile: nothing to record
                 return None
@@ -124,8 +122,8 @@ class Actions:
         return str(written["metadata"]["resourceVersion"])
 
     def delete_job(self, namespace: str, name: str) -> None:
-        self.api.delete(kube.tpujobs(namespace, name), propagation="Background")
+        self.api.delete_tpujob(namespace, name, propagation="Background")
 
     def job_exists(self, namespace: str, name: str, uid: str) -> bool:
-        job = self.api.get(kube.tpujobs(namespace, name))
+        job = self.api.get_tpujob(namespace, name)
         return job is not None and bool(job["metadata"]["uid"] == uid)

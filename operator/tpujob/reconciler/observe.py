@@ -168,7 +168,7 @@ class Observer:
         if self.maintenance_forbidden:
             return
         try:
-            found = self.api.get(kube.nodes(render.MAINTENANCE_LABEL)) or {}
+            nodes = self.api.list_nodes(render.MAINTENANCE_LABEL)
         except kube.ApiError as error:
             if error.status != 403:
                 raise
@@ -176,7 +176,7 @@ class Observer:
             self.maintenance_forbidden = True
             return
         notices = {}
-        for node in found.get("items", []):
+        for node in nodes:
             value = (node["metadata"].get("labels") or {}).get(render.MAINTENANCE_LABEL, "")
             if value.isdigit():
                 notices[node["metadata"]["name"]] = int(value)

@@ -1,0 +1,94 @@
+"""Active and standby replicas through kopf's peering: every replica writes itself (priority, lifetime,
+last seen) into one peering object; a replica pauses while a live peer has a higher priority, or the
+same one (kopf/_core/engines/peering.py, process_peering_event). kopf pauses its own watches by that
+rule; the operator's own loops and requeues ask `leads()` the same question. Pure: no I/O here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+GROUP = "kopf.dev"
+VERSION = "v1"
+CLUSTER_PLURAL = "clusterkopfpeerings"
+NAMESPACED_PLURAL = "kopfpeerings"
+# Every replica its own priority: kopf freezes all replicas of the same priority.
+MAX_PRIORITY = 2**31 - 1
+
+
+def own_identity() -> str:
+    """This process's identity in the peering object, as kopf takes it (POD_ID): the pod's name, set
+    by the chart; `ensure_identity` gives a process outside a pod one before kopf starts."""
+    return os.environ["POD_ID"]
+
+
+def ensure_identity() -> None:
+    """kopf reads POD_ID when it starts, and the operator's own loops must know the same name."""
+    if not os.environ.get("POD_ID"):
+        os.environ["POD_ID"] = f"{socket.gethostname()}-{os.getpid()}"
+
+
+def new_priority() -> int:
+    """A priority no other replica holds (a collision, one in two billion, would pause both)."""
+    return random.SystemRandom().randint(1, MAX_PRIORITY)
+
+
+def leads(peers: Mapping[str, Any], identity: str, priority: int, now: dt.datetime) -> bool:
+    """Whether this replica is the active one: no other live peer has its priority or a higher one."""
+    for other, peer in peers.items():
+        if other == identity or not isinstance(peer, Mapping):
+            continue
+        if int(peer.get("priority", 0)) < priority:
+            continue
+        lastseen = dt.datetime.fromisoformat(str(peer.get("lastseen", "")))
+        if lastseen + dt.timedelta(seconds=int(peer.get("lifetime", 60))) > now:
+            return False
+    return True
+
+
+def peering_object(name: str, namespace: str | None) -> dict[str, Any]:
+    """The object the replicas meet in: ClusterKopfPeering for a cluster-wide operator, else a
+    KopfPeering in the watched namespace."""
+    if namespace is None:
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KopfPeering",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+
+
+def peering_crd(cluster_wide: bool) -> dict[str, Any]:
+    """kopf's peering CRD (https://docs.kopf.dev/en/latest/peering/): its status holds each replica's
+    record, free-form. The chart ships both kinds (make generate)."""
+    kind = "ClusterKopfPeering" if cluster_wide else "KopfPeering"
+    plural = CLUSTER_PLURAL if cluster_wide else NAMESPACED_PLURAL
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "scope": "Cluster" if cluster_wide else "Namespaced",
+            "group": GROUP,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

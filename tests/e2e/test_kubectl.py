@@ -1,0 +1,212 @@
+"""kubectl's conventions for the TPUJob CRD, on the test bed with a real kubectl (the pinned 1.33 from
+tests/chart/tools.py, never the machine's): `kubectl explain` describes every field, the short name and the
+category resolve, `kubectl wait` sees the Succeeded condition, `kubectl get` shows the printer columns."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart import tools
+from tests.manifests import base_job
+from tpujob.api import constants as c
+from tpujob.api.crd import PRINTER_COLUMNS, crd
+from tpujob_sandbox import wait_for
+
+# `kubectl explain` of kubectl 1.27 and later renders OpenAPI v3 (/openapi/v3) by default; the test bed's
+# 1.20 API server publishes only OpenAPI v2 (/openapi/v2; v3 came in 1.24 as alpha). kubectl falls back to
+# v2 on its own when /openapi/v3 does not answer, but --output=plaintext-openapiv2 asks for the v2
+# renderer outright: the same output on every server, no probe first. (The KUBECTL_EXPLAIN_OPENAPIV3
+# variable of kubectl 1.24-1.26 is gone from 1.33.)
+EXPLAIN_V2 = "--output=plaintext-openapiv2"
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> Path:
+    try:
+        return tools.kubectl()
+    except tools.ToolMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+class Kubectl:
+    """kubectl as the test bed's admin, with a discovery cache of its own (a stale ~/.kube/cache from an
+    earlier test bed on the same port would hide a changed CRD)."""
+
+    def __init__(self, binary: Path, kubeconfig: Path, cache: Path) -> None:
+        self.base = [str(binary), f"--kubeconfig={kubeconfig}", f"--cache-dir={cache}"]
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def ok(self, *args: str) -> str:
+        result = self.run(*args)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.returncode}\n{result.stderr}"
+        return result.stdout
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+
+@pytest.fixture
+def kubectl(kubectl_binary, sandbox, operator, tmp_path) -> Kubectl:
+    """`operator` installs the CRD (without CEL, as a 1.20 API server needs)."""
+    return Kubectl(kubectl_binary, sandbox.kubeconfig, tmp_path / "kube-cache")
+
+
+# --- kubectl explain ---------------------------------------------------------------------------------
+
+
+def crd_schema(path: str) -> dict[str, Any]:
+    """The CRD's openAPIV3Schema node at an explain path: "tpujob.spec.capacity"."""
+    node = crd(cel=False)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for part in path.split(".")[1:]:
+        node = node["properties"][part]
+    return node
+
+
+FIELD_LINE = re.compile(
+    r"^ {2,3}(?P<name>[A-Za-z][A-Za-z0-9]*)\t<(?P<type>[^>]+)>(?P<required> -required-)?$"
+)
+
+
+def explained(output: str) -> tuple[str, dict[str, str]]:
+    """(the resource's DESCRIPTION, field -> its description) of `kubectl explain` plaintext, whitespace
+    folded (kubectl wraps descriptions at 80 columns)."""
+    description: list[str] = []
+    fields: dict[str, list[str]] = {}
+    current: list[str] = []
+    section = ""
+    for line in output.splitlines():
+        if line in ("DESCRIPTION:", "FIELDS:"):
+            section = line
+        elif section == "DESCRIPTION:":
+            description.append(line)
+        elif section == "FIELDS:" and (match := FIELD_LINE.match(line)):
+            current = fields.setdefault(match["name"], [])
+        elif section == "FIELDS:":
+            current.append(line)
+    return " ".join(" ".join(description).split()), {
+        k: " ".join(" ".join(v).split()) for k, v in fields.items()
+    }
+
+
+def fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+def explain(kubectl: Kubectl, path: str, *extra: str) -> str:
+    # The API server adds a new CRD to its OpenAPI document a moment after the CRD is Established.
+    return wait_for(
+        lambda: (result := kubectl.run("explain", path, *extra)).returncode == 0 and result.stdout,
+        timeout=30,
+        what=f"kubectl explain {path}",
+        last_state=lambda: kubectl.run("explain", path, *extra).stderr,
+    )
+
+
+# The API server describes these itself in its OpenAPI document, whatever the CRD says (the CRD may not
+# describe metadata at all): Kubernetes' own text for TypeMeta and ObjectMeta.
+SERVER_DESCRIBED = {
+    "apiVersion": "APIVersion defines the versioned schema",
+    "kind": "Kind is a string value representing the REST resource",
+    "metadata": "Standard object's metadata.",
+}
+
+
+@pytest.mark.parametrize("path", ["tpujob", "tpujob.spec", "tpujob.spec.capacity", "tpujob.spec.runPolicy"])
+def test_kubectl_explain_prints_every_field_with_its_description(kubectl, path):
+    """Every property of the CRD at that path is listed, with the CRD's description word for word."""
+    schema = crd_schema(path)
+    output = explain(kubectl, path, EXPLAIN_V2)
+    assert re.search(rf"^KIND:\s+{c.KIND}$", output, re.MULTILINE), output
+    description, fields = explained(output)
+    assert description == fold(schema["description"]), output
+    assert sorted(fields) == sorted(schema["properties"]), output
+    for name, prop in schema["properties"].items():
+        if path == "tpujob" and name in SERVER_DESCRIBED:
+            assert fields[name].startswith(SERVER_DESCRIBED[name]), f"{name}: {fields[name]!r}"
+            continue
+        assert prop.get("description"), f"{path}.{name} has no description in the CRD: add one to the model"
+        assert fields[name] == fold(prop["description"]), f"{path}.{name}: {fields[name]!r}\n{output}"
+
+
+def test_kubectl_explain_falls_back_to_openapi_v2_by_itself_on_this_server(kubectl):
+    """Without the flag kubectl 1.33 probes /openapi/v3, which a 1.20 API server lacks, and renders v2."""
+    with_flag = explain(kubectl, "tpujob.spec.capacity", EXPLAIN_V2)
+    assert explain(kubectl, "tpujob.spec.capacity") == with_flag
+
+
+# --- short name, category, printer columns ---------------------------------------------------------
+
+
+def test_short_name_and_category_come_from_discovery(kubectl):
+    names = crd()["spec"]["names"]
+    assert "tj" in names["shortNames"]
+    assert names["categories"] == ["tpujob"], "Kubeflow and JobSet do not join `all`; neither does TPUJob"
+    resources = kubectl.ok("api-resources", f"--api-group={c.GROUP}", "--no-headers").split()
+    assert resources[:2] == [c.PLURAL, ",".join(names["shortNames"])], resources
+    assert kubectl.ok("api-resources", "--categories=tpujob", "-o", "name").split() == [c.CRD_NAME]
+    assert c.CRD_NAME not in kubectl.ok("api-resources", "--categories=all", "-o", "name").split()
+
+
+def table(output: str) -> tuple[list[str], list[list[str]]]:
+    header, *rows = [line.split() for line in output.splitlines() if line.strip()]
+    return header, rows
+
+
+def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubectl, jobs):
+    jobs.create(base_job("train"))
+    jobs.wait_pods_running("train", 1)
+    jobs.wait_phase("train", "Running")
+    columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS)]
+    assert columns == ["NAME", "TYPE", "TOPOLOGY", "SLICES", "PHASE", "RESTARTS", "AGE"]
+    # The short name; the category (kubectl expands categories first, so `tpujob` is the category here,
+    # which test_short_name_and_category_come_from_discovery shows holds TPUJobs only); plural; full name.
+    for resource in ("tj", "tpujob", "tpujobs", c.CRD_NAME):
+        header, rows = table(kubectl.ok("get", resource, "-n", jobs.namespace))
+        assert header == columns, f"kubectl get {resource}: {header}"
+        assert [row[:6] for row in rows] == [["train", "v5e", "2x2", "1", "Running", "0"]], rows
+    # Not in `all`: `kubectl get all` shows the job's pod and Service, not the TPUJob.
+    everything = kubectl.ok("get", "all", "-n", jobs.namespace, "-o", "name").split()
+    assert any(name.startswith("pod/") for name in everything), everything
+    assert not [n for n in everything if n.startswith(f"{c.SINGULAR}.{c.GROUP}/")], everything
+
+
+# --- kubectl wait ------------------------------------------------------------------------------------
+
+
+def test_kubectl_wait_for_succeeded_returns_once_the_job_succeeds(kubectl, jobs, kubelet):
+    jobs.create(base_job("train"))
+    (pod,) = jobs.wait_pods_running("train", 1)
+    # Started before the job ends: kubectl reads the condition, then watches for it.
+    waiting = kubectl.start(
+        "wait", "--for=condition=Succeeded", "tj/train", "-n", jobs.namespace, "--timeout=60s"
+    )
+    try:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+        out, err = waiting.communicate(timeout=90)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, err
+    assert out.strip() == f"{c.SINGULAR}.{c.GROUP}/train condition met"
+    assert jobs.status("train")["phase"] == "Succeeded"
+
+
+def test_kubectl_wait_for_succeeded_times_out_on_a_running_job(kubectl, jobs):
+    jobs.create(base_job("train"))
+    jobs.wait_phase("train", "Running")
+    result = kubectl.run(
+        "wait", "--for=condition=Succeeded", "tj/train", "-n", jobs.namespace, "--timeout=3s"
+    )
+    assert result.returncode != 0
+    assert "timed out waiting for the condition" in result.stderr
