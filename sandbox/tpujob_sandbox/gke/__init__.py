@@ -1,6 +1,7 @@
 """The simulated GKE, one module per GKE resource: the cluster and its rules (cluster), zones, capacity and
 quota (zones), node pools and their provisioning (nodepools), operations, the Nodes a pool registers (nodes),
-workload policies (policies), faults on demand (faults) and the HTTP API that ties them (server).
+workload policies (policies), faults on demand (faults), the REST API (http) and the simulator that ties
+them (server).
 
 Every behaviour stands for something GKE documents or is seen doing; the source is beside the code.
 """
