@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,trainer]' -e ./sandbox -e ./trainer-image
+	$(BIN)/pip install -q -e '.[dev,trainer,jax]' -e ./sandbox -e ./trainer-image
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -5,7 +5,8 @@
    decode (JPEG decode, random crop and flip, normalization). Examples per second, measured
    for the first pass over the data (nothing cached yet) and for the passes after it.
 2. Trainer overhead: the trainer's step loop (metrics, stop vote, input-wait timing, progress)
-   against a bare `model.fit` on the same model, data and number of steps, both warmed up.
+   against a bare `model.fit` on the same model, data and number of steps, both warmed up; with it,
+   the cost of a checkpoint and of the export for serving (time and size) of each bundled model.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tpujob_trainer import data
+from tpujob_trainer import data, export
 from tpujob_trainer.config import TrainerConfig, WorkerEnv
 from tpujob_trainer.metrics import TrainerMetrics
-from tpujob_trainer.models import build_model
+from tpujob_trainer.models import BUILT_IN_INPUT_SHAPES, TOKEN_MODELS, build_model, resolve_builder
 from tpujob_trainer.progress import Progress
 from tpujob_trainer.train import Checkpoints, StepLoop, StopSignal
 
@@ -208,6 +209,7 @@ def bench_overhead(chunk_steps: int, chunks: int, rounds: int, batch_size: int) 
             "median_overhead_percent": (statistics.median(loop_times) / statistics.median(fit_times) - 1)
             * 100,
             "checkpoint_seconds": checkpoint_cost(model, directory),
+            "export": export_cost(directory),
         }
 
 
@@ -224,6 +226,38 @@ def checkpoint_cost(model_factory: object, directory: str) -> float:
     for number in range(1, 6):
         manager.save(checkpoint_number=number)
     return (time.perf_counter() - started) / 5
+
+
+def export_cost(directory: str) -> dict[str, dict[str, float]]:
+    """Each bundled model's export for serving (SavedModel + model.json) to local disk: the fastest of
+    three (the trainer exports once, at the end), and its size."""
+    costs = {}
+    for name, shape in BUILT_IN_INPUT_SHAPES.items():
+        if name in TOKEN_MODELS:
+            model_shape: tuple[int | None, ...] = (None,)
+            serving = export.ServingInput(
+                "tokens", model_shape, "int32", bucket_lengths=data.SEQUENCE_BUCKETS
+            )
+        else:
+            model_shape = shape
+            serving = export.ServingInput(
+                "images", shape, "uint8", preprocess=lambda images: tf.cast(images, tf.float32) / 255.0
+            )
+        model = build_model(name, model_shape, 10, learning_rate=1e-3)  # type: ignore[arg-type]
+
+        def rebuild(name: str = name, model_shape: tuple[int | None, ...] = model_shape) -> Any:
+            return resolve_builder(name)(model_shape, 10)  # type: ignore[arg-type]
+
+        runs = [
+            export.export_model(model, str(Path(directory) / f"export-{name}"), serving, rebuild=rebuild)
+            for _ in range(3)
+        ]
+        costs[name] = {
+            "seconds": min(run.seconds for run in runs),
+            "megabytes": runs[-1].size_bytes / 1e6,
+            "parameters": float(model.count_params()),
+        }
+    return costs
 
 
 def main() -> int:
@@ -276,6 +310,12 @@ def print_overhead(overhead: dict[str, Any], chunks: int) -> None:
         f"{overhead['median_overhead_percent']:+.1f}% median chunks"
     )
     print(f"  one checkpoint   {overhead['checkpoint_seconds'] * 1000:.0f} ms (every 200 steps by default)")
+    print("  export for serving (SavedModel + model.json, once at the end of a run), untrained weights:")
+    for name, cost in overhead["export"].items():
+        print(
+            f"    {name:14s} {cost['seconds']:5.2f} s  {cost['megabytes']:5.2f} MB  "
+            f"({cost['parameters'] / 1e6:.2f}M parameters)"
+        )
 
 
 if __name__ == "__main__":

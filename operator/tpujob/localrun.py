@@ -4,6 +4,9 @@ Each process gets the env the operator renders for its pod (`tpujob.render.worke
 the workers' addresses on localhost instead of the pods' DNS names, so a manifest that trains
 here trains the same way on GKE. Worker 0 draws the progress; every worker serves its metrics;
 the chief's JSON summary is printed at the end and the exit code says whether training succeeded.
+
+Any image's command runs as given (`python` being this environment's); `--mount /app=examples/jax`
+stands for the image's files: a command word or env value under /app is taken from examples/jax.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.manifests import load_one_job
 from tpujob.render import worker_env
-from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, slice_shape
+from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_EXPORT_DIR, ENV_METRICS_PORT, slice_shape
 
 ENV_SUMMARY_FILE = "TPUJOB_SUMMARY_FILE"
 ENV_PROGRESS = "TPUJOB_PROGRESS"
@@ -64,7 +67,21 @@ def add_subcommand(subparsers: Any) -> None:
         help="override spec.trainer.checkpointDir (default: the manifest's; a gs:// one becomes local)",
     )
     run.add_argument(
+        "--export-dir",
+        help="override spec.trainer.exportDir (default: the manifest's, a gs:// one becoming WORK_DIR/<job>/"
+        "export; unset, <checkpoint dir>/export as on GKE)",
+    )
+    run.add_argument(
         "--fresh", action="store_true", help="delete earlier local checkpoints: start from step 0"
+    )
+    run.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        type=parse_mount,
+        metavar="IMAGE_DIR=LOCAL_DIR",
+        help="the image's IMAGE_DIR is LOCAL_DIR here: command words and env values under it are mapped "
+        "(e.g. --mount /app=examples/jax); repeatable",
     )
     run.set_defaults(func=run_local)
 
@@ -84,13 +101,32 @@ def local_hostnames(ports: list[int]) -> list[str]:
     return [f"localhost:{port}" for port in ports]
 
 
-def trainer_command(job: TPUJob, python: str) -> list[str]:
+Mounts = tuple[tuple[str, str], ...]
+
+
+def parse_mount(text: str) -> tuple[str, str]:
+    """`IMAGE_DIR=LOCAL_DIR` (LOCAL_DIR made absolute) for --mount."""
+    image_dir, sep, local_dir = text.partition("=")
+    if not sep or not image_dir.startswith("/") or not local_dir:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected IMAGE_DIR=LOCAL_DIR, e.g. /app=examples/jax")
+    return image_dir.rstrip("/") or "/", str(Path(local_dir).resolve())
+
+
+def map_mounted(word: str, mounts: Mounts) -> str:
+    """A path at or under a mounted image directory, as the local path; anything else unchanged."""
+    for image_dir, local_dir in mounts:
+        if word == image_dir or word.startswith(image_dir.rstrip("/") + "/"):
+            return local_dir + word[len(image_dir.rstrip("/")) :]
+    return word
+
+
+def trainer_command(job: TPUJob, python: str, mounts: Mounts = ()) -> list[str]:
     """The container's command and args, run with this Python (the image's entrypoint by default)."""
     trainer = job.spec.trainer
     command = list(trainer.command) or [python, "-m", "tpujob_trainer"]
     if Path(command[0]).name in ("python", "python3"):
         command[0] = python  # the image's python is this environment's here
-    return command + list(trainer.args)
+    return [map_mounted(word, mounts) for word in command + list(trainer.args)]
 
 
 def local_checkpoint_dir(configured: str | None, override: str | None, job_dir: Path) -> str | None:
@@ -100,6 +136,20 @@ def local_checkpoint_dir(configured: str | None, override: str | None, job_dir: 
     if configured and "://" in configured:
         return str(job_dir / "checkpoints")
     return configured
+
+
+def local_export_dir(
+    configured: str | None, override: str | None, checkpoint_dir: str | None, job_dir: Path
+) -> str | None:
+    """Where worker 0 exports the model here. A remote exportDir (gs://) becomes a local directory; unset, it
+    follows the (local) checkpoint dir as the operator's default does: <checkpoint dir>/export."""
+    if override:
+        return override
+    if configured:
+        return str(job_dir / "export") if "://" in configured else configured
+    if checkpoint_dir:
+        return checkpoint_dir.rstrip("/") + "/export"
+    return None
 
 
 def plan_workers(
@@ -112,6 +162,8 @@ def plan_workers(
     job_dir: Path,
     checkpoint_dir: str | None,
     progress_bar: bool,
+    mounts: Mounts = (),
+    export_dir: str | None = None,
 ) -> list[Worker]:
     """Pure: every local process, its command and its env (the operator's env plus local wiring)."""
     hosts = slice_shape(job).hosts
@@ -124,10 +176,12 @@ def plan_workers(
             rendered = worker_env(
                 job, slice_index, host, worker_hostnames=slice_hosts, coordinator_address=hostnames[0]
             )
-            env = {**base_env, **{item["name"]: item["value"] for item in rendered}}
+            env = {**base_env, **{item["name"]: map_mounted(item["value"], mounts) for item in rendered}}
             env[ENV_METRICS_PORT] = str(metrics_port + index)  # one host: one port each
             if checkpoint_dir:
                 env[ENV_CHECKPOINT_DIR] = checkpoint_dir
+            if export_dir:
+                env[ENV_EXPORT_DIR] = export_dir
             env[ENV_SUMMARY_FILE] = str(job_dir / f"worker-{index}-summary.json")
             if index == 0 and progress_bar:
                 env.setdefault(ENV_PROGRESS, "bar")
@@ -135,7 +189,7 @@ def plan_workers(
             workers.append(
                 Worker(
                     index=index,
-                    command=trainer_command(job, python),
+                    command=trainer_command(job, python, mounts),
                     env=env,
                     metrics_port=metrics_port + index,
                     summary_file=job_dir / f"worker-{index}-summary.json",
@@ -176,6 +230,7 @@ def run_local(args: argparse.Namespace) -> int:
     checkpoint_dir = local_checkpoint_dir(job.spec.trainer.checkpoint_dir, args.checkpoint_dir, job_dir)
     if args.fresh and checkpoint_dir and "://" not in checkpoint_dir:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    export_dir = local_export_dir(job.spec.trainer.export_dir, args.export_dir, checkpoint_dir, job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     hosts = slice_shape(job).hosts * job.spec.tpu.slices
     workers = plan_workers(
@@ -187,6 +242,8 @@ def run_local(args: argparse.Namespace) -> int:
         job_dir=job_dir,
         checkpoint_dir=checkpoint_dir,
         progress_bar=sys.stderr.isatty(),
+        mounts=tuple(args.mount),
+        export_dir=export_dir,
     )
     for worker in workers:
         with contextlib.suppress(FileNotFoundError):
@@ -194,6 +251,7 @@ def run_local(args: argparse.Namespace) -> int:
     _say(f"{job.metadata.name}: {hosts} local worker(s) for {job.spec.tpu.type} {job.spec.tpu.topology}")
     _say(f"  command: {' '.join(workers[0].command)}")
     _say(f"  checkpoints: {checkpoint_dir or '(none: spec.trainer.checkpointDir is not set)'}")
+    _say(f"  export: {export_dir or '(none: neither spec.trainer.exportDir nor checkpointDir is set)'}")
     _say("  metrics: " + ", ".join(f"http://127.0.0.1:{w.metrics_port}/metrics" for w in workers))
     _say(f"  logs: {job_dir}/worker-*.log")
 
@@ -208,6 +266,8 @@ def run_local(args: argparse.Namespace) -> int:
     accuracy = summary.get("test_accuracy") if summary else None
     detail = f", test accuracy {accuracy}" if accuracy is not None else ""
     _say(f"{job.metadata.name}: {status} in {elapsed:.1f}s{detail}")
+    if summary and summary.get("export_dir"):
+        _say(f"  exported for serving to {summary['export_dir']}; load it with {summary.get('export_hint')}")
     return code
 
 

@@ -14,7 +14,12 @@ from kubernetes import config as k8s_config
 from tpujob_sandbox.binaries import Binaries, Progress, find_binaries, stderr_progress
 from tpujob_sandbox.controlplane import ControlPlane
 from tpujob_sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
-from tpujob_sandbox.kubelet import KubeletSimulator
+from tpujob_sandbox.kubelet import (
+    DEFAULT_LOCAL_IMAGES,
+    ENV_LOCAL_IMAGES,
+    KubeletSimulator,
+    parse_local_images,
+)
 from tpujob_sandbox.layout import INFO_FILE
 
 FLEX_START_LOCATION = "us-east5"
@@ -101,7 +106,9 @@ def start_sandbox(
         # A second cluster of the project in us-east5, where GKE offers flex-start for v5p and v6e TPUs.
         gke.add_cluster(SimCluster(location=FLEX_START_LOCATION, release_channel=release_channel))
         gke.start(gke_port)
-        kubelet = KubeletSimulator(api_client, state_dir).start()
+        # The JAX example's image runs locally too, and any image TPUJOB_SANDBOX_LOCAL_IMAGES names.
+        local_images = DEFAULT_LOCAL_IMAGES + parse_local_images(os.environ.get(ENV_LOCAL_IMAGES, ""))
+        kubelet = KubeletSimulator(api_client, state_dir, local_images=local_images).start()
         gke.autoscaler.shut_down_nodes = gke.maintenance.shut_down_nodes = kubelet.preempt_nodes
     except BaseException:
         for part in (kubelet, gke):

@@ -303,3 +303,79 @@ def test_node_shutdown_gives_non_system_pods_15_seconds_whatever_they_ask(
     if priority_class:
         pod["spec"]["priorityClassName"] = priority_class
     assert sandbox.kubelet.pod_shutdown_grace_seconds(pod) == granted
+
+
+# --- termination messages, as a kubelet reports them --------------------------------------------------
+
+
+def test_a_local_process_gets_a_termination_log_whose_content_becomes_the_message(
+    core, kubelet, namespace, node
+):
+    script = (
+        "import os, sys; "
+        "open(os.environ['TPUJOB_TERMINATION_LOG'], 'w').write('ConfigError: --steps: bad'); "
+        "print('noise on stdout'); sys.exit(int(sys.argv[1]))"
+    )
+    for name, code in (("said-fail", "2"), ("said-ok", "0")):
+        manifest = pod_manifest(
+            name, node, TRAINER_IMAGE, command=["python", "-c", script, code],
+            terminationMessagePolicy="FallbackToLogsOnError",
+        )  # fmt: skip
+        core.create_namespaced_pod(namespace, manifest)
+    failed = wait_phase(core, namespace, "said-fail", "Failed")
+    assert (terminated(failed).exit_code, terminated(failed).message) == (2, "ConfigError: --steps: bad")
+    succeeded = wait_phase(core, namespace, "said-ok", "Succeeded")
+    assert terminated(succeeded).message == "ConfigError: --steps: bad"  # File: read whatever the exit
+    log = kubelet.containers.termination_log_path(namespace, "said-fail")
+    assert log.read_text() == "ConfigError: --steps: bad"
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "message"),
+    [
+        ("FallbackToLogsOnError", 3, "line 98\nline 99\nValueError: boom\n"),
+        ("FallbackToLogsOnError", 0, None),  # the fallback is for failures only
+        ("File", 3, None),  # Kubernetes' default policy: the file only
+    ],
+)
+def test_with_fallback_to_logs_on_error_a_failure_without_a_message_gives_the_end_of_its_log(
+    core, namespace, node, policy, code, message
+):
+    script = (
+        "import sys; [print('line', i) for i in range(100)]; print('ValueError: boom'); "
+        "sys.exit(int(sys.argv[1]))"
+    )
+    name = f"fallback-{policy.lower()}-{code}"
+    manifest = pod_manifest(
+        name,
+        node,
+        TRAINER_IMAGE,
+        command=["python", "-c", script, str(code)],
+        terminationMessagePolicy=policy,
+    )
+    core.create_namespaced_pod(namespace, manifest)
+    ended = wait_phase(core, namespace, name, "Failed" if code else "Succeeded")
+    said = terminated(ended).message
+    if message is None:
+        assert not said
+    else:
+        assert said.endswith(message) and said.count("\n") == 80 and said.startswith("line 21\n")
+
+
+def test_the_sandbox_and_the_trainer_agree_on_the_termination_log_variable():
+    from tpujob_trainer import constants as trainer_constants
+
+    assert kubelet_sim.podstatus.TERMINATION_LOG_ENV == trainer_constants.ENV_TERMINATION_LOG
+
+
+def test_the_message_is_the_file_else_the_end_of_the_log_within_kubernetes_limits():
+    message = kubelet_sim.podstatus.termination_message
+    fallback = {"name": "t", "image": "i", "terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert message(fallback, 1, b"x" * 5000 + b"END", b"log") == ("x" * 4093) + "END"  # the last 4096 bytes
+    long_lines = b"".join(b"%03d " % i + b"y" * 60 + b"\n" for i in range(100))
+    tail = message(fallback, 1, b"", long_lines)
+    assert len(tail.encode()) == 2048 and tail.endswith("099 " + "y" * 60 + "\n")  # last 2048 bytes
+    short_lines = b"".join(b"%d\n" % i for i in range(200))
+    assert message(fallback, 1, b"", short_lines) == "".join(f"{i}\n" for i in range(120, 200))  # 80 lines
+    assert message(fallback, 0, b"", short_lines) == ""
+    assert message({"name": "t", "image": "i"}, 1, b"", short_lines) == ""

@@ -11,6 +11,7 @@ ENV_OF = {setting.name: setting.env for setting in SETTINGS}
 
 def test_exit_code_and_ports_match_the_operator() -> None:
     assert trainer_constants.EXIT_CODE_PREEMPTED == operator_constants.EXIT_CODE_PREEMPTED == 143
+    assert trainer_constants.EXIT_CODE_BAD_CONFIG == operator_constants.EXIT_CODE_BAD_CONFIG == 2
     assert trainer_constants.PORT_TRAINER_METRICS == operator_constants.PORT_TRAINER_METRICS
     assert trainer_constants.PORT_TF_WORKER == operator_constants.PORT_TF_WORKER
     assert TrainerConfig().metrics_port == operator_constants.PORT_TRAINER_METRICS
@@ -19,6 +20,7 @@ def test_exit_code_and_ports_match_the_operator() -> None:
 
 def test_env_names_the_operator_renders_are_the_ones_the_trainer_reads() -> None:
     assert plan.ENV_CHECKPOINT_DIR == trainer_constants.ENV_CHECKPOINT_DIR == ENV_OF["checkpoint_dir"]
+    assert plan.ENV_EXPORT_DIR == trainer_constants.ENV_EXPORT_DIR == ENV_OF["export_dir"]
     assert ENV_OF["metrics_port"] == plan.ENV_METRICS_PORT
     assert ENV_OF["summary_file"] == ENV_SUMMARY_FILE
     assert ENV_OF["progress"] == ENV_PROGRESS
@@ -51,4 +53,5 @@ def test_the_rendered_worker_env_configures_the_trainer() -> None:
 
     assert (worker.worker_id, worker.hostnames, worker.num_slices) == (2, tuple(hostnames), 1)
     assert (config.checkpoint_dir, config.batch_size) == ("gs://bucket/ckpt", 128)
+    assert config.export_dir == "gs://bucket/ckpt/export"  # the default: under checkpointDir
     assert config.metrics_port == operator_constants.PORT_TRAINER_METRICS

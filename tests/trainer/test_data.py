@@ -145,3 +145,15 @@ def test_synthetic_batches() -> None:
     images, labels = next(iter(data.synthetic_pipeline((8, 8, 1), 10, batch_size=4)))
     assert images.shape == (4, 8, 8, 1) and labels.shape == (4,)
     assert int(tf.reduce_min(labels)) >= 0 and int(tf.reduce_max(labels)) < 10
+
+
+def test_sequences_train_in_static_bucket_shapes_and_evaluate_at_one_length() -> None:
+    examples = data.sequence_examples("train", examples=512)
+    lengths = [int(tf.shape(tokens)[0]) for tokens, _ in examples]
+    assert min(lengths) >= data.SEQUENCE_MIN_LENGTH and max(lengths) <= data.SEQUENCE_BUCKETS[-1]
+    batches = data.bucketed_for_training(examples, batch_size=8, buckets=data.SEQUENCE_BUCKETS).take(30)
+    shapes = {tuple(tokens.shape) for tokens, labels in batches}
+    assert {length for _, length in shapes} <= set(data.SEQUENCE_BUCKETS)  # a few static lengths
+    assert {size for size, _ in shapes} == {8}  # drop_remainder: a static batch dimension
+    tokens, label = next(iter(data.sequence_examples("test").map(data.padded_to(64))))
+    assert tokens.shape == (64,) and label.dtype == tf.int32

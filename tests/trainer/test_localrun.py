@@ -58,6 +58,22 @@ def test_local_checkpoint_dir(configured: str | None, override: str | None, expe
 
 
 @pytest.mark.parametrize(
+    ("configured", "override", "checkpoint_dir", "expected"),
+    [
+        ("gs://bucket/models", None, "/work/job/checkpoints", "/work/job/export"),  # cloud storage: go local
+        ("/data/models", None, None, "/data/models"),
+        (None, None, "/work/job/checkpoints", "/work/job/checkpoints/export"),  # default: under checkpoints
+        (None, None, None, None),  # neither: no export
+        ("gs://bucket/models", "/tmp/mine", None, "/tmp/mine"),
+    ],
+)
+def test_local_export_dir(
+    configured: str | None, override: str | None, checkpoint_dir: str | None, expected: str | None
+) -> None:
+    assert localrun.local_export_dir(configured, override, checkpoint_dir, Path("/work/job")) == expected
+
+
+@pytest.mark.parametrize(
     ("codes", "overall"),
     [([0], 0), ([0, 0], 0), ([143, 143], 143), ([0, 1], 1), ([2, 143], 2), ([143, 1], 143)],
 )
@@ -131,3 +147,7 @@ def test_digits_on_two_local_workers_use_multi_worker_mirrored_and_reach_95_perc
     assert "digits-two: succeeded in" in result.stderr
     checkpoints = tmp_path / ".state" / "local" / "digits-two" / "checkpoints"
     assert (checkpoints / "checkpoint").exists()  # gs:// in the manifest became a local directory
+    # Worker 0 exported the model beside the checkpoints (the default exportDir), and the run says so.
+    assert summary["export_dir"] == str(checkpoints / "export")
+    assert (checkpoints / "export" / "saved_model.pb").exists()
+    assert f"exported for serving to {checkpoints / 'export'}" in result.stderr

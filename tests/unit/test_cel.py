@@ -259,6 +259,20 @@ TOPOLOGY_RULE = (
 RESERVATION_RULE = "self.mode == 'reservation' ? has(self.reservation) : !has(self.reservation)"
 RUN_DURATION_RULE = "!has(self.maxRunDurationSeconds) || self.mode == 'flexStart'"
 NAME_RULE = "self.metadata.name.size() <= 48"
+ONE_MATCHER_RULE = "has(self.onExitCodes) != has(self.onPodConditions)"
+NO_ZERO_IN_RULE = "self.operator == 'NotIn' || !(0 in self.values)"
+
+
+def with_failure_rules(*rules: dict[str, Any]) -> dict[str, Any]:
+    return job(runPolicy={"failurePolicy": {"rules": list(rules)}})
+
+
+def exit_codes(operator: str, *values: int) -> dict[str, Any]:
+    return {"operator": operator, "values": list(values)}
+
+
+FAIL_ON_CONFIG = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [2]}}
+IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
 
 CASES: dict[tuple[str, str], RuleCases] = {
     ("$.spec.tpu", TOPOLOGY_RULE): RuleCases(
@@ -343,6 +357,38 @@ CASES: dict[tuple[str, str], RuleCases] = {
         ),
         pydantic="model",  # ObjectMeta.name's max_length
         problem_path="metadata.name",
+    ),
+    ("$.spec.runPolicy.failurePolicy.rules[*]", ONE_MATCHER_RULE): RuleCases(
+        message="set exactly one of onExitCodes or onPodConditions",
+        accept=(
+            Case("exit-codes", with_failure_rules(FAIL_ON_CONFIG)),
+            Case("pod-conditions", with_failure_rules(IGNORE_DISRUPTION)),
+            Case("one-of-each", with_failure_rules(IGNORE_DISRUPTION, FAIL_ON_CONFIG)),
+        ),
+        refuse=(
+            Case("both", with_failure_rules({**FAIL_ON_CONFIG, **IGNORE_DISRUPTION, "action": "FailJob"})),
+            Case("neither", with_failure_rules({"action": "Count"})),
+        ),
+        pydantic="semantic",
+        problem_path="spec.runPolicy.failurePolicy.rules[0]",
+    ),
+    ("$.spec.runPolicy.failurePolicy.rules[*].onExitCodes", NO_ZERO_IN_RULE): RuleCases(
+        message="0 is not allowed in an In list (exit code 0 is success and never matches); remove it",
+        accept=(
+            Case("in-without-zero", with_failure_rules(FAIL_ON_CONFIG)),
+            Case(
+                "not-in-with-zero",
+                with_failure_rules({"action": "Ignore", "onExitCodes": exit_codes("NotIn", 0, 1)}),
+            ),
+        ),
+        refuse=(
+            Case(
+                "in-with-zero",
+                with_failure_rules({"action": "FailJob", "onExitCodes": exit_codes("In", 2, 0)}),
+            ),
+        ),
+        pydantic="semantic",
+        problem_path="spec.runPolicy.failurePolicy.rules[0].onExitCodes.values",
     ),
 }
 

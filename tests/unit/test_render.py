@@ -207,6 +207,20 @@ def test_user_settings_reach_the_container():
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"checkpointDir": "gs://b/ckpt/"}, "gs://b/ckpt/export"),  # the default: under checkpointDir
+        ({"checkpointDir": "gs://b/ckpt", "exportDir": "gs://b/models/1"}, "gs://b/models/1"),
+        ({"exportDir": "/mnt/models"}, "/mnt/models"),
+        ({}, None),  # no checkpointDir, no exportDir: no export
+    ],
+)
+def test_the_export_dir_reaches_the_trainer(settings: dict[str, str], expected: str | None) -> None:
+    (pod,) = pods_of(render_plan(job(trainer={"image": "img:1", **settings}), CLUSTER))
+    assert env_of(pod).get("TPUJOB_EXPORT_DIR") == expected
+
+
 def test_tpu7x_multihost_pool_uses_the_workload_policy():
     plan = render_plan(job(tpu=TPU7X_2X2X2, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX), CLUSTER)
     (pool,) = plan.node_pools

@@ -180,7 +180,7 @@ def test_spent_budget_fails_with_backoff_limit_exceeded():
             phase=s.RUNNING, attempt=1, application_restarts=1, start_time="2026-11-21T11:59:00Z"
         ),
     )
-    failed = pods(job, 1, "Failed", exit_code=2)
+    failed = pods(job, 1, "Failed", exit_code=1)  # not 2: the default failurePolicy fails that at once
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=failed)
     assert decision.status.phase == s.FAILED
     assert decision.status.reason == s.REASON_BACKOFF_LIMIT

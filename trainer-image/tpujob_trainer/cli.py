@@ -1,7 +1,8 @@
 """`python -m tpujob_trainer [train] [--flags]`, `prepare-data`, `serve`.
 
 Exit codes (constants.py): 0 succeeded, 1 training failed, 2 bad settings,
-130 interrupted (SIGINT) and 143 preempted (SIGTERM), both after saving a checkpoint.
+130 interrupted (SIGINT) and 143 preempted (SIGTERM), both after saving a checkpoint. Every non-zero exit
+also says why in one line in the container's termination log (termination.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from tpujob_trainer import constants as c
 from tpujob_trainer.config import ConfigError, add_settings_arguments, config_from, worker_env_from
+from tpujob_trainer.termination import write_termination_message
+
+if TYPE_CHECKING:  # train imports TensorFlow: only when training starts
+    from tpujob_trainer.train import Summary
 
 COMMANDS = ("train", "prepare-data", "serve")
 
@@ -24,11 +30,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # The operator may pass only flags (or nothing, everything in env): training is the default.
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["train", *argv]
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as stop:
+        if stop.code:  # a usage error (an unknown flag): exit 2, as bad settings
+            write_termination_message(_Parser.last_error or "bad command line", env)
+        raise
     try:
         worker = worker_env_from(env)
     except ConfigError as error:
-        return _bad_config(error)
+        return _bad_config(error, env)
     _setup_logging(worker.worker_id)
     if args.command == "prepare-data":
         return _prepare_data(args.dataset, args.directory)
@@ -38,15 +49,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         try:
             config = config_from({}, env)
         except ConfigError as error:
-            return _bad_config(error)
+            return _bad_config(error, env)
         serve_forever(worker, config.worker_port)
     return _train(vars(args), env)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, remembering its last usage error for the termination log (its subparsers are of this
+    class too)."""
+
+    last_error = ""
+
+    def error(self, message: str) -> NoReturn:
+        _Parser.last_error = f"{self.prog}: error: {message}"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tpujob_trainer", description="tpujob's TensorFlow trainer"
-    )
+    parser = _Parser(prog="python -m tpujob_trainer", description="tpujob's TensorFlow trainer")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser(
         "train", help="train (the default command); every flag also reads TPUJOB_<NAME>"
@@ -64,7 +84,7 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         config = config_from(flags, env)
         worker = worker_env_from(env)
     except ConfigError as error:
-        return _bad_config(error)
+        return _bad_config(error, env)
 
     # Imported here: TensorFlow takes seconds to load, and settings errors should not wait for it.
     from tpujob_trainer.metrics import TrainerMetrics
@@ -77,7 +97,7 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         run(config, worker, TrainerMetrics(), stop, summary)
     except ConfigError as error:
         summary.status, summary.exit_code, summary.error = "failed", c.EXIT_CODE_BAD_CONFIG, str(error)
-        _bad_config(error)
+        _bad_config(error, env)
     except KeyboardInterrupt:
         summary.status, summary.exit_code, summary.error = (
             "interrupted",
@@ -89,7 +109,19 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         summary.status, summary.exit_code = "failed", c.EXIT_CODE_FAILED
         summary.error = f"{type(error).__name__}: {error}"
     print_summary(summary, config.summary_file)
+    if summary.exit_code not in (c.EXIT_CODE_SUCCEEDED, c.EXIT_CODE_BAD_CONFIG):  # bad config: said so
+        write_termination_message(_exit_message(summary), env)
     return summary.exit_code
+
+
+def _exit_message(summary: Summary) -> str:
+    """Why training ended non-zero, in one line for the termination log."""
+    if summary.status in ("preempted", "interrupted"):
+        signal_name = "SIGTERM" if summary.status == "preempted" else "SIGINT"
+        saved = f", checkpoint {summary.checkpoint}" if summary.checkpoint else ""
+        said = f": {summary.error}" if summary.error else ""
+        return f"{summary.status} ({signal_name}) at step {summary.final_step}{saved}{said}"
+    return f"training failed: {summary.error or 'see the log'}"
 
 
 def _prepare_data(dataset: str, directory: str) -> int:
@@ -101,8 +133,9 @@ def _prepare_data(dataset: str, directory: str) -> int:
     return c.EXIT_CODE_SUCCEEDED
 
 
-def _bad_config(error: ConfigError) -> int:
+def _bad_config(error: ConfigError, env: Mapping[str, str]) -> int:
     print(f"tpujob-trainer: error: {error}", file=sys.stderr, flush=True)
+    write_termination_message(f"ConfigError: {error}", env)
     return c.EXIT_CODE_BAD_CONFIG
 
 

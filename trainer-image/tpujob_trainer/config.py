@@ -95,6 +95,7 @@ class TrainerConfig:
     learning_rate: float = 1e-3
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 200
+    export_dir: str | None = None
     metrics_port: int = c.PORT_TRAINER_METRICS
     summary_file: str | None = None
     strategy: str = "auto"
@@ -124,8 +125,12 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("model", _text, "built-in model (digits-cnn, resnet-small) or your own as module:function"),
-    Setting("data", _text, "built-in dataset (digits, synthetic) or your own as module:function"),
+    Setting(
+        "model",
+        _text,
+        "built-in model (digits-cnn, resnet-small, sequence-cnn) or your own as module:function",
+    ),
+    Setting("data", _text, "built-in dataset (digits, sequences, synthetic) or your own as module:function"),
     Setting("data_dir", _text, "directory (or gs:// URL) of the dataset's TFRecords"),
     Setting("batch_size", _positive_int, "global batch size, split across all replicas"),
     Setting("steps", _positive_int, "train this many steps in total (or give --epochs)"),
@@ -133,6 +138,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("learning_rate", _positive_float, "optimizer learning rate for the built-in models"),
     Setting("checkpoint_dir", _text, "where checkpoints go (local path or gs://); resumes from the latest"),
     Setting("checkpoint_every_steps", _positive_int, "save a checkpoint every N steps"),
+    Setting(
+        "export_dir",
+        _text,
+        "after a successful run worker 0 writes a SavedModel for serving and model.json here (path or gs://)",
+    ),
     Setting("metrics_port", _port, "Prometheus endpoint port; 0 disables it"),
     Setting("summary_file", _text, "also write the final JSON summary to this file"),
     Setting("strategy", _choice(*STRATEGIES), "distribution strategy; auto decides from the hardware"),

@@ -14,6 +14,12 @@ EXIT_CODE_INTERRUPTED: Final = 130  # SIGINT (Ctrl-C in a local run), after savi
 # SIGTERM (spot reclaim, maintenance) after saving a checkpoint: "preempted", not the user's fault.
 EXIT_CODE_PREEMPTED: Final = 143
 
+# Where a non-zero exit says why in one line: the container's termination log, which the kubelet puts in the
+# pod's state.terminated.message (and the operator in the TPUJob's status). TPUJOB_TERMINATION_LOG names
+# another file (the test bed's kubelet, or a pod with its own terminationMessagePath).
+ENV_TERMINATION_LOG: Final = "TPUJOB_TERMINATION_LOG"
+DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
+
 PORT_TRAINER_METRICS: Final = 9090
 PORT_TF_WORKER: Final = 8470
 
@@ -31,3 +37,4 @@ ENV_TF_CONFIG: Final = "TF_CONFIG"
 # The trainer's own settings; each also has a command-line flag (see config.SETTINGS).
 ENV_PREFIX: Final = "TPUJOB_"
 ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"
+ENV_EXPORT_DIR: Final = "TPUJOB_EXPORT_DIR"

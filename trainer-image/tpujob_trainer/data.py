@@ -324,7 +324,11 @@ def evaluation_pipeline(
     batched = weighted.concatenate(padding).take(batches * batch_size).batch(batch_size, drop_remainder=True)
     if normalize is not None:
         batched = batched.map(lambda images, labels, weights: (*normalize(images, labels), weights))
-    return batched.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
+    options = pipeline_options()
+    # Workers keep every n-th example of the same order: in an order that varies (a parallel decode
+    # that need not keep it), some examples would be counted twice and others never.
+    options.deterministic = True
+    return batched.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def evaluation_steps(examples: int, global_batch_size: int, num_pipelines: int) -> int:
@@ -334,11 +338,91 @@ def evaluation_steps(examples: int, global_batch_size: int, num_pipelines: int) 
     return max(1, math.ceil(per_pipeline_examples / per_pipeline_batch))
 
 
-def synthetic_pipeline(
-    image_shape: tuple[int, ...], num_classes: int, *, batch_size: int, seed: int = 0
+# --- token sequences of varying length (a built-in task, generated: no download) ---
+
+SEQUENCE_VOCAB_SIZE = 64  # token 0 is padding
+SEQUENCE_CLASSES = 4
+SEQUENCE_MIN_LENGTH = 8
+# Training batches are padded to the smallest of these that fits (TPUs compile one program per
+# shape: a few static lengths, not one per batch); no sequence is longer than the last.
+SEQUENCE_BUCKETS = (16, 32, 64)
+SEQUENCE_SPLITS = {"train": (8192, 0), "test": (1024, 1)}  # examples, seed
+
+
+def sequence_examples(split: str, examples: int | None = None, seed: int | None = None) -> tf.data.Dataset:
+    """Unbatched (tokens, label): int32 sequences of 8-64 tokens in 1..63 and a class 0..3.
+
+    About a third of a sequence's tokens come from its class's group (tokens t with t % 4 == class),
+    the rest are uniform: the class is the group that occurs most often.
+    """
+    default_examples, default_seed = SEQUENCE_SPLITS[split]
+    count = default_examples if examples is None else examples
+    rng = np.random.default_rng(default_seed if seed is None else seed)
+    longest = SEQUENCE_BUCKETS[-1]
+    labels = rng.integers(0, SEQUENCE_CLASSES, size=count).astype(np.int32)
+    lengths = rng.integers(SEQUENCE_MIN_LENGTH, longest + 1, size=count).astype(np.int32)
+    uniform = rng.integers(1, SEQUENCE_VOCAB_SIZE, size=(count, longest))
+    # The class's group, 4 + class .. 60 + class: 15 tokens each.
+    multiples = rng.integers(1, SEQUENCE_VOCAB_SIZE // SEQUENCE_CLASSES, size=(count, longest))
+    in_group = multiples * SEQUENCE_CLASSES + labels[:, None]
+    tokens = np.where(rng.random((count, longest)) < 1 / 3, in_group, uniform).astype(np.int32)
+    tokens[np.arange(longest)[None, :] >= lengths[:, None]] = 0
+    return tf.data.Dataset.from_tensor_slices((tokens, lengths, labels)).map(
+        lambda padded, length, label: (padded[:length], label)
+    )
+
+
+def padded_to(length: int) -> ExampleMap:
+    """(tokens, label) -> (tokens zero-padded or cut to `length`, label): a static shape."""
+
+    def pad(tokens: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        tokens = tokens[:length]
+        tokens = tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]])
+        return tf.ensure_shape(tokens, [length]), label
+
+    return pad
+
+
+def bucketed_for_training(
+    examples: tf.data.Dataset,
+    *,
+    batch_size: int,
+    buckets: tuple[int, ...],
+    cache: bool = False,
+    shuffle_buffer: int = 10_000,
+    seed: int = 0,
 ) -> tf.data.Dataset:
-    """One random batch, repeated: measures the model and the step, with no input cost."""
+    """(tokens, label) of varying length -> cache, shuffle, repeat, batches of `batch_size` padded to
+    the smallest bucket length that fits (drop_remainder: a static batch dimension), prefetch."""
+    if cache:
+        examples = examples.cache()
+    dataset = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    longest = buckets[-1]
+    dataset = dataset.map(lambda tokens, label: (tokens[:longest], label))
+    dataset = dataset.bucket_by_sequence_length(
+        lambda tokens, _label: tf.shape(tokens)[0],
+        bucket_boundaries=[length + 1 for length in buckets],
+        bucket_batch_sizes=[batch_size] * (len(buckets) + 1),
+        pad_to_bucket_boundary=True,  # pads to boundary - 1: exactly the bucket lengths
+        drop_remainder=True,
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
+
+
+def synthetic_pipeline(
+    image_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    vocab_size: int | None = None,
+) -> tf.data.Dataset:
+    """One random batch, repeated: measures the model and the step, with no input cost.
+    With `vocab_size`: int32 tokens 1..vocab_size-1 instead of float images."""
     generator = np.random.default_rng(seed)
-    images = generator.random((batch_size, *image_shape), dtype=np.float32)
+    if vocab_size is None:
+        images = generator.random((batch_size, *image_shape), dtype=np.float32)
+    else:
+        images = generator.integers(1, vocab_size, size=(batch_size, *image_shape), dtype=np.int32)
     labels = generator.integers(0, num_classes, size=(batch_size,), dtype=np.int32)
     return tf.data.Dataset.from_tensors((images, labels)).cache().repeat().with_options(pipeline_options())

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import keras
 
 from tpujob_trainer.config import ConfigError, split_module_function
+from tpujob_trainer.data import SEQUENCE_BUCKETS, SEQUENCE_VOCAB_SIZE
 
 ModelBuilder = Callable[[tuple[int, ...], int], keras.Model]
 
@@ -58,12 +59,51 @@ def _basic_block(x: keras.KerasTensor, filters: int, strides: int) -> keras.Kera
     return keras.layers.ReLU()(keras.layers.Add()([shortcut, y]))
 
 
-BUILT_IN_MODELS: dict[str, ModelBuilder] = {"digits-cnn": digits_cnn, "resnet-small": resnet_small}
+def sequence_cnn(input_shape: tuple[int | None, ...], num_classes: int) -> keras.Model:
+    """Token sequences of any length (int32, 0 = padding) -> one score per class: embedding, a causal
+    convolution and a mean over the real tokens. Padding changes nothing, so batches padded to a
+    few bucket lengths (TPU) train the same model that serves every length."""
+    if len(input_shape) != 1:
+        raise ConfigError(f"--model sequence-cnn: takes token sequences, not examples of shape {input_shape}")
+    tokens = keras.Input(shape=(None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(SEQUENCE_VOCAB_SIZE, 32)(tokens)
+    # Causal: a position sees only itself and earlier tokens, never the padding after the sequence.
+    x = keras.layers.Conv1D(64, 3, padding="causal", activation="relu")(x)
+    x = MaskedMean()([x, tokens])
+    x = keras.layers.Dense(64, activation="relu")(x)
+    outputs = keras.layers.Dense(num_classes)(x)
+    return keras.Model(tokens, outputs, name="sequence_cnn")
+
+
+@keras.saving.register_keras_serializable(package="tpujob_trainer")
+class MaskedMean(keras.layers.Layer):
+    """[features [batch, length, d], tokens [batch, length]] -> the mean of the features over the
+    positions whose token is not 0 (padding); 0 for an empty sequence."""
+
+    def call(self, inputs: list[keras.KerasTensor]) -> keras.KerasTensor:
+        features, tokens = inputs
+        mask = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(tokens, 0), features.dtype), -1)
+        total = keras.ops.sum(features * mask, axis=1)
+        return total / keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)
+
+    def compute_output_shape(self, input_shape: list[tuple[int | None, ...]]) -> tuple[int | None, ...]:
+        features_shape = input_shape[0]
+        return (features_shape[0], features_shape[2])
+
+
+BUILT_IN_MODELS: dict[str, ModelBuilder] = {
+    "digits-cnn": digits_cnn,
+    "resnet-small": resnet_small,
+    "sequence-cnn": sequence_cnn,
+}
 # The input shape each built-in model is sized for (used for synthetic data).
-BUILT_IN_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
+BUILT_IN_INPUT_SHAPES: dict[str, tuple[int, ...]] = {
     "digits-cnn": (8, 8, 1),
     "resnet-small": (32, 32, 3),
+    "sequence-cnn": (SEQUENCE_BUCKETS[-1],),
 }
+# Built-in models that take int32 tokens (0 = padding) below this vocabulary size, not images.
+TOKEN_MODELS: dict[str, int] = {"sequence-cnn": SEQUENCE_VOCAB_SIZE}
 DEFAULT_INPUT_SHAPE = (32, 32, 3)
 
 

@@ -15,7 +15,13 @@ import tensorflow as tf
 
 from tpujob_trainer import data
 from tpujob_trainer.config import ConfigError, TrainerConfig, split_module_function
-from tpujob_trainer.models import BUILT_IN_INPUT_SHAPES, DEFAULT_INPUT_SHAPE, built_in_name, load_function
+from tpujob_trainer.models import (
+    BUILT_IN_INPUT_SHAPES,
+    DEFAULT_INPUT_SHAPE,
+    TOKEN_MODELS,
+    built_in_name,
+    load_function,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +32,7 @@ TrainInput = Callable[[tf.distribute.InputContext, int], tf.data.Dataset]
 @dataclass(frozen=True)
 class DataSource:
     description: str
-    input_shape: tuple[int, ...]
+    input_shape: tuple[int | None, ...]  # of one example; None: any length (sequences)
     num_classes: int
     train: TrainInput
     train_examples: int | None = None  # None: unknown or infinite; --epochs is then not possible
@@ -35,6 +41,15 @@ class DataSource:
     test_examples: int | None = None
     # Applied to whole batches of both splits (uint8 -> float32), or None when examples are ready.
     normalize: data.ExampleMap | None = None
+    # What serving takes: the examples as decoded, before `normalize` (the export includes it).
+    example_dtype: str = "float32"
+    input_name: str = "images"
+    # Sequences: training batches are padded to these lengths (the TPU serving path does the same).
+    bucket_lengths: tuple[int, ...] = ()
+
+    @property
+    def model_input_dtype(self) -> str:
+        return "float32" if self.normalize is not None else self.example_dtype
 
 
 def default_data_dir(name: str) -> str:
@@ -48,6 +63,8 @@ def open_source(config: TrainerConfig) -> DataSource:
         return _user_source(config, load_function(*user_function, what="data"))
     if config.data == "synthetic":
         return _synthetic_source(config)
+    if config.data == "sequences":
+        return _sequence_source(config)
     if config.data == "digits":
         info = data.ensure_dataset("digits", config.data_dir or default_data_dir("digits"))
         return _records_source(config, info)
@@ -61,7 +78,7 @@ def open_source(config: TrainerConfig) -> DataSource:
             raise ConfigError(f"--data-dir: no {data.METADATA_FILE} in {config.data_dir!r}")
         return _records_source(config, info)
     raise ConfigError(
-        f"--data: {config.data!r} is not a built-in dataset (digits, records, synthetic); "
+        f"--data: {config.data!r} is not a built-in dataset (digits, records, sequences, synthetic); "
         "give your own as module:function"
     )
 
@@ -110,18 +127,68 @@ def _records_source(config: TrainerConfig, info: data.DatasetInfo) -> DataSource
         test=test,
         test_examples=info.splits["test"].examples if "test" in info.splits else None,
         normalize=normalize,
+        example_dtype="uint8",
     )
 
 
 def _synthetic_source(config: TrainerConfig) -> DataSource:
-    shape = BUILT_IN_INPUT_SHAPES.get(built_in_name(config.model), DEFAULT_INPUT_SHAPE)
+    model = built_in_name(config.model)
+    shape = BUILT_IN_INPUT_SHAPES.get(model, DEFAULT_INPUT_SHAPE)
+    vocab_size = TOKEN_MODELS.get(model)
     num_classes = 10
 
     def train(context: tf.distribute.InputContext, batch_size: int) -> tf.data.Dataset:
         seed = config.seed + context.input_pipeline_id
-        return data.synthetic_pipeline(shape, num_classes, batch_size=batch_size, seed=seed)
+        return data.synthetic_pipeline(
+            shape, num_classes, batch_size=batch_size, seed=seed, vocab_size=vocab_size
+        )
 
+    if vocab_size is not None:
+        return DataSource(
+            f"synthetic {shape} token sequences",
+            (None,),
+            num_classes,
+            train,
+            example_dtype="int32",
+            input_name="tokens",
+        )
     return DataSource(f"synthetic {shape} images", shape, num_classes, train)
+
+
+def _sequence_source(config: TrainerConfig) -> DataSource:
+    """Token sequences of 8-64 tokens (generated, no download), batched in length buckets."""
+    cache = config.cache != "off"  # a few MB
+    buckets = data.SEQUENCE_BUCKETS
+
+    def train(context: tf.distribute.InputContext, batch_size: int) -> tf.data.Dataset:
+        examples = data.sequence_examples("train")
+        if context.num_input_pipelines > 1:
+            examples = examples.shard(context.num_input_pipelines, context.input_pipeline_id)
+        return data.bucketed_for_training(
+            examples,
+            batch_size=batch_size,
+            buckets=buckets,
+            cache=cache,
+            shuffle_buffer=config.shuffle_buffer,
+            seed=config.seed,
+        )
+
+    def test() -> tf.data.Dataset:
+        # Evaluation batches need one static shape: every sequence padded to the longest bucket.
+        return data.sequence_examples("test").map(data.padded_to(buckets[-1]))
+
+    return DataSource(
+        description=f"token sequences of {data.SEQUENCE_MIN_LENGTH}-{buckets[-1]} tokens, buckets {buckets}",
+        input_shape=(None,),
+        num_classes=data.SEQUENCE_CLASSES,
+        train=train,
+        train_examples=data.SEQUENCE_SPLITS["train"][0],
+        test=test,
+        test_examples=data.SEQUENCE_SPLITS["test"][0],
+        example_dtype="int32",
+        input_name="tokens",
+        bucket_lengths=buckets,
+    )
 
 
 def _user_source(config: TrainerConfig, function: Callable[..., object]) -> DataSource:
@@ -151,6 +218,8 @@ def _user_source(config: TrainerConfig, function: Callable[..., object]) -> Data
     return DataSource(
         description=f"{config.data} (user function)",
         input_shape=tuple(image_spec.shape),
+        example_dtype=image_spec.dtype.name,
+        input_name="inputs",
         num_classes=num_classes,
         train=train,
         train_examples=cardinality if cardinality > 0 else None,

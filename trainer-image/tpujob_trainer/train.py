@@ -26,8 +26,9 @@ from tpujob_trainer import constants as c
 from tpujob_trainer import data
 from tpujob_trainer.cluster import StrategyChoice, choose_strategy
 from tpujob_trainer.config import ConfigError, TrainerConfig, WorkerEnv
+from tpujob_trainer.export import export_after_training
 from tpujob_trainer.metrics import TrainerMetrics
-from tpujob_trainer.models import build_model
+from tpujob_trainer.models import build_model, resolve_builder
 from tpujob_trainer.progress import Progress
 from tpujob_trainer.sources import DataSource, open_source
 from tpujob_trainer.strategy import build_strategy, detect_accelerators
@@ -83,6 +84,9 @@ class Summary:
     test_accuracy: float | None = None
     checkpoint: str | None = None
     checkpoints_saved: int = 0
+    # The SavedModel worker 0 wrote for serving (--export-dir), and a line of Python that loads it.
+    export_dir: str | None = None
+    export_hint: str | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -180,9 +184,10 @@ def run(
         # What fit() does before its first step: create metric and loss state outside the replica
         # function, where tf.distribute allows variable creation.
         per_replica = config.batch_size // replicas
+        example_shape = tuple(1 if size is None else size for size in source.input_shape)
         model._symbolic_build(
             data_batch=(
-                np.zeros((per_replica, *source.input_shape), np.float32),
+                np.zeros((per_replica, *example_shape), source.model_input_dtype),
                 np.zeros((per_replica,), np.int32),
             )
         )
@@ -236,6 +241,21 @@ def run(
             summary.test_accuracy = evaluate(model, strategy, source, config.batch_size, workers)
             metrics.test_accuracy.set(summary.test_accuracy)
             log.info("test accuracy: %.4f on %d examples", summary.test_accuracy, source.test_examples)
+        if config.export_dir:
+            exported = export_after_training(
+                model,
+                config.export_dir,
+                source,
+                workers,
+                strategy,
+                multi_worker=choice.kind == "multi-worker",
+                rebuild=lambda: resolve_builder(config.model)(tuple(source.input_shape), source.num_classes),
+                step=step,
+                metrics={} if summary.test_accuracy is None else {"test_accuracy": summary.test_accuracy},
+                details={"model": config.model, "data": config.data, "strategy": choice.kind},
+            )
+            if exported is not None:
+                summary.export_dir, summary.export_hint = exported.directory, exported.load_hint
         summary.status, summary.exit_code = "succeeded", c.EXIT_CODE_SUCCEEDED
     summary.wall_seconds = round(time.time() - started, 3)
 

@@ -51,3 +51,6 @@ PORT_TRAINER_METRICS: Final = 9090
 # The trainer's exit code for "stopped by SIGTERM after saving a checkpoint" (spot reclaim,
 # maintenance): the operator reads it as an infrastructure cause, not an application failure.
 EXIT_CODE_PREEMPTED: Final = 143
+# The trainer's exit code for missing or invalid settings (a ConfigError, a bad flag): retrying cannot help,
+# so the default failurePolicy fails the job at once (Python's own usage errors exit 2 as well).
+EXIT_CODE_BAD_CONFIG: Final = 2

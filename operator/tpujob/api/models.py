@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from tpujob.api.constants import API_VERSION, KIND
+from tpujob.api.constants import API_VERSION, EXIT_CODE_BAD_CONFIG, KIND
 
 # GCE resource names (node pools, reservations, resource policies): RFC 1035 labels.
 GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -275,6 +275,15 @@ class TrainerSpec(ApiModel):
             "TPUJOB_CHECKPOINT_DIR so a restart resumes from the last checkpoint."
         ),
     )
+    export_dir: str | None = Field(
+        default=None,
+        max_length=1024,
+        description=(
+            "Where worker 0 writes the trained model for serving after a successful run (a SavedModel "
+            "and model.json; gs://bucket/path or a mounted path), passed to the trainer as "
+            "TPUJOB_EXPORT_DIR. Default: <checkpointDir>/export when checkpointDir is set, else no export."
+        ),
+    )
     service_account_name: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
@@ -285,6 +294,126 @@ class TrainerSpec(ApiModel):
         default=False,
         description="Use the host network for faster DCN traffic. Breaks Workload Identity; off by default.",
     )
+
+
+class ExitCodeOperator(enum.StrEnum):
+    in_ = "In"
+    not_in = "NotIn"
+
+
+class FailureAction(enum.StrEnum):
+    fail_job = "FailJob"
+    ignore = "Ignore"
+    count_ = "Count"  # `count` is a str method
+
+
+# Kubernetes' podFailurePolicy bounds: at most 20 rules, 255 exit codes per rule, 20 pod conditions per rule.
+MAX_FAILURE_RULES = 20
+MAX_EXIT_CODES = 255
+MAX_POD_CONDITIONS = 20
+
+
+class OnExitCodes(ApiModel):
+    """Which exit codes of the worker's container a rule matches (as Kubernetes' podFailurePolicy)."""
+
+    operator: ExitCodeOperator = Field(
+        description=(
+            "In: the exit code is one of values; NotIn: it is none of them. Exit code 0 (success) never "
+            "matches."
+        )
+    )
+    values: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        min_length=1,
+        max_length=MAX_EXIT_CODES,
+        description="Exit codes (0 to 255), each listed once; 0 is not allowed with In.",
+    )
+
+    cel_rules = (
+        (
+            "self.operator == 'NotIn' || !(0 in self.values)",
+            "0 is not allowed in an In list (exit code 0 is success and never matches); remove it",
+        ),
+    )
+
+
+class OnPodCondition(ApiModel):
+    """A pod condition a rule matches."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=316,
+        description=(
+            "Pod condition type, e.g. DisruptionTarget: the pod was stopped by a disruption (node shutdown "
+            "on spot reclaim or maintenance, eviction, preemption). It also matches a pod the operator sees "
+            "as stopped by the infrastructure (a node-loss reason, or exit code 143) without the condition."
+        ),
+    )
+    status: str = Field(
+        default="True",
+        pattern=r"^(True|False|Unknown)$",
+        description="The condition's status to match: True (default), False or Unknown.",
+    )
+
+
+class FailurePolicyRule(ApiModel):
+    """One rule: what a failed worker pod shows (an exit code or a pod condition), and what the job does."""
+
+    action: FailureAction = Field(
+        description=(
+            "FailJob: fail the job at once (reason FailedByPolicy), no restart. Ignore: restart the job "
+            "without counting it against maxRestarts (IgnoredByPolicy). Count: restart it and count it "
+            "(WorkerFailed), as for a failure no rule matches."
+        )
+    )
+    on_exit_codes: OnExitCodes | None = Field(
+        default=None,
+        description=(
+            "Match the exit code of the worker's container. Pods the infrastructure stopped (preemption, "
+            "maintenance, node loss: exit code 143 or a node-loss reason) are matched by onPodConditions "
+            "DisruptionTarget only. Set this or onPodConditions."
+        ),
+    )
+    on_pod_conditions: list[OnPodCondition] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_POD_CONDITIONS,
+        description="Match when the pod has any of these conditions. Set this or onExitCodes.",
+    )
+
+    cel_rules = (
+        (
+            "has(self.onExitCodes) != has(self.onPodConditions)",
+            "set exactly one of onExitCodes or onPodConditions",
+        ),
+    )
+
+
+# The rules of a job that gives none: the trainer's bad-settings exit code fails the job at once. Exit code
+# 143 (SIGTERM on a reclaimed or maintained node) stays a preemption: a restart that does not count.
+DEFAULT_FAILURE_RULES: tuple[FailurePolicyRule, ...] = (
+    FailurePolicyRule(
+        action=FailureAction.fail_job,
+        on_exit_codes=OnExitCodes(operator=ExitCodeOperator.in_, values=[EXIT_CODE_BAD_CONFIG]),
+    ),
+)
+
+
+class FailurePolicy(ApiModel):
+    """What a failed worker means for the job, rule by rule (as Kubernetes' podFailurePolicy and JobSet's
+    failurePolicy). The first rule a failed pod matches decides; a pod no rule matches restarts the job as
+    before: counted for an application failure, not counted for preemption, maintenance or node loss."""
+
+    rules: list[FailurePolicyRule] | None = Field(
+        default=None,
+        max_length=MAX_FAILURE_RULES,
+        description=(
+            "Rules in order; the first match wins. Unset: one rule, exit code 2 (the trainer's bad "
+            "settings) -> FailJob. An empty list: no rules."
+        ),
+    )
+
+    def rules_in_effect(self) -> tuple[FailurePolicyRule, ...]:
+        return DEFAULT_FAILURE_RULES if self.rules is None else tuple(self.rules)
 
 
 class RunPolicy(ApiModel):
@@ -327,6 +456,13 @@ class RunPolicy(ApiModel):
             "without spending maxRestarts."
         ),
     )
+    failure_policy: FailurePolicy = Field(
+        default_factory=FailurePolicy,
+        description=(
+            "Rules on a worker's exit code or pod conditions: fail the job at once, restart it without "
+            "counting, or count. Default: exit code 2 (the trainer's bad settings) fails the job at once."
+        ),
+    )
 
 
 class TPUJobSpec(ApiModel):
@@ -339,7 +475,9 @@ class TPUJobSpec(ApiModel):
     )
     node_pool: NodePoolSpec = Field(default_factory=NodePoolSpec, description="Who makes the node pools.")
     trainer: TrainerSpec = Field(description="The container that runs on every TPU host.")
-    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadline, TTL, suspend.")
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy, description="Restarts, failure policy, deadline, TTL, suspend."
+    )
 
 
 class ConditionStatus(enum.StrEnum):

@@ -17,6 +17,7 @@ from tpujob.api.models import (
     RESERVATION_PATTERN,
     ApiModel,
     CapacityMode,
+    ExitCodeOperator,
     NodePoolPolicy,
     TPUJob,
 )
@@ -95,12 +96,17 @@ def _model_at(loc: tuple[int | str, ...]) -> type[ApiModel] | None:
         )
         if field is None:
             return None
-        annotation = field.annotation
-        inner = getattr(annotation, "__args__", None) or (annotation,)
-        model = next((a for a in inner if isinstance(a, type) and issubclass(a, ApiModel)), None)
+        model = _model_in(field.annotation)
         if model is None:
             return None
     return model if isinstance(model, type) and issubclass(model, ApiModel) else None
+
+
+def _model_in(annotation: Any) -> type[ApiModel] | None:
+    """The model in a field's type: X, X | None, list[X], list[X] | None ..."""
+    if isinstance(annotation, type) and issubclass(annotation, ApiModel):
+        return annotation
+    return next(filter(None, (_model_in(arg) for arg in getattr(annotation, "__args__", ()))), None)
 
 
 def _from_pydantic(error: pydantic.ValidationError) -> Iterator[Problem]:
@@ -175,6 +181,33 @@ def _flex_start_problems(job: TPUJob, shape: tpu.SliceShape | None) -> Iterator[
         )
 
 
+def _failure_policy_problems(job: TPUJob) -> Iterator[Problem]:
+    """spec.runPolicy.failurePolicy.rules: one matcher per rule, exit codes that can match, each once."""
+    for index, rule in enumerate(job.spec.run_policy.failure_policy.rules or []):
+        path = f"spec.runPolicy.failurePolicy.rules[{index}]"
+        if (rule.on_exit_codes is None) == (rule.on_pod_conditions is None):
+            given = "both" if rule.on_exit_codes is not None else "neither"
+            yield Problem(
+                path,
+                f"set exactly one of onExitCodes or onPodConditions ({given} given); "
+                "write one rule per matcher",
+            )
+        codes = rule.on_exit_codes
+        if codes is None:
+            continue
+        if codes.operator == ExitCodeOperator.in_ and 0 in codes.values:
+            yield Problem(
+                f"{path}.onExitCodes.values",
+                "0 is not allowed with operator In: exit code 0 is success and never matches; remove it",
+            )
+        repeated = sorted({code for code in codes.values if codes.values.count(code) > 1})
+        if repeated:
+            yield Problem(
+                f"{path}.onExitCodes.values",
+                f"{', '.join(map(str, repeated))} listed more than once; list each exit code once",
+            )
+
+
 def semantic_problems(job: TPUJob) -> Iterator[Problem]:
     """Rules across fields and against the TPU catalog (the schema alone cannot express them)."""
     spec = job.spec
@@ -223,6 +256,7 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
         )
 
     yield from _flex_start_problems(job, shape)
+    yield from _failure_policy_problems(job)
 
     pool = spec.node_pool
     if pool.policy == NodePoolPolicy.existing and pool.zone:

@@ -23,23 +23,28 @@ log = logging.getLogger(__name__)
 
 
 def pod_view(pod: Any) -> s.PodView:
-    """A pod (kopf body or dict) -> PodView. Reads the container's exit code for failure causes."""
+    """A pod (kopf body or dict) -> PodView. Reads the container's exit code and termination message, and
+    the pod's conditions, for failure causes and the failurePolicy."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
     unschedulable, since = "", ""
+    conditions = []
     for condition in status.get("conditions") or []:
+        conditions.append((condition.get("type") or "", condition.get("status") or ""))
         scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
         if scheduled and condition.get("reason") == "Unschedulable":
             unschedulable = condition.get("message") or "Unschedulable"
             since = condition.get("lastTransitionTime") or ""
-    exit_code = None
+    exit_code, message = None, ""
     for container in status.get("containerStatuses") or []:
         terminated = (container.get("state") or {}).get("terminated")
         if terminated:
             exit_code = terminated.get("exitCode")
             reason = reason or terminated.get("reason") or ""
+            # The termination log (terminationMessagePolicy FallbackToLogsOnError: else the log's end).
+            message = terminated.get("message") or ""
     return s.PodView(
         name=meta["name"],
         slice=int(labels.get(c.LABEL_SLICE, 0)),
@@ -52,6 +57,10 @@ def pod_view(pod: Any) -> s.PodView:
         deleting=bool(meta.get("deletionTimestamp")),
         unschedulable=unschedulable,
         unschedulable_since=since,
+        message=message,
+        # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
+        # more.
+        conditions=tuple(conditions) if status.get("phase") == "Failed" else (),
     )
 
 

@@ -21,6 +21,7 @@ ENV_NAMESPACE = "TPUJOB_NAMESPACE"
 ENV_ATTEMPT = "TPUJOB_ATTEMPT"
 ENV_NUM_SLICES = "TPUJOB_NUM_SLICES"
 ENV_CHECKPOINT_DIR = "TPUJOB_CHECKPOINT_DIR"
+ENV_EXPORT_DIR = "TPUJOB_EXPORT_DIR"
 ENV_METRICS_PORT = "TPUJOB_METRICS_PORT"
 
 # Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
@@ -206,6 +207,16 @@ def with_port(address: str, port: int) -> str:
     return address if ":" in address else f"{address}:{port}"
 
 
+def export_dir(job: TPUJob) -> str | None:
+    """spec.trainer.exportDir, else <checkpointDir>/export when checkpointDir is set, else none."""
+    trainer = job.spec.trainer
+    if trainer.export_dir:
+        return trainer.export_dir
+    if trainer.checkpoint_dir:
+        return trainer.checkpoint_dir.rstrip("/") + "/export"
+    return None
+
+
 def worker_env(
     job: TPUJob,
     slice_index: int,
@@ -254,6 +265,9 @@ def worker_env(
     ]
     if job.spec.trainer.checkpoint_dir:
         env.append({"name": ENV_CHECKPOINT_DIR, "value": job.spec.trainer.checkpoint_dir})
+    export = export_dir(job)
+    if export:
+        env.append({"name": ENV_EXPORT_DIR, "value": export})
     env += [{"name": v.name, "value": v.value} for v in job.spec.trainer.env]
     return env
 
@@ -360,6 +374,11 @@ def pod(
         ),
         "ports": _container_ports(job.spec.tpu.slices > 1),
         "resources": _resources(job, shape.chips_per_host),
+        # The failing worker says why in its pod status (state.terminated.message), which the job's status
+        # quotes: what it wrote to /dev/termination-log (the trainer writes one line on every non-zero
+        # exit), else the end of its log. kubernetes.io/docs/tasks/debug/debug-application/
+        # determine-reason-pod-failure/
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Restrictive but working: TPU devices come from the device plugin (GKE >= 1.28), so no
         # privilege is needed. runAsNonRoot stays the image's choice: many trainer images run as root.
         "securityContext": {

@@ -7,6 +7,7 @@ import datetime as dt
 
 from tpujob.api.models import CapacityMode, WorkerCounts
 from tpujob.render import naming
+from tpujob.status import failures
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -30,9 +31,9 @@ from tpujob.status.model import (
     POOL_MISSING,
     REASON_BACKOFF_LIMIT,
     REASON_DEADLINE,
+    REASON_IGNORED_BY_POLICY,
     REASON_INVALID_SPEC,
     REASON_NODE_LOST,
-    REASON_PREEMPTED,
     REASON_UNSCHEDULABLE,
     REASON_WORKER_FAILED,
     RESTART_BACKOFF_CAP_SECONDS,
@@ -46,7 +47,6 @@ from tpujob.status.model import (
     Observed,
     PodView,
     expected_workers,
-    is_infrastructure_failure,
     parse_timestamp,
     timestamp,
 )
@@ -217,33 +217,38 @@ def _unschedulable(b: Builder, pods: list[PodView]) -> str | None:
 def _restart_backoff_left(b: Builder) -> float:
     """Seconds before the pods of an application restart may be created."""
     status = b.status
-    if status.phase != RESTARTING or status.reason != REASON_WORKER_FAILED or not status.last_restart_time:
+    backs_off = status.reason in (REASON_WORKER_FAILED, REASON_IGNORED_BY_POLICY)
+    if status.phase != RESTARTING or not backs_off or not status.last_restart_time:
         return 0.0
-    exponent = max(status.application_restarts - 1, 0)
+    # Ignored failures do not count, but back off as counted ones do (by their own number): a worker that
+    # keeps failing so would otherwise restart the slice in a tight loop.
+    failures_so_far = (
+        status.application_restarts
+        if status.reason == REASON_WORKER_FAILED
+        else status.restarts_by_reason.get(REASON_IGNORED_BY_POLICY, 0)
+    )
+    exponent = max(failures_so_far - 1, 0)
     backoff = min(b.observed.restart_backoff_seconds * float(2**exponent), RESTART_BACKOFF_CAP_SECONDS)
     elapsed = (b.now - parse_timestamp(status.last_restart_time)).total_seconds()
     return max(backoff - elapsed, 0.0)
 
 
 def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> None:
-    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job."""
+    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job, unless the
+    failurePolicy fails the job at once (failures.judge: its rules over preemption and application
+    failures)."""
     status = b.status
-    infrastructure = bool(lost) or any(is_infrastructure_failure(p) for p in failed)
     if lost:
-        reason = REASON_NODE_LOST
+        reason, counted = REASON_NODE_LOST, False
         detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"
-    elif infrastructure:
-        pod = next(p for p in failed if is_infrastructure_failure(p))
-        reason = REASON_PREEMPTED
-        detail = (
-            f"pod {pod.name} stopped by the infrastructure ({pod.reason or f'exit code {pod.exit_code}'})"
-        )
     else:
-        pod = failed[0]
-        reason = REASON_WORKER_FAILED
-        detail = f"pod {pod.name} failed (exit code {pod.exit_code}{', ' + pod.reason if pod.reason else ''})"
+        outcome = failures.judge(b.job, failed)
+        if outcome.fail:
+            fail(b, outcome.reason, outcome.detail)
+            return
+        reason, detail, counted = outcome.reason, outcome.detail, outcome.counted
     budget = b.job.spec.run_policy.max_restarts
-    if not infrastructure and status.application_restarts >= budget:
+    if counted and status.application_restarts >= budget:
         fail(b, REASON_BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
         return
-    begin_restart(b, reason, detail, infrastructure)
+    begin_restart(b, reason, detail, infrastructure=not counted)

@@ -31,6 +31,8 @@ REASON_INVALID_SPEC = "InvalidSpec"
 REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
+REASON_FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
+REASON_IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
 REASON_PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
 REASON_NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
 REASON_POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
@@ -113,6 +115,11 @@ class PodView:
     # The scheduler's message and since when (RFC 3339) while PodScheduled is False for Unschedulable.
     unschedulable: str = ""
     unschedulable_since: str = ""
+    # The container's termination message (state.terminated.message): what the trainer wrote to its
+    # termination log, or with FallbackToLogsOnError the end of its log.
+    message: str = ""
+    # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
+    conditions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -253,9 +260,11 @@ __all__ = [
     "PROVISIONING",
     "REASON_BACKOFF_LIMIT",
     "REASON_DEADLINE",
+    "REASON_FAILED_BY_POLICY",
     "REASON_GKE_BUSY",
     "REASON_GKE_CONFIG",
     "REASON_GKE_UNAVAILABLE",
+    "REASON_IGNORED_BY_POLICY",
     "REASON_INVALID_SPEC",
     "REASON_MAINTENANCE",
     "REASON_MAINTENANCE_SCHEDULED",

@@ -3,7 +3,10 @@ pod statuses it posts (Running, restarted, terminated). Pure functions and const
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 EXIT_CODE_ANNOTATION = "sandbox.tpujob.dev/exit-code"
@@ -11,11 +14,28 @@ EXIT_MESSAGE_ANNOTATION = "sandbox.tpujob.dev/exit-message"
 DEFAULT_TRAINER_IMAGES = ("tpujob-trainer",)
 # The trainer image's ENTRYPOINT: what runs when a pod gives only args.
 DEFAULT_TRAINER_ENTRYPOINT = ("python", "-m", "tpujob_trainer")
+# The JAX example (examples/jax) as its image would hold it: train.py at /app.
+JAX_EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "jax"
+# Pod DNS names in a bring-your-own image's env resolve here: every local process listens on loopback.
+LOCAL_POD_ADDRESS = "127.0.0.1"
 SHUTDOWN_REASON = "Terminated"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 EXIT_CODE_SIGTERM = 143
 EXIT_CODE_START_ERROR = 128
+# A container's termination message, as a kubelet reads it when the container ends
+# (https://kubernetes.io/docs/tasks/debug/debug-application/determine-reason-pod-failure/; kubelet's
+# kuberuntime getTerminationMessage and readLastStringFromContainerLogs, the limits in
+# pkg/kubelet/container/runtime.go): the file at terminationMessagePath, its last 4096 bytes; with
+# terminationMessagePolicy FallbackToLogsOnError, a non-zero exit and an empty (or missing) file, the end of
+# the container's log: its last 80 lines, of which the last 2048 bytes. A local process cannot have
+# /dev/termination-log mounted: it gets a file of its own and its path in TERMINATION_LOG_ENV, which the
+# trainer reads (tpujob_trainer.constants.ENV_TERMINATION_LOG).
+TERMINATION_LOG_ENV = "TPUJOB_TERMINATION_LOG"
+FALLBACK_TO_LOGS_ON_ERROR = "FallbackToLogsOnError"
+MAX_TERMINATION_MESSAGE_BYTES = 4096
+MAX_TERMINATION_MESSAGE_LOG_LINES = 80
+MAX_TERMINATION_MESSAGE_LOG_BYTES = 2048
 
 
 def status_time() -> str:
@@ -27,6 +47,65 @@ def is_trainer_image(image: str, trainer_images: tuple[str, ...]) -> bool:
     """`registry/path/tpujob-trainer:tag` matches "tpujob-trainer": the last path segment, any tag."""
     repository = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
     return any(repository.startswith(prefix) for prefix in trainer_images)
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """An image besides the trainer's whose containers run as local processes, and how.
+
+    The container's command (else `entrypoint`) and args run as given, `python`/`python3` being this
+    kubelet's interpreter. `paths` maps directories of the image to local ones: an argv word, env value or
+    workingDir at or under an image directory is rewritten to the local one. There is no cluster DNS here:
+    in env values, the pod's peers' names (<hostname>.<subdomain>[.<namespace>[.svc[.cluster.local]]]) become
+    127.0.0.1, where their processes listen.
+    """
+
+    prefix: str  # matched as trainer images are: the repository's last path segment, any tag or digest
+    paths: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+
+
+# More local images for a test bed (`tpujob-sandbox up`, the pytest fixtures): see parse_local_images.
+ENV_LOCAL_IMAGES = "TPUJOB_SANDBOX_LOCAL_IMAGES"
+DEFAULT_LOCAL_IMAGES = (LocalImage("tpujob-jax", paths=(("/app", str(JAX_EXAMPLE_DIR)),)),)
+
+
+def parse_local_images(text: str) -> tuple[LocalImage, ...]:
+    """`PREFIX[:IMAGE_DIR=LOCAL_DIR[,...]]` entries separated by ";", e.g.
+    "my-jax:/app=/home/me/src;my-torch" (how TPUJOB_SANDBOX_LOCAL_IMAGES names more local images)."""
+    images = []
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        prefix, _, mappings = entry.partition(":")
+        paths = []
+        for mapping in filter(None, mappings.split(",")):
+            image_dir, sep, local_dir = mapping.partition("=")
+            if not sep or not image_dir.startswith("/") or not local_dir:
+                raise ValueError(f"local image {prefix!r}: {mapping!r} is not IMAGE_DIR=LOCAL_DIR")
+            paths.append((image_dir.rstrip("/") or "/", local_dir))
+        images.append(LocalImage(prefix, paths=tuple(paths)))
+    return tuple(images)
+
+
+def local_image_for(image: str, local_images: tuple[LocalImage, ...]) -> LocalImage | None:
+    return next((li for li in local_images if is_trainer_image(image, (li.prefix,))), None)
+
+
+def map_path(word: str, paths: tuple[tuple[str, str], ...]) -> str:
+    """`/app/train.py` with ("/app", "/repo/examples/jax") is "/repo/examples/jax/train.py"."""
+    for image_dir, local_dir in paths:
+        if word == image_dir or word.startswith(image_dir.rstrip("/") + "/"):
+            return local_dir.rstrip("/") + word[len(image_dir.rstrip("/")) :]
+    return word
+
+
+def resolve_pod_names(pod: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """Env values with the names of the pod's subdomain (a headless Service's pods) as LOCAL_POD_ADDRESS."""
+    subdomain, namespace = pod["spec"].get("subdomain"), pod["metadata"].get("namespace") or ""
+    if not subdomain:
+        return env
+    suffix = rf"\.{re.escape(subdomain)}(?:\.{re.escape(namespace)}(?:\.svc(?:\.cluster\.local)?)?)?"
+    name = re.compile(rf"(?<![-\w.])[a-z0-9](?:[-a-z0-9]*[a-z0-9])?{suffix}(?![-\w.])")
+    return {key: name.sub(LOCAL_POD_ADDRESS, value) for key, value in env.items()}
 
 
 def _field_value(pod: dict[str, Any], path: str) -> str:
@@ -78,6 +157,11 @@ def container_argv(
     interpreter, which has the trainer installed."""
     command = container.get("command") or list(entrypoint)
     argv = [_expand(part, env) for part in command + (container.get("args") or [])]
+    if not command:
+        raise ValueError(
+            f"container {container['name']}: no command, and image {container['image']}'s "
+            "entrypoint is not known here"
+        )
     if argv[0] in ("python", "python3"):
         argv[0] = python
     return argv
@@ -180,6 +264,17 @@ def terminated_status(
     if pod_reason:
         result["reason"], result["message"] = pod_reason, pod_message
     return result
+
+
+def termination_message(container: dict[str, Any], exit_code: int, written: bytes, log: bytes) -> str:
+    """The message a kubelet puts in state.terminated.message: what the container `written` to its
+    termination log, else (FallbackToLogsOnError and a failure) the end of this container's `log`."""
+    if written:
+        return written[-MAX_TERMINATION_MESSAGE_BYTES:].decode("utf-8", errors="replace")
+    if container.get("terminationMessagePolicy") != FALLBACK_TO_LOGS_ON_ERROR or exit_code == 0:
+        return ""
+    lines = log.splitlines(keepends=True)[-MAX_TERMINATION_MESSAGE_LOG_LINES:]
+    return b"".join(lines)[-MAX_TERMINATION_MESSAGE_LOG_BYTES:].decode("utf-8", errors="replace")
 
 
 def restarts_container(restart_policy: str, exit_code: int) -> bool:

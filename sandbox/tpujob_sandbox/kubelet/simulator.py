@@ -1,6 +1,6 @@
 """`KubeletSimulator`: for each pod bound to a simulated node, one idempotent sync (on `PodWatch`'s work
-thread) toward what a kubelet would report; trainer-image containers run in `LocalContainers`, node
-preemption is `NodeShutdown`'s."""
+thread) toward what a kubelet would report; trainer-image and local-image containers run in
+`LocalContainers`, node preemption is `NodeShutdown`'s."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from kubernetes.client.rest import ApiException
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
 from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, terminate
 from tpujob_sandbox.kubelet.podstatus import (
+    DEFAULT_LOCAL_IMAGES,
     DEFAULT_TRAINER_ENTRYPOINT,
     DEFAULT_TRAINER_IMAGES,
     EXIT_CODE_ANNOTATION,
     EXIT_CODE_START_ERROR,
     EXIT_MESSAGE_ANNOTATION,
+    LocalImage,
     restarted_status,
     restarts_container,
     running_status,
@@ -46,6 +48,7 @@ class KubeletSimulator:
         trainer_entrypoint: tuple[str, ...] = DEFAULT_TRAINER_ENTRYPOINT,
         python: str = sys.executable,
         extra_env: dict[str, str] | None = None,
+        local_images: tuple[LocalImage, ...] = DEFAULT_LOCAL_IMAGES,
         shutdown_grace_seconds: float = 30.0,
         critical_pods_grace_seconds: float = 15.0,
     ) -> None:
@@ -57,6 +60,7 @@ class KubeletSimulator:
             trainer_entrypoint=trainer_entrypoint,
             python=python,
             extra_env=extra_env,
+            local_images=local_images,
         )
         self._runs: dict[tuple[str, str], Run] = {}
         self.node_shutdown = NodeShutdown(
@@ -235,7 +239,11 @@ class KubeletSimulator:
                 pod, run, int(annotations[EXIT_CODE_ANNOTATION]), message=message, by_annotation=True
             )
         elif run.process and run.process.poll() is not None:
-            self._report_exit(pod, run, run.process.returncode)
+            # The annotation above stands for the exit and its message; a process that ended tells its own.
+            container = self.containers.trainer_container(pod)
+            exit_code = shell_exit_code(run.process.returncode)
+            message = self.containers.termination_message(run, container, exit_code) if container else ""
+            self._report_exit(pod, run, run.process.returncode, message=message)
 
     def _report_exit(
         self,
@@ -268,7 +276,7 @@ class KubeletSimulator:
         status = restarted_status(pod, run.pod_ip, host_ip, run.restarts, exit_code)
         if run.process:
             local = self.containers.trainer_container(pod)
-            assert local is not None  # a pod with a process has a trainer-image container
+            assert local is not None  # a pod with a process has a trainer-image or local-image container
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             self.containers.start(run, {**pod, "status": status}, local, self._on_exit_of(key))
         self._patch_status(pod, status)
