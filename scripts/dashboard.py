@@ -15,13 +15,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from grafana_foundation_sdk.builders import bargauge, prometheus, stat, text, timeseries
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, timeseries
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
-from grafana_foundation_sdk.models import text as text_models
 
 DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Trainer series carry the pod's namespace and TPUJob name (the PodMonitor's relabelings).
@@ -300,19 +299,56 @@ def job_row() -> tuple[str, list[PanelBuilder]]:
 
 
 def goodput_row() -> tuple[str, list[PanelBuilder]]:
-    """A placeholder until the trainer reports goodput (#15): a text panel, no query."""
+    """Goodput accounting (status.goodput, operator/tpujob/status/goodput.py): productive job time over all
+    accounted time, and where the rest went, in ml-goodput-measurement's categories."""
+    productive = "sum(increase(tpujob_productive_seconds_total[$__range]))"
+    badput = "sum(increase(tpujob_badput_seconds_total[$__range]))"
     return (
         "Goodput",
         [
-            text.Panel()
-            .title("Goodput")
-            .height(3)
-            .description("Placeholder: goodput accounting comes with the trainer issue (#15).")
-            .mode(text_models.TextMode.MARKDOWN)
-            .content(
-                "Goodput accounting (productive training time over the time TPUs were held) comes with the "
-                "trainer issue (#15). Until then, see *Progress* and *Last checkpoint age* above."
+            _panel(
+                "Goodput in the time range",
+                "Productive training time over all time the operator accounted for its jobs in the time "
+                "range (waiting for TPUs, startup, checkpoints, input waits, progress lost to disruptions "
+                "are the rest). Accounted at phase changes and when an attempt ends, so a running job's "
+                "latest stretch shows once it changes phase.",
+                [(f"{productive} / ({productive} + {badput})", "goodput")],
+                "percentunit",
+                kind=stat.Panel,
+            ).reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"])),
+            _panel(
+                "Badput by category in the time range",
+                "Job time lost in the time range, by goodput category (tpuInitialization: waiting for and "
+                "provisioning the slices; trainingPrep: pods starting; infrastructureRecovery: restarting; "
+                "programStartup, dataLoading, checkpointSave, checkpointRestore, "
+                "wastedProgressFromDisruption: steps redone after a preemption).",
+                [
+                    (
+                        "sum by (category) (increase(tpujob_badput_seconds_total[$__range]))",
+                        "{{category}}",
+                    )
+                ],
+                "s",
+                kind=bargauge.Panel,
             )
+            .display_mode(common.BarGaugeDisplayMode.BASIC)
+            .orientation(common.VizOrientation.HORIZONTAL)
+            .show_unfilled(True)
+            .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"])),
+            _panel(
+                "Finished jobs' goodput ratio",
+                "The goodput ratio of the jobs that finished in the time range (median and p10 over them), "
+                "by capacity mode.",
+                [
+                    (
+                        f"histogram_quantile({q}, sum by (capacity_mode, le) "
+                        "(increase(tpujob_goodput_ratio_bucket[$__range])))",
+                        f"{{{{capacity_mode}}}} p{int(q * 100)}",
+                    )
+                    for q in (0.5, 0.1)
+                ],
+                "percentunit",
+            ),
         ],
     )
 

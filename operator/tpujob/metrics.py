@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from tpujob import __version__, tpu
 from tpujob import status as s
 from tpujob.api.models import CapacityMode, TPUJob, TPUJobStatus
+from tpujob.status import goodput
 
 PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)
 RESTART_REASONS = (
@@ -83,6 +84,26 @@ CHIP_SECONDS = Counter(
     "tpujob_tpu_chip_seconds_total",
     "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis.",
     ["tpu_type", "capacity_mode"],
+)
+# Goodput (status.goodput, see status/goodput.py): seconds as each job's status accounts them, added when
+# the status moves them. A category's seconds never decrease in a status; productive ones may (an ended
+# attempt's progress moves time out of productive, in the same pass that adds its running time, so a pass'
+# net change is what the counter adds: a net decrease, rare, is not taken back).
+PRODUCTIVE_SECONDS = Counter(
+    "tpujob_productive_seconds_total",
+    "Job time spent on training steps kept (status.goodput.productiveSeconds), by capacity mode.",
+    ["capacity_mode"],
+)
+BADPUT_SECONDS = Counter(
+    "tpujob_badput_seconds_total",
+    "Job time lost (status.goodput.badputSeconds), by goodput category and capacity mode.",
+    ["category", "capacity_mode"],
+)
+GOODPUT_RATIO = Histogram(
+    "tpujob_goodput_ratio",
+    "Goodput ratio (productive over accounted time) of each job when it finished, by capacity mode.",
+    ["capacity_mode"],
+    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0),
 )
 
 
@@ -198,6 +219,11 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     for tpu_type in tpu.TPU_TYPES:
         for mode in CAPACITY_MODES:
             CHIP_SECONDS.labels(tpu_type, mode)
+    for mode in CAPACITY_MODES:
+        PRODUCTIVE_SECONDS.labels(mode)
+        GOODPUT_RATIO.labels(mode)
+        for category in goodput.CATEGORIES:
+            BADPUT_SECONDS.labels(category, mode)
 
 
 def chips_held(job: TPUJob, status: TPUJobStatus) -> int:
@@ -230,6 +256,7 @@ class PassRecorder:
             TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())
         self._pools(before, after, now)
         self._chips(uid, job, after, now)
+        self._goodput(job, before, after)
         JOBS_BY_PHASE.set(uid, after.phase)
         NEXT_MAINTENANCE.set(uid, after.maintenance_time)
 
@@ -259,6 +286,22 @@ class PassRecorder:
             elapsed = (now - seen[0]).total_seconds()
             CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(seen[1] * max(elapsed, 0.0))
         CHIPS_HELD.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
+
+    @staticmethod
+    def _goodput(job: TPUJob, before: TPUJobStatus, after: TPUJobStatus) -> None:
+        if after.goodput is None:
+            return
+        mode = job.spec.capacity.mode
+        was = before.goodput.badput_seconds if before.goodput else {}
+        for category, seconds in after.goodput.badput_seconds.items():
+            if category in goodput.CATEGORIES and seconds > was.get(category, 0.0):
+                BADPUT_SECONDS.labels(category, mode).inc(seconds - was.get(category, 0.0))
+        kept = before.goodput.productive_seconds if before.goodput else 0.0
+        if after.goodput.productive_seconds > kept:
+            PRODUCTIVE_SECONDS.labels(mode).inc(after.goodput.productive_seconds - kept)
+        finished = after.phase in s.TERMINAL_PHASES and before.phase not in s.TERMINAL_PHASES
+        if finished and after.goodput.ratio is not None:
+            GOODPUT_RATIO.labels(mode).observe(after.goodput.ratio)
 
     def forget(self, uid: str) -> None:
         with self._lock:

@@ -102,7 +102,9 @@ def build_image(
     return time.monotonic() - started
 
 
-def run_in_image(tag: str, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_in_image(
+    tag: str, command: list[str], env: dict[str, str], *, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `command` in a working container of `tag` (buildah, chroot isolation), then remove it."""
     container = subprocess.run(
         ["buildah", "from", "--pull-never", tag], check=True, capture_output=True, text=True
@@ -114,9 +116,19 @@ def run_in_image(tag: str, command: list[str], env: dict[str, str]) -> subproces
             capture_output=True,
             text=True,
             check=False,
+            timeout=timeout,
         )
     finally:
         subprocess.run(["buildah", "rm", container], check=False, capture_output=True)
+
+
+def image_size(tag: str) -> int:
+    """The image's size in bytes, as `podman images` reports it (uncompressed layers)."""
+    return int(image_config(tag, ".Size"))
+
+
+def remove_image(tag: str) -> None:
+    subprocess.run(["podman", "rmi", tag], check=False, capture_output=True)
 
 
 def image_config(tag: str, field: str) -> str:
@@ -133,4 +145,5 @@ if __name__ == "__main__":
     ensure_tools()
     ensure_base_image()
     seconds = build_trainer_image(chosen, f"localhost/tpujob-trainer:0.1.0-{chosen}")
-    print(f"built localhost/tpujob-trainer:0.1.0-{chosen} in {seconds:.0f}s")
+    size = image_size(f"localhost/tpujob-trainer:0.1.0-{chosen}")
+    print(f"built localhost/tpujob-trainer:0.1.0-{chosen} in {seconds:.0f}s, {size / 1e6:.0f} MB")

@@ -12,6 +12,7 @@ ENV_OF = {setting.name: setting.env for setting in SETTINGS}
 def test_exit_code_and_ports_match_the_operator() -> None:
     assert trainer_constants.EXIT_CODE_PREEMPTED == operator_constants.EXIT_CODE_PREEMPTED == 143
     assert trainer_constants.EXIT_CODE_BAD_CONFIG == operator_constants.EXIT_CODE_BAD_CONFIG == 2
+    assert trainer_constants.PROGRESS_LINE_PREFIX == operator_constants.PROGRESS_LINE_PREFIX
     assert trainer_constants.PORT_TRAINER_METRICS == operator_constants.PORT_TRAINER_METRICS
     assert trainer_constants.PORT_TF_WORKER == operator_constants.PORT_TF_WORKER
     assert TrainerConfig().metrics_port == operator_constants.PORT_TRAINER_METRICS

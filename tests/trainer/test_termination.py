@@ -1,7 +1,9 @@
-"""The trainer's termination message: one line on every non-zero exit, where the kubelet reads it."""
+"""The trainer's termination message: one line on every non-zero exit, then the progress line, where the
+kubelet reads it."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -92,3 +94,20 @@ def test_a_file_that_cannot_be_written_never_fails_the_trainer(tmp_path: Path) -
     assert not unwritable.exists()
     assert main(["--steps", "abc"], env={c.ENV_TERMINATION_LOG: str(unwritable)}) == c.EXIT_CODE_BAD_CONFIG
     assert os.path.isdir(tmp_path)
+
+
+def test_the_progress_line_comes_last_after_the_human_line_within_4096_bytes(log: Path) -> None:
+    from tpujob_trainer.termination import progress_line
+
+    progress = progress_line({"startStep": 0, "step": 130, "checkpointStep": 130})
+    env = {c.ENV_TERMINATION_LOG: str(log)}
+    write_termination_message("preempted (SIGTERM) at step 130", env, progress=progress)
+    human, last = log.read_text().splitlines()
+    assert human == "preempted (SIGTERM) at step 130"
+    assert last.startswith(c.PROGRESS_LINE_PREFIX)
+    assert json.loads(last[len(c.PROGRESS_LINE_PREFIX) :])["step"] == 130
+    write_termination_message("x" * 5000, env, progress=progress)  # the human line gives way, not the JSON
+    data = log.read_bytes()
+    assert len(data) == 4096 and data.endswith((progress + "\n").encode())
+    write_termination_message("", env, progress=progress)  # a success: the progress line alone
+    assert log.read_text() == progress + "\n"

@@ -11,12 +11,13 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from tpujob_trainer import constants as c
 from tpujob_trainer.config import ConfigError, add_settings_arguments, config_from, worker_env_from
-from tpujob_trainer.termination import write_termination_message
+from tpujob_trainer.termination import progress_line, write_termination_message
 
 if TYPE_CHECKING:  # train imports TensorFlow: only when training starts
     from tpujob_trainer.train import Summary
@@ -85,6 +86,13 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         worker = worker_env_from(env)
     except ConfigError as error:
         return _bad_config(error, env)
+    # Before TensorFlow loads: on a TPU image without TPU chips, libtpu would hang the import.
+    from tpujob_trainer.tpu_runtime import check_tpu_runtime
+
+    try:
+        check_tpu_runtime(config.strategy, env)
+    except ConfigError as error:
+        return _bad_config(error, env)
 
     # Imported here: TensorFlow takes seconds to load, and settings errors should not wait for it.
     from tpujob_trainer.metrics import TrainerMetrics
@@ -109,9 +117,30 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         summary.status, summary.exit_code = "failed", c.EXIT_CODE_FAILED
         summary.error = f"{type(error).__name__}: {error}"
     print_summary(summary, config.summary_file)
-    if summary.exit_code not in (c.EXIT_CODE_SUCCEEDED, c.EXIT_CODE_BAD_CONFIG):  # bad config: said so
-        write_termination_message(_exit_message(summary), env)
+    if summary.exit_code != c.EXIT_CODE_BAD_CONFIG:  # bad config: said so
+        human = "" if summary.exit_code == c.EXIT_CODE_SUCCEEDED else _exit_message(summary)
+        write_termination_message(human, env, progress=progress_line(_progress_facts(summary)))
     return summary.exit_code
+
+
+def _progress_facts(summary: Summary) -> dict[str, object]:
+    """What the operator's goodput accounting needs of this run (times: Unix seconds)."""
+    facts: dict[str, object] = {
+        "startStep": summary.start_step,
+        "step": summary.final_step,
+        "startedAt": round(summary.started_at, 3),
+        "endedAt": round(summary.ended_at or time.time(), 3),
+        "checkpointSaveSeconds": summary.checkpoint_save_seconds,
+        "checkpointRestoreSeconds": summary.checkpoint_restore_seconds,
+        "inputWaitSeconds": summary.input_wait_seconds,
+    }
+    if summary.first_step_at is not None:
+        facts["firstStepAt"] = round(summary.first_step_at, 3)
+    if summary.checkpoint_step is not None:
+        facts["checkpointStep"] = summary.checkpoint_step
+    if summary.checkpoint_at is not None:
+        facts["checkpointAt"] = round(summary.checkpoint_at, 3)
+    return facts
 
 
 def _exit_message(summary: Summary) -> str:

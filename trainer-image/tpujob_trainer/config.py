@@ -31,6 +31,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} must be a finite number of at least 0")
+    return value
+
+
 def _port(text: str) -> int:
     value = _int(text)
     if not 0 <= value <= 65535:
@@ -95,6 +105,7 @@ class TrainerConfig:
     learning_rate: float = 1e-3
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 200
+    checkpoint_interval_seconds: float = 0.0  # 0: by steps only
     export_dir: str | None = None
     metrics_port: int = c.PORT_TRAINER_METRICS
     summary_file: str | None = None
@@ -138,6 +149,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("learning_rate", _positive_float, "optimizer learning rate for the built-in models"),
     Setting("checkpoint_dir", _text, "where checkpoints go (local path or gs://); resumes from the latest"),
     Setting("checkpoint_every_steps", _positive_int, "save a checkpoint every N steps"),
+    Setting(
+        "checkpoint_interval_seconds",
+        _non_negative_float,
+        "also save a checkpoint when this many seconds passed since the last one (0: off)",
+    ),
     Setting(
         "export_dir",
         _text,

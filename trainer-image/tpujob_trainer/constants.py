@@ -19,6 +19,9 @@ EXIT_CODE_PREEMPTED: Final = 143
 # another file (the test bed's kubelet, or a pod with its own terminationMessagePath).
 ENV_TERMINATION_LOG: Final = "TPUJOB_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
+# The last line of the termination message, on every exit but a bad config: this prefix and one compact JSON
+# object of progress facts (steps, last checkpoint), which the operator turns into goodput accounting.
+PROGRESS_LINE_PREFIX: Final = "tpujob-progress "
 
 PORT_TRAINER_METRICS: Final = 9090
 PORT_TF_WORKER: Final = 8470

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -20,16 +19,15 @@ from tpujob_trainer.cluster import (
     worker_addresses,
 )
 from tpujob_trainer.config import WorkerEnv
+from tpujob_trainer.tpu_runtime import tpu_chip_count
 
 log = logging.getLogger(__name__)
 
 
 def detect_accelerators() -> Accelerators:
-    # TPU VMs expose chips as /dev/accel* (v4, v5e) or /dev/vfio/<n> (v5p, v6e and later).
-    tpu_chips = len(glob.glob("/dev/accel*")) or len(
-        [p for p in glob.glob("/dev/vfio/*") if p != "/dev/vfio/vfio"]
-    )
-    return Accelerators(tpu_chips=tpu_chips, gpus=len(tf.config.list_physical_devices("GPU")))
+    # The TPU image without chips may never get here: libtpu hangs as TensorFlow is imported. Check
+    # with tpu_runtime.check_tpu_runtime before that import (it fails fast, as bad settings).
+    return Accelerators(tpu_chips=tpu_chip_count(), gpus=len(tf.config.list_physical_devices("GPU")))
 
 
 def build_strategy(choice: StrategyChoice, workers: WorkerEnv, worker_port: int) -> tf.distribute.Strategy:

@@ -84,6 +84,14 @@ class Summary:
     test_accuracy: float | None = None
     checkpoint: str | None = None
     checkpoints_saved: int = 0
+    # For goodput accounting (Unix times, seconds): when the run began, took its first step, last saved.
+    started_at: float = 0.0
+    first_step_at: float | None = None
+    ended_at: float = 0.0
+    checkpoint_step: int | None = None  # the step of the last checkpoint saved or resumed from
+    checkpoint_at: float | None = None  # when that checkpoint was saved by this run (None: resumed)
+    checkpoint_save_seconds: float = 0.0
+    checkpoint_restore_seconds: float = 0.0
     # The SavedModel worker 0 wrote for serving (--export-dir), and a line of Python that loads it.
     export_dir: str | None = None
     export_hint: str | None = None
@@ -121,6 +129,10 @@ class Checkpoints:
         self.manager: tf.train.CheckpointManager | None = None
         self.saved = 0
         self.last_path: str | None = None
+        self.last_step: int | None = None
+        self.last_saved_at: float | None = None  # Unix time
+        self.save_seconds = 0.0
+        self.restore_seconds = 0.0
         self.scratch: str | None = None
         if directory:
             write_to = (
@@ -134,10 +146,12 @@ class Checkpoints:
             )
 
     def restore_latest(self) -> str | None:
+        started = time.perf_counter()
         latest = tf.train.latest_checkpoint(self.directory) if self.directory else None
         if latest:
             self.checkpoint.restore(latest).assert_existing_objects_matched()
             self.last_path = latest
+            self.restore_seconds += time.perf_counter() - started
         return latest
 
     def save(self, step: int, metrics: TrainerMetrics) -> None:
@@ -147,6 +161,8 @@ class Checkpoints:
         path = self.manager.save(checkpoint_number=step)
         metrics.checkpoint_save_duration.observe(time.perf_counter() - started)
         metrics.last_checkpoint_timestamp.set(time.time())
+        self.save_seconds += time.perf_counter() - started
+        self.last_step, self.last_saved_at = step, time.time()
         if self.scratch:
             tf.io.gfile.rmtree(self.scratch)
         else:
@@ -161,6 +177,7 @@ def run(
     """Train to the target step or until stopped, filling in `summary` as it goes (so a failure
     still reports how far it got)."""
     started = time.time()
+    summary.started_at = summary.ended_at = started
     summary.model, summary.data = config.model, config.data
     metrics.serve(config.metrics_port)
 
@@ -201,6 +218,9 @@ def run(
     if resumed_from:
         log.info("resumed from %s at step %d", resumed_from, start_step)
     summary.start_step = summary.final_step = start_step
+    if resumed_from:
+        summary.checkpoint_step = start_step
+        summary.checkpoint_restore_seconds = round(checkpoints.restore_seconds, 3)
     summary.target_steps = total_steps
     metrics.target_steps.set(total_steps)
     metrics.global_step.set(start_step)
@@ -219,7 +239,12 @@ def run(
     )
     loop = StepLoop(model, strategy, metrics, examples_fed_per_step(choice, config.batch_size, workers))
     progress = Progress(config.progress, is_chief=workers.worker_id == 0)
-    step = loop.run(iter(dataset), start_step, total_steps, stop, checkpoints, config, progress)
+    try:
+        step = loop.run(iter(dataset), start_step, total_steps, stop, checkpoints, config, progress)
+    finally:
+        summary.first_step_at = loop.first_step_at
+        summary.final_step = max(summary.final_step, loop.step_reached)
+        _checkpoint_facts(summary, checkpoints)
     progress.close()
 
     summary.final_step = step
@@ -231,6 +256,7 @@ def run(
     if step > start_step or not resumed_from:
         checkpoints.save(step, metrics)
     summary.checkpoint, summary.checkpoints_saved = checkpoints.last_path, checkpoints.saved
+    _checkpoint_facts(summary, checkpoints)
 
     if loop.stopped_by_signal:
         interrupted = stop.signal_number == signal.SIGINT
@@ -258,6 +284,17 @@ def run(
                 summary.export_dir, summary.export_hint = exported.directory, exported.load_hint
         summary.status, summary.exit_code = "succeeded", c.EXIT_CODE_SUCCEEDED
     summary.wall_seconds = round(time.time() - started, 3)
+    summary.ended_at = time.time()
+
+
+def _checkpoint_facts(summary: Summary, checkpoints: Checkpoints) -> None:
+    summary.checkpoint_save_seconds = round(checkpoints.save_seconds, 3)
+    if checkpoints.last_step is not None:
+        summary.checkpoint_step, summary.checkpoint_at = checkpoints.last_step, checkpoints.last_saved_at
+
+
+# A stop vote outweighs the save votes of any number of replicas (see StepLoop.run).
+STOP_VOTE = 1e6
 
 
 class StepLoop:
@@ -272,6 +309,8 @@ class StepLoop:
         self.input_wait_seconds = 0.0
         self.last_loss: float | None = None
         self.stopped_by_signal = False
+        self.first_step_at: float | None = None  # Unix time the first step of this run ended
+        self.step_reached = 0
         self._step = _distributed_train_step(model, strategy)
 
     def run(
@@ -285,18 +324,28 @@ class StepLoop:
         progress: Progress,
     ) -> int:
         m = self.metrics
-        # The two possible votes, made once: a new tensor every step costs time for nothing.
-        vote_stop, vote_go_on = tf.constant(1.0), tf.constant(0.0)
+        # The votes, made once: a new tensor every step costs time for nothing. Their sum over every
+        # replica says what all do after this step: stop (any vote of STOP_VOTE), save a checkpoint (any
+        # worker's --checkpoint-interval-seconds elapsed: all save at the same step, saving runs
+        # collectives), or go on. STOP_VOTE exceeds any number of save votes.
+        vote_stop, vote_save, vote_go_on = tf.constant(STOP_VOTE), tf.constant(1.0), tf.constant(0.0)
+        interval = config.checkpoint_interval_seconds
+        last_save = time.monotonic()
         window_started, window_examples = time.perf_counter(), 0
         while step < total_steps:
             step_started = time.perf_counter()
             batch = next(iterator)
             input_ready = time.perf_counter()
-            logs, stop_votes = self._step(batch, vote_stop if stop.requested else vote_go_on)
+            save_due = interval > 0 and time.monotonic() - last_save >= interval
+            vote = vote_stop if stop.requested else vote_save if save_due else vote_go_on
+            logs, stop_votes = self._step(batch, vote)
             loss = float(logs["loss"])  # also waits for the step to finish, so the timing is honest
             step_done = time.perf_counter()
 
             step += 1
+            self.step_reached = step
+            if self.first_step_at is None:
+                self.first_step_at = time.time()
             self.examples += self.examples_per_step
             self.train_seconds += step_done - step_started
             self.input_wait_seconds += input_ready - step_started
@@ -308,11 +357,13 @@ class StepLoop:
             m.step_duration.observe(step_done - step_started)
             m.input_wait.inc(input_ready - step_started)
 
-            if float(stop_votes) > 0:  # any worker was signalled: all stop at this same step
+            votes = float(stop_votes)
+            if votes >= STOP_VOTE:  # any worker was signalled: all stop at this same step
                 self.stopped_by_signal = True
                 break
-            if step % config.checkpoint_every_steps == 0 and step < total_steps:
+            if (votes > 0 or step % config.checkpoint_every_steps == 0) and step < total_steps:
                 checkpoints.save(step, m)
+                last_save = time.monotonic()
             if step % config.log_every_steps == 0 or step == total_steps:
                 rate = window_examples / max(step_done - window_started, 1e-9)
                 m.examples_per_second.set(rate)

@@ -54,3 +54,6 @@ EXIT_CODE_PREEMPTED: Final = 143
 # The trainer's exit code for missing or invalid settings (a ConfigError, a bad flag): retrying cannot help,
 # so the default failurePolicy fails the job at once (Python's own usage errors exit 2 as well).
 EXIT_CODE_BAD_CONFIG: Final = 2
+# The trainer's progress facts for goodput accounting: the last line of its termination message is this
+# prefix and one compact JSON object (see status/goodput.py); the line before it stays the human reason.
+PROGRESS_LINE_PREFIX: Final = "tpujob-progress "

@@ -529,6 +529,33 @@ class WorkerCounts(ApiModel):
     failed: int = Field(default=0, description="Pods that failed in this attempt.")
 
 
+class Goodput(ApiModel):
+    """How the job's time on its TPUs was spent (wall-clock seconds the job held or waited for its slices),
+    in the categories of Google's goodput definitions (ml-goodput-measurement). Accounted when the phase
+    changes and when an attempt ends, from the status' own timestamps and the trainer's progress line."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ratio: float | None = Field(
+        default=None, description="productiveSeconds over all accounted seconds (0 to 1)."
+    )
+    productive_seconds: float = Field(default=0.0, description="Time spent on training steps kept.")
+    badput_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Lost time per category: tpuInitialization, trainingPrep, programStartup, dataLoading, "
+        "checkpointSave, checkpointRestore, wastedProgressFromDisruption, other.",
+    )
+    steps_lost: int = Field(
+        default=0, description="Training steps redone because a disruption came after the last checkpoint."
+    )
+    accounted_until: str | None = Field(
+        default=None, description="Time up to which the job's time is accounted (RFC 3339)."
+    )
+    accounted_attempt: int = Field(
+        default=-1, description="The last attempt whose trainer progress was accounted."
+    )
+
+
 class TPUJobStatus(ApiModel):
     """Written by the operator only."""
 
@@ -572,6 +599,7 @@ class TPUJobStatus(ApiModel):
     )
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")
+    goodput: Goodput | None = Field(default=None, description="How the job's TPU time was spent.")
 
 
 class ObjectMeta(BaseModel):

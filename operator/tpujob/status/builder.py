@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpujob.api.models import NodePoolStatus, WorkerCounts
+from tpujob.status import goodput
 from tpujob.status.model import (
     FAILED,
     POLL_PROVISIONING_SECONDS,
@@ -61,6 +62,7 @@ class Builder:
 
     def finish(self) -> Decision:
         self.status.observed_generation = self.job.metadata.generation
+        goodput.account(self.observed.status, self.status, self.observed.pods, self.now)
         return self.decision
 
 

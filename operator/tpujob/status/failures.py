@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.models import (
     ExitCodeOperator,
     FailureAction,
@@ -86,8 +87,13 @@ def rule_text(rule: FailurePolicyRule) -> str:
 
 def quote(message: str) -> str:
     """The part of a termination message worth a status line: its last non-empty line (a traceback's
-    last line names the error), at most MAX_QUOTED_MESSAGE characters."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    last line names the error) that is not the trainer's progress line (for goodput, not for people), at
+    most MAX_QUOTED_MESSAGE characters."""
+    lines = [
+        line.strip()
+        for line in message.splitlines()
+        if line.strip() and not line.startswith(PROGRESS_LINE_PREFIX)
+    ]
     text = lines[-1] if lines else ""
     return text if len(text) <= MAX_QUOTED_MESSAGE else text[: MAX_QUOTED_MESSAGE - 1] + "…"
 

@@ -25,6 +25,7 @@ from tpujob_sandbox.kubelet.podstatus import (
     shell_exit_code,
     status_time,
     terminated_status,
+    termination_message,
 )
 from tpujob_sandbox.processes import stop_process
 
@@ -94,6 +95,7 @@ class NodeShutdown:
             status = terminated_status(
                 pod,
                 exit_code,
+                message=_written_message(pod, run, exit_code),
                 pod_reason=SHUTDOWN_REASON,
                 pod_message=SHUTDOWN_MESSAGE,
                 extra_conditions=(disruption,),
@@ -133,3 +135,12 @@ class NodeShutdown:
         taints = [self.api_client.sanitize_for_serialization(t) for t in found.spec.taints or []]
         taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
         self.core.patch_node(node, {"spec": {"taints": taints}})
+
+
+def _written_message(pod: dict[str, Any], run: Run | None, exit_code: int) -> str:
+    """The container's own termination message: a kubelet reads the termination log whenever a container
+    ends, a node shutdown's SIGTERM included (kuberuntime's container status, not the pod's reason)."""
+    if run is None or run.termination_log is None or not run.termination_log.exists():
+        return ""
+    container = pod["spec"]["containers"][0]
+    return termination_message(container, exit_code, run.termination_log.read_bytes(), b"")

@@ -1,0 +1,191 @@
+"""Goodput accounting, pure: how a job's time on its TPUs splits into productive time and lost time
+("badput"), in the categories of Google's public goodput definitions (the `ml-goodput-measurement` package's
+BadputType: TPU initialization, training prep, program startup, data loading, checkpoint save / restore,
+wasted progress from disruption, other).
+
+Two sources, both already in a decision's hands:
+
+- the status' own history: the phase the job was in since the time last accounted (`accounted_until`).
+  Pending / Provisioning is waiting for capacity and TPU initialization; Starting is training prep (pods
+  scheduled, not all running); Restarting is infrastructure recovery; Running is tentatively productive.
+  Suspended and finished jobs hold no TPUs: not accounted.
+- the trainer's progress line (the last line of its termination message, `tpujob-progress {json}`, see
+  trainer-image/tpujob_trainer/termination.py): once an attempt's pods have ended, the parts of its Running
+  time that were not training are moved out of productive: program startup (start to first step), input
+  waits, checkpoint saves and restores, and, when the attempt was disrupted, the steps since its last
+  checkpoint (the next attempt redoes them).
+
+Accounted only when the phase changes or an attempt's progress arrives (not on every pass: the status is not
+rewritten for the clock alone), so the figures are exact at each transition and final once the job ends.
+Seconds are wall-clock seconds of the job (multiply by its chips for chip-seconds); times are second-resolved
+like every status timestamp, so a figure may be off by a second per transition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tpujob.api.constants import PROGRESS_LINE_PREFIX
+from tpujob.api.models import Goodput, TPUJobStatus
+from tpujob.status.model import (
+    PENDING,
+    PROVISIONING,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    PodView,
+    parse_timestamp,
+    timestamp,
+)
+
+TPU_INITIALIZATION = "tpuInitialization"
+TRAINING_PREP = "trainingPrep"
+INFRASTRUCTURE_RECOVERY = "infrastructureRecovery"
+PROGRAM_STARTUP = "programStartup"
+DATA_LOADING = "dataLoading"
+CHECKPOINT_SAVE = "checkpointSave"
+CHECKPOINT_RESTORE = "checkpointRestore"
+WASTED_PROGRESS = "wastedProgressFromDisruption"
+OTHER = "other"
+CATEGORIES = (
+    TPU_INITIALIZATION,
+    TRAINING_PREP,
+    INFRASTRUCTURE_RECOVERY,
+    PROGRAM_STARTUP,
+    DATA_LOADING,
+    CHECKPOINT_SAVE,
+    CHECKPOINT_RESTORE,
+    WASTED_PROGRESS,
+    OTHER,
+)
+
+# Where the time spent in a phase goes; phases not listed (Suspended, finished, none) are not accounted.
+PHASE_CATEGORY = {
+    PENDING: TPU_INITIALIZATION,
+    PROVISIONING: TPU_INITIALIZATION,
+    STARTING: TRAINING_PREP,
+    RESTARTING: INFRASTRUCTURE_RECOVERY,
+}
+PRODUCTIVE = "productive"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """An attempt's progress line, as the trainer wrote it when it exited (times: Unix seconds)."""
+
+    start_step: int
+    step: int
+    started_at: float
+    ended_at: float
+    first_step_at: float | None = None
+    checkpoint_step: int | None = None  # the last checkpoint saved, or resumed from
+    checkpoint_at: float | None = None  # when it was saved by this attempt (None: resumed, or none)
+    checkpoint_save_seconds: float = 0.0
+    checkpoint_restore_seconds: float = 0.0
+    input_wait_seconds: float = 0.0
+
+
+def parse_progress(message: str) -> Progress | None:
+    """The progress line of a termination message, if it has a valid one (the last one wins)."""
+    for line in reversed(message.splitlines()):
+        if not line.startswith(PROGRESS_LINE_PREFIX):
+            continue
+        try:
+            facts = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
+            return Progress(
+                start_step=int(facts["startStep"]),
+                step=int(facts["step"]),
+                started_at=float(facts["startedAt"]),
+                ended_at=float(facts["endedAt"]),
+                first_step_at=_seconds(facts.get("firstStepAt")),
+                checkpoint_step=None if facts.get("checkpointStep") is None else int(facts["checkpointStep"]),
+                checkpoint_at=_seconds(facts.get("checkpointAt")),
+                checkpoint_save_seconds=float(facts.get("checkpointSaveSeconds", 0.0)),
+                checkpoint_restore_seconds=float(facts.get("checkpointRestoreSeconds", 0.0)),
+                input_wait_seconds=float(facts.get("inputWaitSeconds", 0.0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+    return None
+
+
+def _seconds(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def lost_to_disruption(progress: Progress) -> tuple[int, float]:
+    """(steps, seconds) an ended attempt did past its last checkpoint: what the next attempt redoes."""
+    kept = progress.checkpoint_step if progress.checkpoint_step is not None else progress.start_step
+    steps = max(progress.step - kept, 0)
+    if steps == 0:
+        return 0, 0.0
+    since = progress.checkpoint_at if progress.checkpoint_at is not None else progress.first_step_at
+    return steps, max(progress.ended_at - (since if since is not None else progress.started_at), 0.0)
+
+
+def attempt_badput(progress: Progress, disrupted: bool) -> dict[str, float]:
+    """The parts of an ended attempt's running time that were not productive training, by category."""
+    first = progress.first_step_at if progress.first_step_at is not None else progress.ended_at
+    lost: dict[str, float] = {
+        PROGRAM_STARTUP: max(first - progress.started_at - progress.checkpoint_restore_seconds, 0.0),
+        CHECKPOINT_RESTORE: progress.checkpoint_restore_seconds,
+        DATA_LOADING: progress.input_wait_seconds,
+        CHECKPOINT_SAVE: progress.checkpoint_save_seconds,
+    }
+    if disrupted:
+        lost[WASTED_PROGRESS] = lost_to_disruption(progress)[1]
+    return {category: seconds for category, seconds in lost.items() if seconds > 0}
+
+
+def _ended_attempts(pods: Iterable[PodView], after: int) -> list[tuple[int, PodView, Progress]]:
+    """Each attempt after `after` whose pods have ended with a progress line: worker 0 of slice 0 if it
+    wrote one (the chief), else the first that did; in attempt order."""
+    found: dict[int, tuple[PodView, Progress]] = {}
+    for pod in sorted(pods, key=lambda p: (p.attempt, p.slice, p.worker)):
+        if pod.attempt <= after or pod.attempt in found or pod.phase not in ("Succeeded", "Failed"):
+            continue
+        progress = parse_progress(pod.message)
+        if progress is not None:
+            found[pod.attempt] = (pod, progress)
+    return [(attempt, pod, progress) for attempt, (pod, progress) in sorted(found.items())]
+
+
+def account(previous: TPUJobStatus, status: TPUJobStatus, pods: Iterable[PodView], now: dt.datetime) -> None:
+    """Bring status.goodput up to `now`: the time since it was last accounted goes to the category of the
+    phase the job was in (previous.phase), then the ended attempts' progress moves the parts of their running
+    time that were not training out of productive. Does nothing when neither the phase changed nor an
+    attempt's progress arrived."""
+    goodput = status.goodput.model_copy(deep=True) if status.goodput else Goodput()
+    ended = _ended_attempts(pods, goodput.accounted_attempt)
+    if goodput.accounted_until is None:
+        goodput.accounted_until = timestamp(now)
+    elif status.phase == previous.phase and not ended:
+        return
+    else:
+        elapsed = max((now - parse_timestamp(goodput.accounted_until)).total_seconds(), 0.0)
+        goodput.accounted_until = timestamp(now)
+        if previous.phase == RUNNING:
+            goodput.productive_seconds += elapsed
+        elif previous.phase in PHASE_CATEGORY:
+            _add(goodput, PHASE_CATEGORY[previous.phase], elapsed)
+    for attempt, pod, progress in ended:
+        disrupted = pod.phase == "Failed"
+        for category, seconds in attempt_badput(progress, disrupted).items():
+            moved = min(seconds, goodput.productive_seconds)
+            goodput.productive_seconds -= moved
+            _add(goodput, category, moved)
+        if disrupted:
+            goodput.steps_lost += lost_to_disruption(progress)[0]
+        goodput.accounted_attempt = attempt
+    goodput.productive_seconds = round(goodput.productive_seconds, 3)
+    total = goodput.productive_seconds + sum(goodput.badput_seconds.values())
+    goodput.ratio = round(goodput.productive_seconds / total, 4) if total > 0 else None
+    status.goodput = goodput
+
+
+def _add(goodput: Goodput, category: str, seconds: float) -> None:
+    if seconds > 0:
+        goodput.badput_seconds[category] = round(goodput.badput_seconds.get(category, 0.0) + seconds, 3)

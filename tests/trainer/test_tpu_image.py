@@ -1,0 +1,86 @@
+"""The TPU variant of the trainer image (tensorflow-tpu + libtpu): build it with podman, smoke-test it here.
+
+This machine has no TPU, so libtpu is kept from loading (TPU_LOAD_LIBRARY=0, and TPU_SKIP_MDS_QUERY=1 in
+case it did): loaded, it would query the cloud metadata server, which a test must never reach. The
+trainer then runs a few CPU steps with the default strategy; and without TPU_LOAD_LIBRARY=0 the TPU
+check refuses at once (exit 2) instead of hanging. Marked `image` like the CPU image test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.trainer import podman_image
+
+TAG = "localhost/tpujob-trainer:test-tpu"
+NO_TPU = {"TPU_LOAD_LIBRARY": "0", "TPU_SKIP_MDS_QUERY": "1"}
+WORKER = {"TPUJOB_CHECKPOINT_DIR": "/tmp/checkpoints", "TPUJOB_METRICS_PORT": "0", "TPU_WORKER_ID": "0"}
+
+
+@pytest.fixture(scope="module")
+def tpu_image() -> Iterator[str]:
+    try:
+        podman_image.ensure_tools()
+    except podman_image.ImageToolsMissing as missing:
+        pytest.fail(str(missing))
+    podman_image.ensure_base_image()
+    seconds = podman_image.build_trainer_image("tpu", TAG)
+    size = podman_image.image_size(TAG)
+    print(f"built {TAG} in {seconds:.0f}s, {size / 1e6:.0f} MB ({size} bytes)")
+    yield TAG
+    podman_image.remove_image(TAG)
+
+
+@pytest.mark.image
+@pytest.mark.timeout(1800)
+def test_tpu_image_has_tensorflow_tpu_and_libtpu_and_trains_on_the_cpu(tpu_image: str) -> None:
+    assert podman_image.image_config(tpu_image, ".Config.User") == "1000:1000"
+    assert podman_image.image_config(tpu_image, ".Config.Entrypoint") == "[python -m tpujob_trainer]"
+
+    versions = podman_image.run_in_image(
+        tpu_image,
+        [
+            "python",
+            "-c",
+            "import importlib.metadata as m, tensorflow as tf; "
+            "print(tf.__version__, m.version('tensorflow-tpu'), m.version('libtpu'))",
+        ],
+        NO_TPU,
+    )
+    assert versions.returncode == 0, versions.stderr[-3000:]
+    assert versions.stdout.split() == ["2.20.0", "2.20.0", "0.0.14"]
+
+    usage = podman_image.run_in_image(tpu_image, ["python", "-m", "tpujob_trainer", "--help"], NO_TPU)
+    assert usage.returncode == 0, usage.stderr[-3000:]
+    assert "train" in usage.stdout
+
+    result = podman_image.run_in_image(
+        tpu_image,
+        ["sh", "-c", "id -u && exec python -m tpujob_trainer --steps 20 --strategy default"],
+        {**NO_TPU, **WORKER},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "1000"
+    summary = json.loads(lines[-1])
+    assert (summary["status"], summary["final_step"], summary["strategy"]) == ("succeeded", 20, "default")
+    assert "/opt/tpujob/data/digits" in result.stderr
+
+
+@pytest.mark.image
+@pytest.mark.timeout(1800)
+def test_tpu_image_without_tpus_refuses_at_once_instead_of_hanging(tpu_image: str) -> None:
+    log = "/tmp/termination-log"
+    result = podman_image.run_in_image(
+        tpu_image,
+        # The image's own entrypoint: the CLI checks for TPU chips before TensorFlow (and libtpu) load.
+        ["sh", "-c", f"python -m tpujob_trainer --steps 20; code=$?; cat {log}; exit $code"],
+        {**WORKER, "TPUJOB_TERMINATION_LOG": log},  # no TPU_LOAD_LIBRARY=0: libtpu would load
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr[-3000:]
+    assert "no TPU chips are attached" in result.stderr
+    assert result.stdout.startswith("ConfigError: --strategy auto: this is the TPU image")
