@@ -7,8 +7,9 @@ import json
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.models import Goodput, TPUJobStatus
+from tpujob.reconciler.observe import pod_view
 from tpujob.status import goodput as g
-from tpujob.status.failures import quote
+from tpujob.status.failures import describe, quote
 from tpujob.status.model import PodView, timestamp
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -23,9 +24,9 @@ def line(**facts: object) -> str:
     return PROGRESS_LINE_PREFIX + json.dumps(facts)
 
 
-def pod(attempt: int, phase: str, message: str, worker: int = 0) -> PodView:
+def pod(attempt: int, phase: str, message: str, worker: int = 0, **fields: object) -> PodView:
     return PodView(name=f"p-w{worker}-a{attempt}", slice=0, worker=worker, attempt=attempt, phase=phase,
-                   message=message)  # fmt: skip
+                   message=message, **fields)  # type: ignore[arg-type]  # fmt: skip
 
 
 def status(phase: str | None, attempt: int = 0, goodput: Goodput | None = None) -> TPUJobStatus:
@@ -145,3 +146,134 @@ def test_suspended_and_finished_time_is_not_accounted():
     resumed = step(suspended, "Pending", at(600))
     assert resumed.goodput is not None and resumed.goodput.badput_seconds == {}
     assert resumed.goodput.productive_seconds == 5 and resumed.goodput.accounted_until == timestamp(at(600))
+
+
+# --- attempts that end with no chance to write their last word ----------------------------------------
+
+
+def test_a_killed_attempt_loses_its_steps_since_the_checkpoint_up_to_when_its_container_ended():
+    """SIGKILL / OOM: the trainer's last periodic progress line (no human line) is at most a few seconds
+    stale; the container's finishedAt says when the attempt really stopped."""
+    running = status("Running", goodput=Goodput(accounted_until=timestamp(at(0))))
+    periodic = line(startStep=0, step=130, startedAt=U0 - 5, endedAt=U0 + 97, firstStepAt=U0 + 5,
+                    checkpointStep=100, checkpointAt=U0 + 80)  # fmt: skip
+    killed = pod(0, "Failed", periodic + "\n", exit_code=137, reason="OOMKilled",
+                 finished_at=timestamp(at(100)))  # fmt: skip
+    gp = step(running, "Restarting", at(101), [killed], attempt=1).goodput
+    assert gp is not None and gp.steps_lost == 30
+    assert gp.badput_seconds[g.WASTED_PROGRESS] == 20.0  # from the checkpoint (80) to finishedAt (100)
+    # A progress line alone quotes nothing: no ": " with an empty quote in the status message or event.
+    assert quote(killed.message) == ""
+    assert describe(killed, 1) == "worker 0 (pod p-w0-a0) failed with exit code 137 (OOMKilled)"
+    # finishedAt before the line's endedAt (second-resolved, or a clock apart): the line's end stands.
+    early = pod(0, "Failed", periodic, finished_at=timestamp(at(90)))
+    gp = step(running, "Restarting", at(101), [early], attempt=1).goodput
+    assert gp is not None and gp.badput_seconds[g.WASTED_PROGRESS] == 17.0
+    # A malformed finishedAt is ignored.
+    odd = pod(0, "Failed", periodic, finished_at="yesterday")
+    gp = step(running, "Restarting", at(101), [odd], attempt=1).goodput
+    assert gp is not None and gp.badput_seconds[g.WASTED_PROGRESS] == 17.0
+
+
+def test_a_successful_attempts_finished_at_changes_nothing():
+    running = status("Running", goodput=Goodput(accounted_until=timestamp(at(0))))
+    done = pod(
+        0,
+        "Succeeded",
+        line(
+            startStep=0,
+            step=10,
+            startedAt=U0,
+            endedAt=U0 + 10,
+            firstStepAt=U0,
+            checkpointStep=10,
+            checkpointAt=U0 + 10,
+        ),
+        finished_at=timestamp(at(30)),
+    )
+    gp = step(running, "Succeeded", at(31), [done]).goodput
+    assert gp is not None and g.WASTED_PROGRESS not in gp.badput_seconds and gp.steps_lost == 0
+
+
+def test_pod_view_reads_when_the_container_finished():
+    body = {
+        "metadata": {"name": "p", "labels": {}},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {"terminated": {
+            "exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-01-01T12:01:40Z"}}}]},
+    }  # fmt: skip
+    view = pod_view(body)
+    assert (view.finished_at, view.exit_code, view.reason) == ("2026-01-01T12:01:40Z", 137, "OOMKilled")
+    assert pod_view({"metadata": {"name": "p"}, "status": {"phase": "Running"}}).finished_at == ""
+
+
+def run_vanishes_then_next_reports(next_line: str):
+    """Attempt 0 runs from 0 s to 100 s, then its pods vanish with their node (no progress line); attempt 1
+    runs from 110 s and ends (Succeeded) at 200 s with `next_line`."""
+    s0 = step(status("Starting", goodput=Goodput(accounted_until=timestamp(at(0)))), "Running", at(0))
+    s1 = step(s0, "Restarting", at(100), [], attempt=1)  # no pods of attempt 0 left
+    assert s1.goodput is not None and [(r.attempt, r.until) for r in s1.goodput.runs] == [
+        (0, timestamp(at(100)))
+    ]
+    s2 = step(s1, "Starting", at(105))
+    s3 = step(s2, "Running", at(110))
+    done = pod(1, "Succeeded", next_line)
+    return step(s3, "Succeeded", at(200), [done])
+
+
+def test_an_attempt_without_progress_loses_its_running_time_after_the_checkpoint_the_next_resumed_from():
+    after = run_vanishes_then_next_reports(line(
+        startStep=700, step=1000, startedAt=U0 + 110, endedAt=U0 + 200, firstStepAt=U0 + 110,
+        checkpointStep=1000, checkpointAt=U0 + 200, resumedCheckpointAt=U0 + 70))  # fmt: skip
+    gp = after.goodput
+    assert gp is not None
+    assert gp.unreported_attempts == 1
+    assert (
+        gp.badput_seconds[g.WASTED_PROGRESS] == 30.0
+    )  # attempt 0 ran on from its checkpoint (70 s) to 100 s
+    assert gp.steps_lost == 0  # unknown: attempt 0 said nothing
+    assert gp.productive_seconds == 100 + 90 - 30
+    assert gp.runs == [] and gp.accounted_attempt == 1  # accounted: forgotten
+
+
+def test_an_attempt_without_progress_whose_successor_started_over_lost_all_its_running_time():
+    after = run_vanishes_then_next_reports(line(startStep=0, step=1000, startedAt=U0 + 110, endedAt=U0 + 200,
+                                                firstStepAt=U0 + 110))  # fmt: skip
+    gp = after.goodput
+    assert gp is not None and gp.unreported_attempts == 1 and gp.badput_seconds[g.WASTED_PROGRESS] == 100.0
+
+
+def test_a_checkpoint_from_before_the_unreported_attempt_ran_makes_all_of_it_wasted():
+    after = run_vanishes_then_next_reports(
+        line(
+            startStep=500,
+            step=1000,
+            startedAt=U0 + 110,
+            endedAt=U0 + 200,
+            firstStepAt=U0 + 110,
+            resumedCheckpointAt=U0 - 50,
+        )
+    )
+    gp = after.goodput
+    assert gp is not None and gp.badput_seconds[g.WASTED_PROGRESS] == 100.0
+
+
+def test_an_unreported_attempt_is_only_counted_when_its_successors_checkpoint_time_is_unknown():
+    # An older trainer: resumed (startStep > 0) but no resumedCheckpointAt.
+    after = run_vanishes_then_next_reports(
+        line(startStep=700, step=1000, startedAt=U0 + 110, endedAt=U0 + 200, firstStepAt=U0 + 110)
+    )
+    gp = after.goodput
+    assert gp is not None and gp.unreported_attempts == 1 and g.WASTED_PROGRESS not in gp.badput_seconds
+    assert gp.productive_seconds == 190.0
+
+
+def test_runs_keep_the_running_time_of_an_attempt_running_twice_and_stay_few():
+    s = step(status("Starting", goodput=Goodput(accounted_until=timestamp(at(0)))), "Running", at(0))
+    s = step(s, "Suspended", at(10))
+    s = step(s, "Running", at(50))  # same attempt again: 10 s of running so far, the gap is not running
+    assert s.goodput is not None and s.goodput.runs[0].since == timestamp(at(40))
+    for attempt in range(1, 8):  # attempts that never report
+        s = step(s, "Restarting", at(60 * attempt), attempt=attempt)
+        s = step(s, "Running", at(60 * attempt + 5))
+    assert s.goodput is not None and [r.attempt for r in s.goodput.runs] == [4, 5, 6, 7]
+    assert s.goodput.unreported_attempts == 0  # counted once a later attempt reports

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from tpujob_trainer import constants as c
 from tpujob_trainer.config import ConfigError, add_settings_arguments, config_from, worker_env_from
-from tpujob_trainer.termination import progress_line, write_termination_message
+from tpujob_trainer.termination import PeriodicProgress, progress_line, write_termination_message
 
 if TYPE_CHECKING:  # train imports TensorFlow: only when training starts
     from tpujob_trainer.train import Summary
@@ -102,7 +102,7 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
     stop.install()
     summary = Summary(worker_id=worker.worker_id, workers=worker.num_workers)
     try:
-        run(config, worker, TrainerMetrics(), stop, summary)
+        run(config, worker, TrainerMetrics(), stop, summary, _TerminationLogProgress(env))
     except ConfigError as error:
         summary.status, summary.exit_code, summary.error = "failed", c.EXIT_CODE_BAD_CONFIG, str(error)
         _bad_config(error, env)
@@ -116,6 +116,8 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
         logging.getLogger("tpujob_trainer").exception("training failed")
         summary.status, summary.exit_code = "failed", c.EXIT_CODE_FAILED
         summary.error = f"{type(error).__name__}: {error}"
+    if summary.status != "succeeded":  # run() set it on success; else this is when the run ended
+        summary.ended_at = time.time()
     print_summary(summary, config.summary_file)
     if summary.exit_code != c.EXIT_CODE_BAD_CONFIG:  # bad config: said so
         human = "" if summary.exit_code == c.EXIT_CODE_SUCCEEDED else _exit_message(summary)
@@ -123,13 +125,28 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
     return summary.exit_code
 
 
-def _progress_facts(summary: Summary) -> dict[str, object]:
-    """What the operator's goodput accounting needs of this run (times: Unix seconds)."""
+class _TerminationLogProgress:
+    """The progress line alone in the termination log while training (termination.PeriodicProgress), so a
+    trainer killed without warning (SIGKILL, OOM) still leaves the operator how far it got."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.periodic = PeriodicProgress(env)
+
+    def due(self, force: bool = False) -> bool:
+        return self.periodic.due(force)
+
+    def write(self, summary: Summary) -> None:
+        self.periodic.write(progress_line(_progress_facts(summary, ended_at=time.time())))
+
+
+def _progress_facts(summary: Summary, ended_at: float | None = None) -> dict[str, object]:
+    """What the operator's goodput accounting needs of this run (times: Unix seconds); `ended_at`: the time
+    of a progress report while training (endedAt then says when it was written)."""
     facts: dict[str, object] = {
         "startStep": summary.start_step,
         "step": summary.final_step,
         "startedAt": round(summary.started_at, 3),
-        "endedAt": round(summary.ended_at or time.time(), 3),
+        "endedAt": round(ended_at or summary.ended_at or time.time(), 3),
         "checkpointSaveSeconds": summary.checkpoint_save_seconds,
         "checkpointRestoreSeconds": summary.checkpoint_restore_seconds,
         "inputWaitSeconds": summary.input_wait_seconds,
@@ -140,6 +157,8 @@ def _progress_facts(summary: Summary) -> dict[str, object]:
         facts["checkpointStep"] = summary.checkpoint_step
     if summary.checkpoint_at is not None:
         facts["checkpointAt"] = round(summary.checkpoint_at, 3)
+    if summary.resumed_checkpoint_at is not None:
+        facts["resumedCheckpointAt"] = round(summary.resumed_checkpoint_at, 3)
     return facts
 
 

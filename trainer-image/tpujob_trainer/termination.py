@@ -5,19 +5,30 @@ Kubernetes reads that file when the container ends and puts it in the pod's
 `status.containerStatuses[].state.terminated.message` (at most 4096 bytes;
 https://kubernetes.io/docs/tasks/debug/debug-application/determine-reason-pod-failure/), where the operator
 quotes it in the TPUJob's status and events. Best effort: writing it never changes how the trainer exits.
+
+The kubelet reads the file whatever ended the container: its own exit, SIGKILL after the grace period, the
+OOM killer (the container runtime reports the exit; kuberuntime then reads terminationMessagePath:
+kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go, getTerminationMessage, called for every
+exited container). So while training, PeriodicProgress keeps the progress line alone in the file (rewritten
+on every checkpoint save and at most every PROGRESS_WRITE_SECONDS): a trainer killed with no chance to write
+its last word still leaves a progress line at most that stale. The exit's write replaces it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tpujob_trainer import constants as c
 
 # What the kubelet reads of the file.
 MAX_MESSAGE_BYTES = 4096
+# How stale the progress line of a trainer killed without warning may be (besides its last checkpoint save,
+# which always rewrites it): one small local file write this often costs nothing next to a training step.
+PROGRESS_WRITE_SECONDS = 2.0
 
 
 def termination_log_path(env: Mapping[str, str]) -> str | None:
@@ -53,7 +64,56 @@ def write_termination_message(message: str, env: Mapping[str, str], progress: st
         if len(data) > limit:
             data = data[: limit - 4].decode("utf-8", errors="ignore").encode() + b"...\n"
         data += tail
-        with open(path, "wb") as handle:
-            handle.write(data)
+        write_in_place(path, data)
     except Exception:  # never fail because of it: the exit code says what matters
         return
+
+
+def write_in_place(path: str, data: bytes) -> None:
+    """Replace the file's content with `data` so that a SIGKILL at any moment leaves a readable message.
+
+    In place (the kubelet bind-mounts this very file: a renamed new file would not be what it reads), and
+    never truncated first: one write of the new content, padded with spaces over any longer old content,
+    then the truncation. Killed in between, the file holds the new lines plus a line of blanks, which the
+    operator ignores (it reads the last progress line and quotes the last non-blank line)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        old = os.fstat(fd).st_size
+        padded = data + b" " * (old - len(data)) if old > len(data) else data
+        os.pwrite(fd, padded, 0)
+        if old > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+class PeriodicProgress:
+    """Keeps the progress line alone in the termination log while training (see the module's docstring):
+    `write(line)` when `due(...)`: on a checkpoint save (forced), else at most every `interval` seconds."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        interval: float = PROGRESS_WRITE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = termination_log_path(env)
+        self.interval = interval
+        self.clock = clock
+        self.last: float | None = None
+        self.writes = 0
+
+    def due(self, force: bool = False) -> bool:
+        if self.path is None:
+            return False
+        return force or self.last is None or self.clock() - self.last >= self.interval
+
+    def write(self, progress: str) -> None:
+        self.last = self.clock()
+        if self.path is None:
+            return
+        try:
+            write_in_place(self.path, (progress + "\n").encode())
+            self.writes += 1
+        except Exception:  # best effort, as the last word
+            return

@@ -15,9 +15,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -90,6 +91,9 @@ class Summary:
     ended_at: float = 0.0
     checkpoint_step: int | None = None  # the step of the last checkpoint saved or resumed from
     checkpoint_at: float | None = None  # when that checkpoint was saved by this run (None: resumed)
+    # When the checkpoint this run resumed from was saved (by an earlier run): the operator's measure of
+    # what an earlier attempt that left no progress line lost (status/goodput.py).
+    resumed_checkpoint_at: float | None = None
     checkpoint_save_seconds: float = 0.0
     checkpoint_restore_seconds: float = 0.0
     # The SavedModel worker 0 wrote for serving (--export-dir), and a line of Python that loads it.
@@ -131,6 +135,7 @@ class Checkpoints:
         self.last_path: str | None = None
         self.last_step: int | None = None
         self.last_saved_at: float | None = None  # Unix time
+        self.restored_saved_at: float | None = None  # when the checkpoint restored was saved (Unix time)
         self.save_seconds = 0.0
         self.restore_seconds = 0.0
         self.scratch: str | None = None
@@ -151,6 +156,7 @@ class Checkpoints:
         if latest:
             self.checkpoint.restore(latest).assert_existing_objects_matched()
             self.last_path = latest
+            self.restored_saved_at = saved_at(self.directory, latest)
             self.restore_seconds += time.perf_counter() - started
         return latest
 
@@ -171,11 +177,41 @@ class Checkpoints:
         log.info("checkpoint at step %d: %s (%.2fs)", step, path, time.perf_counter() - started)
 
 
+def saved_at(directory: str | None, path: str) -> float | None:
+    """When the checkpoint at `path` was saved (Unix time): from the checkpoint state CheckpointManager
+    keeps (all_model_checkpoint_timestamps, set at each save), else the time its index file was written."""
+    try:
+        state = tf.train.get_checkpoint_state(directory) if directory else None
+        if state is not None:
+            name = os.path.basename(path)
+            for kept, timestamp in zip(
+                state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps, strict=False
+            ):
+                if os.path.basename(kept) == name:
+                    return float(timestamp)
+        return float(tf.io.gfile.stat(path + ".index").mtime_nsec) / 1e9
+    except (tf.errors.OpError, OSError, ValueError):
+        return None
+
+
+class ProgressReport(Protocol):
+    """Where the step loop reports progress while training (cli: the termination log's progress line)."""
+
+    def due(self, force: bool = False) -> bool: ...
+
+    def write(self, summary: Summary) -> None: ...
+
+
 def run(
-    config: TrainerConfig, workers: WorkerEnv, metrics: TrainerMetrics, stop: StopSignal, summary: Summary
+    config: TrainerConfig,
+    workers: WorkerEnv,
+    metrics: TrainerMetrics,
+    stop: StopSignal,
+    summary: Summary,
+    report: ProgressReport | None = None,
 ) -> None:
     """Train to the target step or until stopped, filling in `summary` as it goes (so a failure
-    still reports how far it got)."""
+    still reports how far it got, and `report` sees it while training)."""
     started = time.time()
     summary.started_at = summary.ended_at = started
     summary.model, summary.data = config.model, config.data
@@ -221,6 +257,7 @@ def run(
     if resumed_from:
         summary.checkpoint_step = start_step
         summary.checkpoint_restore_seconds = round(checkpoints.restore_seconds, 3)
+        summary.resumed_checkpoint_at = checkpoints.restored_saved_at
     summary.target_steps = total_steps
     metrics.target_steps.set(total_steps)
     metrics.global_step.set(start_step)
@@ -239,6 +276,18 @@ def run(
     )
     loop = StepLoop(model, strategy, metrics, examples_fed_per_step(choice, config.batch_size, workers))
     progress = Progress(config.progress, is_chief=workers.worker_id == 0)
+
+    def on_step(step: int, saved: bool) -> None:
+        if report is None or not report.due(force=saved):
+            return
+        summary.final_step = max(summary.final_step, step)
+        summary.first_step_at = loop.first_step_at
+        summary.input_wait_seconds = round(loop.input_wait_seconds, 3)
+        _checkpoint_facts(summary, checkpoints)
+        report.write(summary)
+
+    loop.on_step = on_step
+    on_step(start_step, True)  # before the first step: a run killed in its first steps is accounted too
     try:
         step = loop.run(iter(dataset), start_step, total_steps, stop, checkpoints, config, progress)
     finally:
@@ -311,6 +360,8 @@ class StepLoop:
         self.stopped_by_signal = False
         self.first_step_at: float | None = None  # Unix time the first step of this run ended
         self.step_reached = 0
+        # Called after every step with (step, whether a checkpoint was just saved).
+        self.on_step: Callable[[int, bool], None] = lambda step, saved: None
         self._step = _distributed_train_step(model, strategy)
 
     def run(
@@ -361,9 +412,11 @@ class StepLoop:
             if votes >= STOP_VOTE:  # any worker was signalled: all stop at this same step
                 self.stopped_by_signal = True
                 break
-            if (votes > 0 or step % config.checkpoint_every_steps == 0) and step < total_steps:
+            saved = (votes > 0 or step % config.checkpoint_every_steps == 0) and step < total_steps
+            if saved:
                 checkpoints.save(step, m)
                 last_save = time.monotonic()
+            self.on_step(step, saved)
             if step % config.log_every_steps == 0 or step == total_steps:
                 rate = window_examples / max(step_done - window_started, 1e-9)
                 m.examples_per_second.set(rate)

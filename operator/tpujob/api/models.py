@@ -529,6 +529,18 @@ class WorkerCounts(ApiModel):
     failed: int = Field(default=0, description="Pods that failed in this attempt.")
 
 
+class GoodputRun(ApiModel):
+    """When one attempt was Running, as the operator saw it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    attempt: int = Field(description="The attempt.")
+    since: str = Field(description="When the job's phase became Running in this attempt (RFC 3339).")
+    until: str | None = Field(
+        default=None, description="When it left Running (RFC 3339); unset while running."
+    )
+
+
 class Goodput(ApiModel):
     """How the job's time on its TPUs was spent (wall-clock seconds the job held or waited for its slices),
     in the categories of Google's goodput definitions (ml-goodput-measurement). Accounted when the phase
@@ -553,6 +565,17 @@ class Goodput(ApiModel):
     )
     accounted_attempt: int = Field(
         default=-1, description="The last attempt whose trainer progress was accounted."
+    )
+    unreported_attempts: int = Field(
+        default=0,
+        description="Attempts that ran but ended without a trainer progress line (e.g. their pods vanished "
+        "with their node): their time after the checkpoint the next attempt resumed from is "
+        "wastedProgressFromDisruption, but their steps lost and start-up are unknown (not in stepsLost).",
+    )
+    runs: list[GoodputRun] = Field(
+        default_factory=list,
+        description="When the attempts not yet accounted were Running (the latest few), to account an "
+        "attempt that reports no progress.",
     )
 
 

@@ -37,7 +37,7 @@ def pod_view(pod: Any) -> s.PodView:
         if scheduled and condition.get("reason") == "Unschedulable":
             unschedulable = condition.get("message") or "Unschedulable"
             since = condition.get("lastTransitionTime") or ""
-    exit_code, message = None, ""
+    exit_code, message, finished_at = None, "", ""
     for container in status.get("containerStatuses") or []:
         terminated = (container.get("state") or {}).get("terminated")
         if terminated:
@@ -45,6 +45,7 @@ def pod_view(pod: Any) -> s.PodView:
             reason = reason or terminated.get("reason") or ""
             # The termination log (terminationMessagePolicy FallbackToLogsOnError: else the log's end).
             message = terminated.get("message") or ""
+            finished_at = terminated.get("finishedAt") or ""
     return s.PodView(
         name=meta["name"],
         slice=int(labels.get(c.LABEL_SLICE, 0)),
@@ -58,6 +59,7 @@ def pod_view(pod: Any) -> s.PodView:
         unschedulable=unschedulable,
         unschedulable_since=since,
         message=message,
+        finished_at=finished_at,
         # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
         # more.
         conditions=tuple(conditions) if status.get("phase") == "Failed" else (),

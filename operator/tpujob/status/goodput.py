@@ -15,6 +15,20 @@ Two sources, both already in a decision's hands:
   waits, checkpoint saves and restores, and, when the attempt was disrupted, the steps since its last
   checkpoint (the next attempt redoes them).
 
+Attempts that end with no chance to write their last word:
+- killed without warning (SIGKILL after the grace period, the OOM killer, a crash in native code): the
+  trainer keeps its progress line in the termination log while it trains (rewritten on every checkpoint save
+  and every few seconds) and the kubelet reads that file whatever ended the container, so the line is at
+  most that stale. Its steps lost are those it had reported (it may have done a few more, up to one write
+  interval's worth, which stepsLost does not count), and the seconds lost run to the later of the line's
+  endedAt and the container's finishedAt, so they cover the time after the last write too.
+- with no progress line at all (its pods vanished with their node, or the trainer died before training):
+  counted in unreportedAttempts. When a later attempt reports, the Running time of such attempts (as the
+  operator saw it, `runs`) after the checkpoint that later attempt resumed from (its progress line's
+  resumedCheckpointAt) was lost: it moves to wastedProgressFromDisruption; before that checkpoint it was
+  kept, and stays productive (including the unknown start-up of the attempt). Their steps lost are unknown:
+  not in stepsLost. An unreported last attempt (the job ended after it) stays productive.
+
 Accounted only when the phase changes or an attempt's progress arrives (not on every pass: the status is not
 rewritten for the clock alone), so the figures are exact at each transition and final once the job ends.
 Seconds are wall-clock seconds of the job (multiply by its chips for chip-seconds); times are second-resolved
@@ -29,7 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import Goodput, TPUJobStatus
+from tpujob.api.models import Goodput, GoodputRun, TPUJobStatus
 from tpujob.status.model import (
     PENDING,
     PROVISIONING,
@@ -70,11 +84,14 @@ PHASE_CATEGORY = {
     RESTARTING: INFRASTRUCTURE_RECOVERY,
 }
 PRODUCTIVE = "productive"
+# How many attempts' Running times goodput.runs keeps (the status stays small when no attempt reports).
+MAX_RUNS = 4
 
 
 @dataclass(frozen=True)
 class Progress:
-    """An attempt's progress line, as the trainer wrote it when it exited (times: Unix seconds)."""
+    """An attempt's progress line, as the trainer wrote it when it exited, else last while training (times:
+    Unix seconds)."""
 
     start_step: int
     step: int
@@ -86,6 +103,7 @@ class Progress:
     checkpoint_save_seconds: float = 0.0
     checkpoint_restore_seconds: float = 0.0
     input_wait_seconds: float = 0.0
+    resumed_checkpoint_at: float | None = None  # when the checkpoint this attempt resumed from was saved
 
 
 def parse_progress(message: str) -> Progress | None:
@@ -106,6 +124,7 @@ def parse_progress(message: str) -> Progress | None:
                 checkpoint_save_seconds=float(facts.get("checkpointSaveSeconds", 0.0)),
                 checkpoint_restore_seconds=float(facts.get("checkpointRestoreSeconds", 0.0)),
                 input_wait_seconds=float(facts.get("inputWaitSeconds", 0.0)),
+                resumed_checkpoint_at=_seconds(facts.get("resumedCheckpointAt")),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -116,17 +135,20 @@ def _seconds(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-def lost_to_disruption(progress: Progress) -> tuple[int, float]:
-    """(steps, seconds) an ended attempt did past its last checkpoint: what the next attempt redoes."""
+def lost_to_disruption(progress: Progress, finished_at: float | None = None) -> tuple[int, float]:
+    """(steps, seconds) an ended attempt did past its last checkpoint: what the next attempt redoes. The
+    seconds run to the later of the progress line's endedAt and `finished_at` (when the container ended:
+    after the trainer's last periodic write if it was killed)."""
     kept = progress.checkpoint_step if progress.checkpoint_step is not None else progress.start_step
     steps = max(progress.step - kept, 0)
     if steps == 0:
         return 0, 0.0
     since = progress.checkpoint_at if progress.checkpoint_at is not None else progress.first_step_at
-    return steps, max(progress.ended_at - (since if since is not None else progress.started_at), 0.0)
+    ended = max(progress.ended_at, finished_at) if finished_at is not None else progress.ended_at
+    return steps, max(ended - (since if since is not None else progress.started_at), 0.0)
 
 
-def attempt_badput(progress: Progress, disrupted: bool) -> dict[str, float]:
+def attempt_badput(progress: Progress, disrupted: bool, finished_at: float | None = None) -> dict[str, float]:
     """The parts of an ended attempt's running time that were not productive training, by category."""
     first = progress.first_step_at if progress.first_step_at is not None else progress.ended_at
     lost: dict[str, float] = {
@@ -136,7 +158,7 @@ def attempt_badput(progress: Progress, disrupted: bool) -> dict[str, float]:
         CHECKPOINT_SAVE: progress.checkpoint_save_seconds,
     }
     if disrupted:
-        lost[WASTED_PROGRESS] = lost_to_disruption(progress)[1]
+        lost[WASTED_PROGRESS] = lost_to_disruption(progress, finished_at)[1]
     return {category: seconds for category, seconds in lost.items() if seconds > 0}
 
 
@@ -171,19 +193,68 @@ def account(previous: TPUJobStatus, status: TPUJobStatus, pods: Iterable[PodView
             goodput.productive_seconds += elapsed
         elif previous.phase in PHASE_CATEGORY:
             _add(goodput, PHASE_CATEGORY[previous.phase], elapsed)
+    _record_run(goodput, previous, status, now)
     for attempt, pod, progress in ended:
+        _account_unreported(goodput, attempt, progress)
         disrupted = pod.phase == "Failed"
-        for category, seconds in attempt_badput(progress, disrupted).items():
-            moved = min(seconds, goodput.productive_seconds)
-            goodput.productive_seconds -= moved
-            _add(goodput, category, moved)
+        finished_at = _unix(pod.finished_at)
+        for category, seconds in attempt_badput(progress, disrupted, finished_at).items():
+            _move(goodput, category, seconds)
         if disrupted:
-            goodput.steps_lost += lost_to_disruption(progress)[0]
+            goodput.steps_lost += lost_to_disruption(progress, finished_at)[0]
         goodput.accounted_attempt = attempt
+    goodput.runs = [run for run in goodput.runs if run.attempt > goodput.accounted_attempt][-MAX_RUNS:]
     goodput.productive_seconds = round(goodput.productive_seconds, 3)
     total = goodput.productive_seconds + sum(goodput.badput_seconds.values())
     goodput.ratio = round(goodput.productive_seconds / total, 4) if total > 0 else None
     status.goodput = goodput
+
+
+def _record_run(goodput: Goodput, previous: TPUJobStatus, status: TPUJobStatus, now: dt.datetime) -> None:
+    """Remember when each attempt was Running (goodput.runs), for attempts that will report no progress."""
+    if previous.phase == RUNNING and status.phase != RUNNING:
+        for ended in goodput.runs:
+            if ended.attempt == previous.attempt and ended.until is None:
+                ended.until = timestamp(now)
+    if status.phase == RUNNING and previous.phase != RUNNING:
+        run = next((r for r in goodput.runs if r.attempt == status.attempt), None)
+        if run is None:
+            goodput.runs.append(GoodputRun(attempt=status.attempt, since=timestamp(now)))
+        elif run.until is not None:  # Running again in the same attempt: keep its running time, not the gap
+            gap = now - parse_timestamp(run.until)
+            run.since, run.until = timestamp(parse_timestamp(run.since) + gap), None
+
+
+def _account_unreported(goodput: Goodput, attempt: int, progress: Progress) -> None:
+    """The attempts that ran between the last accounted one and `attempt` (which reported `progress`) but
+    left no progress line: their Running time after the checkpoint `attempt` resumed from was lost."""
+    for run in goodput.runs:
+        if not goodput.accounted_attempt < run.attempt < attempt or run.until is None:
+            continue
+        goodput.unreported_attempts += 1
+        if progress.resumed_checkpoint_at is not None:
+            kept_until = progress.resumed_checkpoint_at
+        elif progress.start_step == 0:
+            kept_until = float("-inf")  # started over: nothing of it was kept
+        else:
+            continue  # resumed, but its trainer did not say from when: the loss is unknown
+        since, until = parse_timestamp(run.since).timestamp(), parse_timestamp(run.until).timestamp()
+        _move(goodput, WASTED_PROGRESS, max(until - max(since, kept_until), 0.0))
+
+
+def _move(goodput: Goodput, category: str, seconds: float) -> None:
+    """Move `seconds` (at most what is productive) from productive to `category`."""
+    moved = min(seconds, goodput.productive_seconds)
+    goodput.productive_seconds -= moved
+    _add(goodput, category, moved)
+
+
+def _unix(value: str) -> float | None:
+    """An RFC 3339 status time as Unix seconds; None if empty or malformed."""
+    try:
+        return parse_timestamp(value).timestamp() if value else None
+    except ValueError:
+        return None
 
 
 def _add(goodput: Goodput, category: str, seconds: float) -> None:

@@ -118,6 +118,9 @@ class PodView:
     # The container's termination message (state.terminated.message): what the trainer wrote to its
     # termination log, or with FallbackToLogsOnError the end of its log.
     message: str = ""
+    # When the container ended (state.terminated.finishedAt, RFC 3339; "" while it runs): the end of an
+    # attempt killed after its trainer last wrote its progress line (goodput).
+    finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
 

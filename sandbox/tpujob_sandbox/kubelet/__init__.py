@@ -7,7 +7,8 @@ A pod's "container" ends:
 - on command: `KubeletSimulator.succeed/fail`, or the annotation `sandbox.tpujob.dev/exit-code: "<n>"`;
 - or, when the image is the trainer image or a local image, as a real local process running the container's
   command with the pod's env: the phase follows its exit code, and deleting the pod sends it SIGTERM (SIGKILL
-  after the grace period), as the container runtime would.
+  after the grace period), as the container runtime would; `KubeletSimulator.oom_kill` SIGKILLs it as the
+  OOM killer does (exit 137, reason OOMKilled, the termination log as the process left it).
 
 Which images run locally (matched by the repository's last path segment, any registry, tag or digest):
 - the trainer images ("tpujob-trainer*"): command, else the image's entrypoint `python -m tpujob_trainer`,

@@ -47,6 +47,8 @@ class Run:
     termination_log: Path | None = None
     log: Path | None = None
     log_offset: int = 0
+    # Set by KubeletSimulator.oom_kill: the process's SIGKILL was the OOM killer's (reason OOMKilled).
+    oom_killed: bool = False
 
 
 class LocalContainers:

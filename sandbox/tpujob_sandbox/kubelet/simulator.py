@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
-from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, terminate
+from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, kill_group, terminate
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     DEFAULT_TRAINER_ENTRYPOINT,
@@ -107,6 +107,25 @@ class KubeletSimulator:
             lambda: self._exited(namespace, name),
             timeout=timeout,
             what=f"pod {namespace}/{name} to exit {exit_code}",
+        )
+
+    def oom_kill(self, namespace: str, name: str, timeout: float = 15) -> Any:
+        """The kernel's OOM killer ends the pod's container process (a local process): SIGKILL, no grace
+        period, no chance to write a last word. Reported as a kubelet reports it: exit code 137 (128 +
+        SIGKILL), reason OOMKilled, and the termination message read from the file as the process left it
+        (kuberuntime reads terminationMessagePath for every exited container, whatever ended it:
+        kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go, getTerminationMessage;
+        https://kubernetes.io/docs/tasks/configure-pod-container/assign-memory-resource/ shows OOMKilled).
+        Returns the pod once its status says so."""
+        run = self._runs.get((namespace, name))
+        if run is None or run.process is None or run.process.poll() is not None:
+            raise ValueError(f"pod {namespace}/{name} has no running process to kill")
+        run.oom_killed = True
+        kill_group(run.process)
+        return wait_for(
+            lambda: self._exited(namespace, name),
+            timeout=timeout,
+            what=f"pod {namespace}/{name} to be OOMKilled",
         )
 
     def _exited(self, namespace: str, name: str) -> Any:
@@ -243,7 +262,8 @@ class KubeletSimulator:
             container = self.containers.trainer_container(pod)
             exit_code = shell_exit_code(run.process.returncode)
             message = self.containers.termination_message(run, container, exit_code) if container else ""
-            self._report_exit(pod, run, run.process.returncode, message=message)
+            reason = "OOMKilled" if run.oom_killed else ""
+            self._report_exit(pod, run, run.process.returncode, reason=reason, message=message)
 
     def _report_exit(
         self,
@@ -265,6 +285,7 @@ class KubeletSimulator:
     def _restart(self, pod: dict[str, Any], run: Run, exit_code: int, by_annotation: bool) -> None:
         """restartPolicy Always/OnFailure: the container starts again in the same pod, restartCount + 1."""
         run.restarts += 1
+        run.oom_killed = False
         if by_annotation:
             annotations = {EXIT_CODE_ANNOTATION: None, EXIT_MESSAGE_ANNOTATION: None}
             self.core.patch_namespaced_pod(
