@@ -1,15 +1,19 @@
 """The operator against Kubernetes' own Job controller, on one control plane, in one run.
 
-    .venv/bin/python bench/operator_bench.py --n 10 100 1000 --json bench/results/operator.json
+    .venv/bin/python bench/operator_bench.py --qps 0 50 --n 100 1000 --json bench/results/operator.json
 
-One test bed (the sandbox: real kube-apiserver 1.20, etcd, kube-controller-manager; simulated GKE). For
-each N, three phases run one after the other, each in a fresh namespace:
+One test bed (the sandbox: real kube-apiserver 1.20, etcd, kube-controller-manager; simulated GKE) per
+client-side limit Q (`--qps`). For each N, three phases run one after the other, each in a fresh namespace:
 
   operator/existing  N TPUJobs, policy existing: no GKE call at all
   operator/create    N TPUJobs, policy create, the simulated GKE provisions instantly (0 s)
   job-controller     N batch/v1 Jobs, parallelism = completions = pods per TPUJob, handled by the real
-                     kube-controller-manager's Job controller (its defaults: --kube-api-qps 20,
-                     --kube-api-burst 30, --concurrent-job-syncs 5)
+                     kube-controller-manager's Job controller (its default --concurrent-job-syncs 5)
+
+Equal footing: both controllers get the same client-side request limit, Q requests a second with a burst
+of 2 Q (`--burst` to change it): kube-controller-manager through --kube-api-qps / --kube-api-burst, the
+operator through TPUJOB_API_QPS / TPUJOB_API_BURST. Q = 0 means no limit: the operator's limiter off, and
+kube-controller-manager at 10000 / 10000 (client-go reads a QPS of 0 as its default of 5, not as no limit).
 
 What is measured, identically for both controllers:
 - create -> all pods created, per job: from just before the bench sends the job's create request to the
@@ -43,6 +47,8 @@ import contextlib
 import json
 import math
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,9 +68,11 @@ from tpujob.reconciler import EVENT_COMPONENT
 from tpujob.render import Cluster
 from tpujob.render import plan as render
 from tpujob_sandbox import (
+    ControlPlane,
     OperatorProcess,
     Sandbox,
     Timeout,
+    find_binaries,
     free_port,
     install_crd,
     operator_kubeconfig,
@@ -249,6 +257,7 @@ def pods_per_job(tpu: tuple[str, str]) -> int:
 class PhaseResult:
     n: int
     phase: str
+    qps: float
     pods_per_job: int
     complete: int
     p50: float | None
@@ -314,9 +323,41 @@ def proc_figures(pid: int) -> tuple[float, float, float]:
     return kib("VmHWM:") / 1024, kib("VmRSS:") / 1024, cpu
 
 
+def limits(qps: float, burst: int | None) -> tuple[float, int]:
+    """The (QPS, burst) both controllers get for `--qps qps`; 0 is no limit."""
+    if qps == 0:
+        return 0, 1
+    return qps, burst or max(1, round(2 * qps))
+
+
+def controller_manager_flags(qps: float, burst: int) -> tuple[str, ...]:
+    if qps == 0:
+        return ("--kube-api-qps=10000", "--kube-api-burst=10000")
+    return (f"--kube-api-qps={qps:g}", f"--kube-api-burst={burst}")
+
+
+def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` until SIGINT, only threads holding the GIL (Python's CPU, not its waits):
+    collapsed stacks (one line per stack, with its samples) in `output`, for bench/profile_report.py."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "200"]
+    command += ["--format", "raw", "--output", str(output), "--nonblocking", "--gil"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 class Bench:
-    def __init__(self, bed: Sandbox, folder: Path, tpu: tuple[str, str]) -> None:
+    def __init__(
+        self,
+        bed: Sandbox,
+        folder: Path,
+        tpu: tuple[str, str],
+        qps: float = 0,
+        burst: int = 1,
+        profile: Path | None = None,
+    ) -> None:
         self.bed = bed
+        self.profile = profile
+        self.qps, self.burst = qps, burst
         self.api = bed.api_client
         self.core = k8s.CoreV1Api(self.api)
         self.custom = k8s.CustomObjectsApi(self.api)
@@ -338,6 +379,8 @@ class Bench:
             "TPUJOB_GKE_ZONE": self.bed.default_zone,
             "TPUJOB_METRICS_PORT": str(free_port()),
             "TPUJOB_HEALTH_PORT": str(free_port()),
+            "TPUJOB_API_QPS": f"{self.qps:g}",
+            "TPUJOB_API_BURST": str(self.burst),
         }
 
     def run(self, n: int, phase: str, timeout: float) -> PhaseResult:
@@ -407,8 +450,11 @@ class Bench:
         timeout: float,
     ) -> PhaseResult:
         pods = PodWatch(self.api, namespace).start()
+        profiler = None
         try:
             before = settle(self.api, resources)
+            if self.profile and operator and operator.process:
+                profiler = start_profiler(operator.process.pid, self.profile / f"{namespace}.txt")
             names = [f"j{i:05d}" for i in range(n)]
             with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
                 times = pool.map(lambda name: self._create(phase, namespace, name), names)
@@ -423,6 +469,9 @@ class Bench:
             except Timeout as error:
                 print(f"  ({error})", file=sys.stderr)
             after = settle(self.api, resources)
+            if profiler:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                profiler.wait(timeout=60)
             figures = proc_figures(operator.process.pid) if operator and operator.process else None
             events = self._event_reasons(namespace)
         finally:
@@ -444,6 +493,7 @@ class Bench:
         result = PhaseResult(
             n=n,
             phase=phase,
+            qps=self.qps,
             pods_per_job=self.pods,
             complete=len(latencies),
             p50=round(percentile(latencies, 50), 3) if latencies else None,
@@ -482,25 +532,26 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def table(results: list[PhaseResult]) -> str:
     lines = [
-        "| N | controller | pods | p50 s | p90 s | p99 s | jobs/s | API req/job | objects/job "
+        "| Q | N | controller | pods | p50 s | p90 s | p99 s | jobs/s | API req/job | objects/job "
         "| RSS peak / settled MiB | CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r.n} | {r.phase} | {r.complete * r.pods_per_job} | {_fmt(r.p50)} | {_fmt(r.p90)} "
-            f"| {_fmt(r.p99)} | {_fmt(r.jobs_per_second, 1)} | {_fmt(r.requests_per_job, 1)} "
+            f"| {r.qps:g} | {r.n} | {r.phase} | {r.complete * r.pods_per_job} | {_fmt(r.p50)} "
+            f"| {_fmt(r.p90)} | {_fmt(r.p99)} | {_fmt(r.jobs_per_second, 1)} | {_fmt(r.requests_per_job, 1)} "
             f"| {r.objects_created_per_job} | {_rss(r)} | {_fmt(r.cpu_seconds, 1)} |"
         )
     lines += ["", "Ratios operator / Job controller:", ""]
-    lines += ["| N | operator | p50 | p99 | jobs/s | API req/job |", "|---|---|---|---|---|---|"]
-    by_key = {(r.n, r.phase): r for r in results}
+    lines += ["| Q | N | operator | p50 | p99 | jobs/s | API req/job |", "|---|---|---|---|---|---|---|"]
+    by_key = {(r.qps, r.n, r.phase): r for r in results}
     for r in results:
-        base = by_key.get((r.n, "job-controller"))
+        base = by_key.get((r.qps, r.n, "job-controller"))
         if not r.phase.startswith("operator") or base is None:
             continue
         lines.append(
-            f"| {r.n} | {r.phase.split('/')[1]} | {_ratio(r.p50, base.p50)} | {_ratio(r.p99, base.p99)} "
+            f"| {r.qps:g} | {r.n} | {r.phase.split('/')[1]} | {_ratio(r.p50, base.p50)} "
+            f"| {_ratio(r.p99, base.p99)} "
             f"| {_ratio(r.jobs_per_second, base.jobs_per_second)} "
             f"| {_ratio(r.requests_per_job, base.requests_per_job)} |"
         )
@@ -509,7 +560,20 @@ def table(results: list[PhaseResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[10, 100, 1000], help="jobs per phase")
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000], help="jobs per phase")
+    parser.add_argument(
+        "--qps",
+        type=float,
+        nargs="+",
+        default=[0, 50],
+        help="client-side request limit(s) for both controllers, requests/s; 0: no limit",
+    )
+    parser.add_argument("--burst", type=int, help="their burst; default: 2 x qps")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the operator with py-spy in each counted window, into this folder",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--tpu", default="v5p:2x2x2", help="TYPE:TOPOLOGY of every job (one slice)")
     parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
@@ -517,22 +581,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tpu_type, topology = args.tpu.split(":")
     results: list[PhaseResult] = []
-    with tempfile.TemporaryDirectory(prefix="tpujob-bench-") as tmp:
-        # Instant GKE for policy create: the operator's own provisioning poll is what remains.
-        bed = start_sandbox(Path(tmp) / "sandbox", time_scale=0.0)
-        try:
-            # Pods created is the metric: no scheduling, no kubelet (see the module docstring).
-            stop_process(bed.control_plane.processes.pop("kube-scheduler"))
-            bed.kubelet.stop()
-            bench = Bench(bed, Path(tmp), (tpu_type, topology))
-            for n in args.n:
-                for phase in args.phases:
-                    print(f"N={n} {phase} ...", file=sys.stderr, flush=True)
-                    result = bench.run(n, phase, args.timeout)
-                    print(f"  {json.dumps(asdict(result))}", file=sys.stderr, flush=True)
-                    results.append(result)
-        finally:
-            bed.stop()
+    for requested in args.qps:
+        qps, burst = limits(requested, args.burst)
+        with tempfile.TemporaryDirectory(prefix="tpujob-bench-") as tmp:
+            state = Path(tmp) / "sandbox"
+            plane = ControlPlane(
+                find_binaries(), state, controller_manager_flags=controller_manager_flags(qps, burst)
+            )
+            # Instant GKE for policy create: the operator's own provisioning poll is what remains.
+            bed = start_sandbox(state, time_scale=0.0, control_plane=plane.start())
+            try:
+                # Pods created is the metric: no scheduling, no kubelet (see the module docstring).
+                stop_process(bed.control_plane.processes.pop("kube-scheduler"))
+                bed.kubelet.stop()
+                bench = Bench(bed, Path(tmp), (tpu_type, topology), qps, burst, args.profile)
+                for n in args.n:
+                    for phase in args.phases:
+                        print(f"Q={qps:g} N={n} {phase} ...", file=sys.stderr, flush=True)
+                        result = bench.run(n, phase, args.timeout)
+                        print(f"  {json.dumps(asdict(result))}", file=sys.stderr, flush=True)
+                        results.append(result)
+            finally:
+                bed.stop()
     report = table(results)
     print(report)
     if args.json:

@@ -92,6 +92,10 @@ class Operator(Section):
     resync_seconds: Seconds = Field(30, description=f"TPUJOB_RESYNC_SECONDS. {SECONDS_NOTE}")
     sweep_seconds: Seconds = Field(300, description=f"TPUJOB_SWEEP_SECONDS. {SECONDS_NOTE}")
     workers: int = Field(16, ge=1, le=256, description="TPUJOB_WORKERS.")
+    api_qps: SecondsOrZero = Field(
+        50, description=f"TPUJOB_API_QPS: requests per second; 0: no limit. {SECONDS_NOTE}"
+    )
+    api_burst: int = Field(100, ge=1, description="TPUJOB_API_BURST.")
     restart_backoff_seconds: SecondsOrZero = Field(
         10, description=f"TPUJOB_RESTART_BACKOFF_SECONDS. {SECONDS_NOTE}"
     )

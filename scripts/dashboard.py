@@ -209,6 +209,23 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                     "ops",
                 ),
                 _panel(
+                    "API client-side limit wait",
+                    "Time Kubernetes API requests waited for the operator's client-side limit "
+                    "(TPUJOB_API_QPS / TPUJOB_API_BURST); sustained waits mean the limit paces the operator.",
+                    _quantiles("tpujob_api_rate_limiter_wait_seconds_bucket"),
+                    "s",
+                ),
+                _panel(
+                    "Resync round",
+                    "How long the last resync round took to give every TPUJob a pass; above the resync "
+                    "interval (TPUJOB_RESYNC_SECONDS, 30 s), jobs are looked at less often than configured.",
+                    [
+                        ("max(tpujob_resync_round_seconds)", "seconds"),
+                        ("max(tpujob_resync_round_jobs)", "jobs"),
+                    ],
+                    "s",
+                ),
+                _panel(
                     "Operator version",
                     "Running operator replicas by version.",
                     [("count by (version) (tpujob_build_info)", "{{version}}")],

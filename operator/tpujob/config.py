@@ -43,6 +43,13 @@ class OperatorConfig(BaseSettings):
         "(reason Unschedulable)",
     )
 
+    # client-go's defaults are 5 / 10 for a client and 20 / 30 for kube-controller-manager; an operator that
+    # writes a few objects per job on a shared API server sits between those and an unlimited client.
+    api_qps: float = Field(
+        50, ge=0, description="Kubernetes API requests per second, sustained (client-side limit); 0: no limit"
+    )
+    api_burst: int = Field(100, ge=1, description="Kubernetes API requests let through at once")
+
     peering: str | None = Field(
         None,
         description="kopf peering object the operator's replicas share (one active, the rest standby); "

@@ -5,7 +5,8 @@ service account (its rotated token read again by the client every minute), else 
 exec credential plugins such as `gke-gcloud-auth-plugin` included. So the watches and the writes act
 as one identity. Bodies go out as dicts and answers are not turned into models (`_preload_content`
 off): a created pod's answer is not worth decoding, and the models would cost every pass. One pooled
-set of connections, thread-safe: passes run in worker threads.
+set of connections, thread-safe: passes run in worker threads. Every request takes a token from the
+operator's client-side limit first (tpujob.ratelimit), as a client-go controller's do.
 """
 
 from __future__ import annotations
@@ -19,12 +20,27 @@ from kubernetes import client, config
 
 from tpujob import peering
 from tpujob.api import constants as c
+from tpujob.ratelimit import RequestLimiter
 
 ApiError = client.ApiException
 REQUEST_TIMEOUT_SECONDS = 60.0
 
 
-def login(max_connections: int = 16) -> client.ApiClient:
+class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
+    """The client's one door to the API server (every call of every API class goes through `request`),
+    behind the limiter."""
+
+    def __init__(self, configuration: client.Configuration, limiter: RequestLimiter | None) -> None:
+        super().__init__(configuration)
+        self.limiter = limiter
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        if self.limiter is not None:
+            self.limiter.acquire()
+        return super().request(*args, **kwargs)
+
+
+def login(max_connections: int = 16, limiter: RequestLimiter | None = None) -> client.ApiClient:
     """As kopf.login_via_client logs in: the service account in a pod, else the kubeconfig."""
     try:
         config.load_incluster_config()
@@ -33,7 +49,7 @@ def login(max_connections: int = 16) -> client.ApiClient:
         config.load_kube_config(os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION)
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = max_connections
-    return client.ApiClient(configuration)
+    return LimitedApiClient(configuration, limiter)
 
 
 def _read(response: Any) -> bytes:
@@ -56,8 +72,8 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
-    def login(cls, max_connections: int = 16) -> Kube:
-        return cls(login(max_connections))
+    def login(cls, max_connections: int = 16, limiter: RequestLimiter | None = None) -> Kube:
+        return cls(login(max_connections, limiter))
 
     # --- pods, Services, Events ------------------------------------------------------------------
 

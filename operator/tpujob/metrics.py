@@ -70,6 +70,12 @@ TIME_TO_RUNNING = Histogram(
 RECONCILE_DURATION = Histogram(
     "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
 )
+# Like client-go's rest_client_rate_limiter_duration_seconds: every request observes its wait, 0 mostly.
+API_RATE_LIMITER_WAIT = Histogram(
+    "tpujob_api_rate_limiter_wait_seconds",
+    "Time a Kubernetes API request waited for the operator's client-side limit (TPUJOB_API_QPS / _BURST).",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
 OPERATOR_ACTIVE = Gauge(
     "tpujob_operator_active",
@@ -104,6 +110,18 @@ GOODPUT_RATIO = Histogram(
     "Goodput ratio (productive over accounted time) of each job when it finished, by capacity mode.",
     ["capacity_mode"],
     buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0),
+)
+
+# The resync safety net (handlers/loops.py): every TPUJob gets a pass at least every TPUJOB_RESYNC_SECONDS
+# plus one round's time; a round longer than the interval means the operator has outgrown its settings.
+RESYNC_ROUND_SECONDS = Gauge(
+    "tpujob_resync_round_seconds",
+    "Time the last resync round took to give every TPUJob a pass (maintenance notices read included).",
+)
+RESYNC_ROUND_JOBS = Gauge("tpujob_resync_round_jobs", "TPUJobs the last resync round gave a pass.")
+RESYNC_ROUND_END = Gauge(
+    "tpujob_resync_round_end_timestamp_seconds",
+    "Unix time the last resync round ended; 0 before the first (a stale value: the resync loop is stuck).",
 )
 
 
@@ -309,6 +327,10 @@ class PassRecorder:
         JOBS_BY_PHASE.set(uid, None)
         NEXT_MAINTENANCE.set(uid, None)
         CHIPS_HELD.forget(uid)
+
+
+def record_api_wait(seconds: float) -> None:
+    API_RATE_LIMITER_WAIT.observe(seconds)
 
 
 def record_pool_call(operation: str, error: s.GKEError | None) -> None:

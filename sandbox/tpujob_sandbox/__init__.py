@@ -28,6 +28,8 @@ _EXPORTS = {
     "Sandbox": "bed",
     "start_sandbox": "bed",
     "FLEX_START_LOCATION": "bed",
+    "ControlPlane": "controlplane",
+    "find_binaries": "binaries",
     "GkeSimulator": "gke",
     "ReleaseChannel": "gke",
     "SimCluster": "gke",

@@ -152,7 +152,9 @@ def _component_common(kubeconfig_path: Path, port: int, cert_dir: Path) -> list[
     ]
 
 
-def controller_manager_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[str]:
+def controller_manager_args(
+    binary: Path, state: Path, pki: Pki, ports: Ports, extra: tuple[str, ...] = ()
+) -> list[str]:
     return [
         str(binary),
         *_component_common(
@@ -164,6 +166,7 @@ def controller_manager_args(binary: Path, state: Path, pki: Pki, ports: Ports) -
         f"--cluster-signing-cert-file={pki.ca_cert}",
         f"--cluster-signing-key-file={pki.ca_key}",
         "--use-service-account-credentials=true",
+        *extra,
     ]
 
 
@@ -199,6 +202,8 @@ class ControlPlane:
     state_dir: Path
     ports: Ports = field(default_factory=Ports.pick)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # More kube-controller-manager flags, e.g. its client-side limit (--kube-api-qps) for a benchmark.
+    controller_manager_flags: tuple[str, ...] = ()
 
     @property
     def kubeconfig(self) -> Path:
@@ -239,7 +244,11 @@ class ControlPlane:
             (
                 "kube-controller-manager",
                 controller_manager_args(
-                    self.binaries.path("kube-controller-manager"), self.state_dir, pki, self.ports
+                    self.binaries.path("kube-controller-manager"),
+                    self.state_dir,
+                    pki,
+                    self.ports,
+                    self.controller_manager_flags,
                 ),
                 lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.controller_manager}/healthz", unverified),
             ),

@@ -113,6 +113,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "metrics.port=9100,health.port=9101",
         "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
         "--set", "operator.restartBackoffSeconds=3,operator.unschedulableGraceSeconds=4",
+        "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "peering.lifetimeSeconds=20",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
@@ -130,6 +131,8 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_NAMESPACE": "ml",
         "TPUJOB_METRICS_PORT": "9100",
         "TPUJOB_HEALTH_PORT": "9101",
+        "TPUJOB_API_QPS": "12.5",
+        "TPUJOB_API_BURST": "25",
         "TPUJOB_RESYNC_SECONDS": "7",
         "TPUJOB_SWEEP_SECONDS": "8",
         "TPUJOB_WORKERS": "9",

@@ -328,3 +328,41 @@ def test_the_sweep_deletes_only_pools_whose_job_is_gone_within_its_namespace() -
 
     assert deleted == ["orphan"]
     assert pools.deleted == ["orphan"]
+
+
+# --- the watch's echo of a pass' own pod creates ---------------------------------------------------
+
+
+def existing_job_body() -> dict[str, Any]:
+    body = job_body()
+    body["spec"]["nodePool"] = {"policy": "existing"}
+    return body
+
+
+def test_the_first_sight_of_a_created_pod_needs_no_pass_but_its_next_change_does() -> None:
+    api = RecordingKube()
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], False)
+    (created, *_) = [body for body in api.of("create_pod")]
+    created = {**created, "status": {"phase": "Pending"}}
+    assert passes.is_own_create(created)
+    scheduled = {**created, "spec": {**created["spec"], "nodeName": "n-1"}}
+    assert not passes.is_own_create(scheduled)
+    assert not passes.is_own_create({**created, "status": {"phase": "Running"}})
+    stranger = {**created, "metadata": {**created["metadata"], "name": "someone-else"}}
+    assert not passes.is_own_create(stranger)
+
+
+def test_pods_whose_create_failed_are_created_again_by_the_next_pass() -> None:
+    api = RecordingKube()
+    api.fail["create_pod"] = kube.ApiError(500, "etcd timeout")
+    passes = reconciler(None, api)
+    with pytest.raises(kube.ApiError):
+        passes.reconcile(existing_job_body(), [], False)
+    first = [body["metadata"]["name"] for body in api.of("create_pod")]
+    assert first and not any(passes.is_own_create({**b, "status": {}}) for b in api.of("create_pod"))
+
+    del api.fail["create_pod"]
+    api.calls.clear()
+    passes.reconcile(existing_job_body(), [], False)
+    assert [body["metadata"]["name"] for body in api.of("create_pod")] == first

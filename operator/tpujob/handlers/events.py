@@ -35,11 +35,17 @@ async def on_tpujob_event(
 
 @kopf.on.event("", "v1", "pods", labels=OWNED)
 async def on_pod_event(
+    type: str,
+    body: kopf.Body,
     namespace: str | None,
     labels: kopf.Labels,
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    runtime: Runtime = memo.runtime
     job_name = labels.get(c.LABEL_JOB_NAME)
-    if job_name and namespace:
-        request_pass(memo.runtime, namespace, job_name)
+    if not job_name or not namespace:
+        return
+    if type == "ADDED" and runtime.reconciler.is_own_create(body):
+        return  # the echo of the pass' own create: that pass saw it coming
+    request_pass(runtime, namespace, job_name)

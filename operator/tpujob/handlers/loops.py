@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
 from tpujob import metrics, peering
 from tpujob.handlers.passes import Runtime, reconcile, request_pass
@@ -45,29 +47,55 @@ async def lead_forever(runtime: Runtime) -> None:
 
 async def resync_forever(runtime: Runtime) -> None:
     """A safety net: every job gets a pass at least every resync interval, so a lost watch event or a
-    lost requeue is made good. One loop for all jobs, a few passes at a time."""
-    loop = asyncio.get_running_loop()
+    lost requeue is made good. One loop for all jobs, a few passes at a time; a standby skips its rounds."""
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
         if not runtime.active:
             continue
-        if (
-            runtime.config.namespace is None
-        ):  # nodes are cluster-scoped: a namespaced operator cannot read them
+        await resync_round(runtime)
+
+
+async def resync_round(
+    runtime: Runtime,
+    pass_for: Callable[[Runtime, str, str], Awaitable[None]] = reconcile,
+    concurrency: int = RESYNC_CONCURRENCY,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """One round: the maintenance notices (cluster-wide operator only), then a pass for every job known at
+    the round's start, `concurrency` at a time. Records how long the whole round took and how many jobs it
+    covered (tpujob_resync_round_seconds / _jobs) and when it ended."""
+    started = clock()
+    if runtime.config.namespace is None:  # nodes are cluster-scoped: a namespaced operator cannot read them
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
+        except Exception:
+            log.exception("reading maintenance notices failed; will retry")
+    keys = list(runtime.indexes.jobs)
+    await pass_all(keys, lambda namespace, name: pass_for(runtime, namespace, name), concurrency)
+    metrics.RESYNC_ROUND_SECONDS.set(clock() - started)
+    metrics.RESYNC_ROUND_JOBS.set(len(keys))
+    metrics.RESYNC_ROUND_END.set_to_current_time()
+
+
+async def pass_all(
+    keys: list[tuple[str, str]],
+    pass_for: Callable[[str, str], Awaitable[None]],
+    concurrency: int,
+) -> None:
+    """A pass for every key, at most `concurrency` at once: a fixed set of workers each taking the next key
+    when its pass ends, so one slow pass holds up one worker, not a whole batch. A failed pass is logged;
+    the others go on."""
+    pending = iter(keys)  # shared: the workers run on one event loop, so each key is taken once
+
+    async def worker() -> None:
+        for namespace, name in pending:
             try:
-                await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
-            except Exception:
-                log.exception("reading maintenance notices failed; will retry")
-        keys = list(runtime.indexes.jobs)
-        for start in range(0, len(keys), RESYNC_CONCURRENCY):
-            batch = keys[start : start + RESYNC_CONCURRENCY]
-            results = await asyncio.gather(
-                *(reconcile(runtime, ns, name) for ns, name in batch),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, Exception):
-                    log.error("resync pass failed: %r", result)
+                await pass_for(namespace, name)
+            except Exception as error:
+                log.error("resync pass of %s/%s failed: %r", namespace, name, error)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(keys))))))
 
 
 async def sweep_forever(runtime: Runtime) -> None:

@@ -14,7 +14,8 @@ from tpujob.api import constants as c
 from tpujob.config import from_environment
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.passes import Indexes, Runtime
-from tpujob.reconciler import Reconciler
+from tpujob.ratelimit import RequestLimiter
+from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # kopf keeps a task per watched object until it has been idle this long (default 5 s): in a burst of
     # 1000 jobs that is thousands of tasks at once. Our handlers return at once, so a short wait will do.
     settings.queueing.idle_timeout = 0.1
-    # Kubernetes and GKE calls are synchronous and run in these threads.
+    # Kubernetes and GKE calls are synchronous and run in these threads: kopf's pool, which is also the
+    # loop's default for the passes' run_in_executor (asyncio's own default has cpus + 4 threads: 6 on 2
+    # cores, too few for passes that wait on the API server most of their time).
     settings.execution.max_workers = config.workers
+    asyncio.get_running_loop().set_default_executor(settings.execution.executor)
     # A slow API server must not hang a pass.
     settings.networking.request_timeout = 60
     pools = policies = None
@@ -85,7 +89,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register()
         start_http_server(config.metrics_port)
-    api = kube.Kube.login(max_connections=config.workers)
+    limiter = RequestLimiter(config.api_qps, config.api_burst, on_wait=metrics.record_api_wait)
+    # A connection for every thread that may call at once (passes, and each pass' concurrent creates): a
+    # full pool discards connections, and every new one costs a TLS handshake.
+    api = kube.Kube.login(max_connections=config.workers + CREATE_CONCURRENCY, limiter=limiter)
     reconciler = Reconciler(
         config.cluster,
         api,

@@ -10,8 +10,8 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 - passes: the Reconciler, which runs them in that order, and releases pools on deletion.
 """
 
-from tpujob.reconciler.act import EVENT_COMPONENT, event_manifest
+from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest
 from tpujob.reconciler.observe import pod_view
 from tpujob.reconciler.passes import Outcome, Reconciler
 
-__all__ = ["EVENT_COMPONENT", "Outcome", "Reconciler", "event_manifest", "pod_view"]
+__all__ = ["CREATE_CONCURRENCY", "EVENT_COMPONENT", "Outcome", "Reconciler", "event_manifest", "pod_view"]

@@ -70,6 +70,17 @@ class JobMemory:
             self._in_flight[uid] = pending
             return frozenset(pending)
 
+    def pods_not_created(self, uid: str, names: Iterable[str]) -> None:
+        """A create call failed: not in flight, so the next pass creates them again (a pod that was created
+        after all answers 409 then, which is fine)."""
+        with self._lock:
+            self._in_flight.get(uid, set()).difference_update(names)
+
+    def is_created_in_flight(self, uid: str, name: str) -> bool:
+        """Whether the pod is one a pass created and has not seen yet."""
+        with self._lock:
+            return name in self._in_flight.get(uid, ())
+
     def service_created(self, uid: str) -> None:
         with self._lock:
             self._service_in_flight.add(uid)

@@ -65,6 +65,19 @@ class Reconciler:
         else, so the watch's echo of the write needs no pass of its own."""
         return self.memory.is_own_write(body)
 
+    def is_own_create(self, pod: Mapping[str, Any]) -> bool:
+        """The watch's first sight of a pod a pass created, as it was created (not yet scheduled): that pass
+        counted it in flight already, so it needs no pass of its own. Its next change does."""
+        meta, status = pod["metadata"], pod.get("status") or {}
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+        if (
+            not owners
+            or status.get("phase", "Pending") != "Pending"
+            or (pod.get("spec") or {}).get("nodeName")
+        ):
+            return False
+        return self.memory.is_created_in_flight(owners[0]["uid"], meta["name"])
+
     def check_cluster(self) -> ClusterCheck | None:
         return self.observer.check_cluster()
 
@@ -180,7 +193,11 @@ class Reconciler:
             self.memory.pods_created(uid, (pod["metadata"]["name"] for pod in pods))
         service = render.service(job) if decision.create_service else None
         if pods or service:
-            self.actions.create_pods_and_service(namespace, pods, service)
+            try:
+                self.actions.create_pods_and_service(namespace, pods, service)
+            except Exception:
+                self.memory.pods_not_created(uid, (pod["metadata"]["name"] for pod in pods))
+                raise
         if service:
             self.memory.service_created(uid)
 

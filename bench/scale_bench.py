@@ -1,0 +1,406 @@
+"""The operator with many live TPUJobs at once: does one resync round still give every job a pass in time?
+
+    .venv/bin/python bench/scale_bench.py --n 10000 --json bench/results/scale.json
+
+One fresh test bed per N (`--n`; the sandbox as bench/operator_bench.py sets it up: real kube-apiserver 1.20,
+etcd, kube-controller-manager, simulated GKE; the scheduler and the simulated kubelet stopped), one
+operator, cluster-wide, with TPUJOB_RESYNC_SECONDS = `--resync` (default 30, the operator's default) and
+TPUJOB_API_QPS = `--qps` (default 0: no client-side limit). The bench then:
+
+1. creates N TPUJobs (policy existing, one single-host slice each: `--tpu`, default v5e 2x2 = 1 pod) from
+   8 threads, as operator_bench does; a create that fails is counted, and after 20 failures the bench
+   stops creating and reports at which count the first one failed and why;
+2. waits (bounded, `--timeout`) until a pod watch has seen every job's pods, and then until every job's
+   status has a phase (listed in pages of 500; a policy-existing job whose pods are unscheduled shows
+   Starting);
+3. from that moment T, waits for the first resync round that *began* after T to end (the operator's
+   tpujob_resync_round_end_timestamp_seconds minus tpujob_resync_round_seconds >= T), and reads
+   tpujob_resync_round_seconds / tpujob_resync_round_jobs from its /metrics: the time one round took to
+   give every job a pass, in the steady state (every job already has its pods and status);
+4. reads the operator's peak RSS (VmHWM), RSS now and CPU seconds from /proc, and the API server's and
+   etcd's RSS.
+
+A round covers all N in time when its job count is at least N and its duration at most the resync
+interval: then no job waits more than two intervals for a look. Every wait is bounded; a wait that times
+out, an operator or API server that exits, or failed creates are reported in the row's notes with the
+count reached, rather than hanging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, beside this file
+
+from kubernetes import client as k8s
+from operator_bench import (
+    CREATE_THREADS,
+    Bench,
+    PodWatch,
+    create_namespace,
+    limits,
+    proc_figures,
+    tpujob_manifest,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from tpujob.api import constants as c
+from tpujob_sandbox import (
+    ControlPlane,
+    OperatorProcess,
+    Sandbox,
+    find_binaries,
+    start_sandbox,
+    stop_process,
+)
+
+NAMESPACE = "scale"
+PAGE = 500
+MAX_CREATE_ERRORS = 20
+GAUGES = (
+    "tpujob_resync_round_seconds",
+    "tpujob_resync_round_jobs",
+    "tpujob_resync_round_end_timestamp_seconds",
+    "tpujob_reconcile_duration_seconds_count",
+    "tpujob_reconcile_duration_seconds_sum",
+)
+
+
+@dataclass
+class ScaleResult:
+    n: int
+    qps: float
+    resync_seconds: float
+    tpu: str
+    pods_per_job: int
+    created: int = 0
+    create_seconds: float | None = None  # first create sent -> last create answered
+    pods_complete: int = 0  # jobs with all their pods seen
+    pods_seconds: float | None = None  # first create sent -> every job's pods seen
+    statuses_written: int = 0
+    statuses_seconds: float | None = None  # first create sent -> every job's status has a phase
+    phases: dict[str, int] = field(default_factory=dict)
+    round_seconds: float | None = None
+    round_jobs: int | None = None
+    round_in_time: bool | None = None  # round_jobs >= N and round_seconds <= resync_seconds
+    round_passes: int | None = None  # reconcile passes counted while that round ran (all causes)
+    round_pass_mean_seconds: float | None = None
+    rss_peak_mib: float | None = None
+    rss_mib: float | None = None
+    cpu_seconds: float | None = None
+    apiserver_rss_peak_mib: float | None = None
+    apiserver_rss_mib: float | None = None
+    etcd_rss_mib: float | None = None
+    wall_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The resync and reconcile figures from the operator's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in GAUGES and not sample.labels:
+                found[sample.name] = sample.value
+    return found
+
+
+def log(message: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Broken(Exception):
+    """A part of the test bed died: the phase stops there."""
+
+
+class ScaleRun:
+    def __init__(self, bed: Sandbox, bench: Bench, args: argparse.Namespace, n: int) -> None:
+        self.bed, self.bench, self.args, self.n = bed, bench, args, n
+        self.custom = k8s.CustomObjectsApi(bed.api_client)
+        env = bench.operator_env()
+        env["TPUJOB_RESYNC_SECONDS"] = f"{args.resync:g}"
+        self.metrics_port = int(env["TPUJOB_METRICS_PORT"])
+        self.operator = OperatorProcess(env, bench.folder / f"operator-{n}.log")
+        self.result = ScaleResult(n, bench.qps, args.resync, args.tpu, bench.pods)
+        self.timeout = args.timeout or 300.0 + n / 10
+
+    # --- liveness and bounded waits --------------------------------------------------------------
+
+    def check_alive(self) -> None:
+        process = self.operator.process
+        if process is not None and process.poll() is not None:
+            raise Broken(f"the operator exited with code {process.returncode}")
+        for name in ("kube-apiserver", "etcd"):
+            part = self.bed.control_plane.processes.get(name)
+            if part is not None and part.poll() is not None:
+                raise Broken(f"{name} exited with code {part.returncode}")
+
+    def wait(self, what: str, progress: Callable[[], tuple[bool, str]], timeout: float, every: float) -> bool:
+        """Poll `progress` (done?, how far) until done or `timeout`; a timeout is noted, not raised."""
+        deadline = time.monotonic() + timeout
+        last_print = time.monotonic()
+        while True:
+            self.check_alive()
+            try:
+                done, how_far = progress()
+            except Exception as error:  # an API server under load: try again until the deadline
+                done, how_far = False, f"(poll failed: {error!r:.200})"
+            if done:
+                return True
+            now = time.monotonic()
+            if now >= deadline:
+                self.result.notes.append(f"timed out after {timeout:.0f} s waiting for {what}: {how_far}")
+                log(self.result.notes[-1])
+                return False
+            if now - last_print >= 15:
+                log(f"{what}: {how_far}")
+                last_print = now
+            time.sleep(every)
+
+    # --- the steps ---------------------------------------------------------------------------------
+
+    def run(self) -> ScaleResult:
+        started = time.monotonic()
+        pods: PodWatch | None = None
+        try:
+            create_namespace(self.bench.core, NAMESPACE)
+            self.operator.start()
+            self.wait("the operator's /metrics", self._metrics_up, 120, 0.5)
+            pods = PodWatch(self.bed.api_client, NAMESPACE).start()
+            names, first_sent = self._create_all()
+            if names and self._wait_pods(pods, names, first_sent) and self._wait_statuses(first_sent):
+                self._wait_round()
+        except Broken as error:
+            self.result.notes.append(f"broke: {error}")
+            log(f"broke: {error}")
+        finally:
+            if pods is not None:
+                pods.stop()
+            self._figures()
+            self.operator.stop()
+        self.result.wall_seconds = round(time.monotonic() - started, 1)
+        return self.result
+
+    def _metrics_up(self) -> tuple[bool, str]:
+        return "tpujob_resync_round_seconds" in scrape(self.metrics_port), "not yet"
+
+    def _create_all(self) -> tuple[list[str], float]:
+        names = [f"j{i:05d}" for i in range(self.n)]
+        lock = threading.Lock()
+        stop = threading.Event()
+        created: list[str] = []
+        errors: list[str] = []
+
+        def create(name: str) -> None:
+            if stop.is_set():
+                return
+            manifest = tpujob_manifest(name, NAMESPACE, self.bench.tpu, "existing")
+            try:
+                self.custom.create_namespaced_custom_object(
+                    c.GROUP, c.VERSION, NAMESPACE, c.PLURAL, manifest, _request_timeout=60
+                )
+            except Exception as error:
+                with lock:
+                    errors.append(f"{name} (after {len(created)} created): {error!r:.300}")
+                    if len(errors) >= MAX_CREATE_ERRORS:
+                        stop.set()
+                return
+            with lock:
+                created.append(name)
+                if len(created) % 1000 == 0:
+                    log(f"created {len(created)}")
+
+        first_sent = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
+            list(pool.map(create, names))
+        self.result.create_seconds = round(time.monotonic() - first_sent, 1)
+        self.result.created = len(created)
+        log(f"created {len(created)} of {self.n} in {self.result.create_seconds} s")
+        if errors:
+            self.result.notes.append(f"{len(errors)} creates failed; first: {errors[0]}")
+            if stop.is_set():
+                self.result.notes.append(f"stopped creating after {MAX_CREATE_ERRORS} failures")
+        return sorted(created), first_sent
+
+    def _wait_pods(self, pods: PodWatch, names: list[str], first_sent: float) -> bool:
+        wanted = set(names)
+
+        def progress() -> tuple[bool, str]:
+            complete = len(set(pods.complete_at(self.bench.pods)) & wanted)
+            self.result.pods_complete = complete
+            return complete == len(wanted), f"{complete} of {len(wanted)} jobs have their pods"
+
+        done = self.wait("every job's pods", progress, self.timeout, 0.5)
+        if done:
+            last = max(pods.complete_at(self.bench.pods)[name] for name in names)
+            self.result.pods_seconds = round(last - first_sent, 1)
+            log(f"every job's pods seen {self.result.pods_seconds} s after the first create")
+        return done
+
+    def _phases(self) -> Counter[str]:
+        phases: Counter[str] = Counter()
+        token = None
+        while True:
+            page = self.custom.list_namespaced_custom_object(
+                c.GROUP, c.VERSION, NAMESPACE, c.PLURAL, limit=PAGE, _continue=token, _request_timeout=60
+            )
+            for item in page["items"]:
+                phases[(item.get("status") or {}).get("phase") or ""] += 1
+            token = page["metadata"].get("continue")
+            if not token:
+                return phases
+
+    def _wait_statuses(self, first_sent: float) -> bool:
+        def progress() -> tuple[bool, str]:
+            phases = self._phases()
+            self.result.phases = dict(sorted(phases.items()))
+            written = sum(count for phase, count in phases.items() if phase)
+            self.result.statuses_written = written
+            return written >= self.result.created, f"{written} of {self.result.created} statuses: {phases}"
+
+        done = self.wait("every job's status", progress, self.timeout, 2.0)
+        if done:
+            self.result.statuses_seconds = round(time.monotonic() - first_sent, 1)
+            log(f"every status written {self.result.statuses_seconds} s after the first create")
+        return done
+
+    def _wait_round(self) -> None:
+        moment = time.time()
+        at_moment = scrape(self.metrics_port)
+        seen: dict[str, float] = {}
+
+        def progress() -> tuple[bool, str]:
+            nonlocal seen
+            seen = scrape(self.metrics_port)
+            end = seen.get("tpujob_resync_round_end_timestamp_seconds", 0.0)
+            began = end - seen.get("tpujob_resync_round_seconds", 0.0)
+            return (
+                end > 0 and began >= moment,
+                f"last round ended {time.time() - end:.0f} s ago" if end else "no round yet",
+            )
+
+        # The next round starts within one interval plus the end of the round under way; allow that round
+        # as long again as the interval, and more with many jobs.
+        timeout = 3 * self.args.resync + max(300.0, self.n * 0.1)
+        if not self.wait("a resync round begun after every status was written", progress, timeout, 1.0):
+            return
+        self.result.round_seconds = round(seen["tpujob_resync_round_seconds"], 2)
+        self.result.round_jobs = int(seen["tpujob_resync_round_jobs"])
+        self.result.round_in_time = (
+            self.result.round_jobs >= self.result.created and self.result.round_seconds <= self.args.resync
+        )
+        # Reconcile passes between the moment and the round's end: mostly the round's own (no other
+        # cause while nothing changes), so a rough pass rate.
+        passes = seen.get("tpujob_reconcile_duration_seconds_count", 0) - at_moment.get(
+            "tpujob_reconcile_duration_seconds_count", 0
+        )
+        spent = seen.get("tpujob_reconcile_duration_seconds_sum", 0) - at_moment.get(
+            "tpujob_reconcile_duration_seconds_sum", 0
+        )
+        self.result.round_passes = int(passes)
+        self.result.round_pass_mean_seconds = round(spent / passes, 4) if passes else None
+        log(f"resync round: {self.result.round_seconds} s for {self.result.round_jobs} jobs")
+
+    def _figures(self) -> None:
+        process = self.operator.process
+        if process is not None and process.poll() is None:
+            peak, now, cpu = proc_figures(process.pid)
+            self.result.rss_peak_mib, self.result.rss_mib = round(peak, 1), round(now, 1)
+            self.result.cpu_seconds = round(cpu, 1)
+        apiserver = self.bed.control_plane.processes.get("kube-apiserver")
+        if apiserver is not None and apiserver.poll() is None:
+            peak, now, _ = proc_figures(apiserver.pid)
+            self.result.apiserver_rss_peak_mib, self.result.apiserver_rss_mib = round(peak), round(now)
+        etcd = self.bed.control_plane.processes.get("etcd")
+        if etcd is not None and etcd.poll() is None:
+            self.result.etcd_rss_mib = round(proc_figures(etcd.pid)[1])
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(results: list[ScaleResult]) -> str:
+    lines = [
+        "| N | Q | resync s | created | create s | all pods s | all statuses s | round s | round jobs "
+        "| round in time | RSS peak / now MiB | CPU s | API server RSS peak / now MiB | etcd RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        in_time = "-" if r.round_in_time is None else ("yes" if r.round_in_time else "NO")
+        lines.append(
+            f"| {r.n} | {r.qps:g} | {r.resync_seconds:g} | {r.created} | {_fmt(r.create_seconds)} "
+            f"| {_fmt(r.pods_seconds)} | {_fmt(r.statuses_seconds)} | {_fmt(r.round_seconds, 2)} "
+            f"| {'-' if r.round_jobs is None else r.round_jobs} | {in_time} "
+            f"| {_fmt(r.rss_peak_mib, 0)} / {_fmt(r.rss_mib, 0)} | {_fmt(r.cpu_seconds)} "
+            f"| {_fmt(r.apiserver_rss_peak_mib, 0)} / {_fmt(r.apiserver_rss_mib, 0)} "
+            f"| {_fmt(r.etcd_rss_mib, 0)} |"
+        )
+    notes = [f"- N={r.n}: {note}" for r in results for note in r.notes]
+    phases = [f"- N={r.n}: phases {r.phases}" for r in results if r.phases]
+    return "\n".join(lines + (["", *phases] if phases else []) + (["", *notes] if notes else []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[10000], help="live TPUJobs, one test bed each")
+    parser.add_argument("--qps", type=float, default=0, help="TPUJOB_API_QPS; 0: no limit (default)")
+    parser.add_argument("--burst", type=int, help="TPUJOB_API_BURST; default: 2 x qps")
+    parser.add_argument("--resync", type=float, default=30.0, help="TPUJOB_RESYNC_SECONDS (default 30)")
+    parser.add_argument("--tpu", default="v5e:2x2", help="TYPE:TOPOLOGY of every job (one single-host slice)")
+    parser.add_argument(
+        "--timeout", type=float, help="seconds per wait for pods / statuses; default 300 + N/10"
+    )
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    qps, burst = limits(args.qps, args.burst)
+    tpu_type, topology = args.tpu.split(":")
+    results: list[ScaleResult] = []
+    for n in args.n:
+        print(f"Q={qps:g} N={n} resync={args.resync:g} s ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="tpujob-scale-") as tmp:
+            state = Path(tmp) / "sandbox"
+            plane = ControlPlane(find_binaries(), state)
+            bed = start_sandbox(state, time_scale=0.0, control_plane=plane.start())
+            try:
+                # As operator_bench: no scheduling, no kubelet; the pods stay Pending, unscheduled.
+                stop_process(bed.control_plane.processes.pop("kube-scheduler"))
+                bed.kubelet.stop()
+                bench = Bench(bed, Path(tmp), (tpu_type, topology), qps, burst)
+                result = ScaleRun(bed, bench, args, n).run()
+            finally:
+                bed.stop()
+        print(f"  {json.dumps(asdict(result))}", file=sys.stderr, flush=True)
+        results.append(result)
+    print(table(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload: dict[str, Any] = {
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": {"cpus": os.cpu_count()},
+            "results": [asdict(r) for r in results],
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

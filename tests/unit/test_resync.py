@@ -1,0 +1,141 @@
+"""The resync round (handlers/loops.py): every job a pass, a bounded number at once, pipelined; errors
+logged; the round's figures in tpujob_resync_round_*. Fake passes on a real event loop, no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from tpujob.handlers import loops
+
+KEYS = [("ns", f"job-{i}") for i in range(23)]
+
+
+class Tracker:
+    """A fake pass: counts passes per key and how many run at once; each yields to the loop a few times
+    (a different number per key, so passes end out of order)."""
+
+    def __init__(self) -> None:
+        self.passes: dict[tuple[str, str], int] = {}
+        self.running = 0
+        self.most = 0
+
+    async def __call__(self, namespace: str, name: str) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        for _ in range(int(name.rsplit("-", 1)[1]) % 5 + 1):
+            await asyncio.sleep(0)
+        self.passes[(namespace, name)] = self.passes.get((namespace, name), 0) + 1
+        self.running -= 1
+
+
+def test_every_key_gets_one_pass_and_at_most_the_bound_run_at_once():
+    tracker = Tracker()
+    asyncio.run(loops.pass_all(KEYS, tracker, 4))
+    assert tracker.passes == {key: 1 for key in KEYS}
+    assert tracker.most == 4
+
+
+def test_fewer_keys_than_the_bound_and_no_keys():
+    tracker = Tracker()
+    asyncio.run(loops.pass_all(KEYS[:3], tracker, 8))
+    assert tracker.passes == {key: 1 for key in KEYS[:3]}
+    asyncio.run(loops.pass_all([], tracker, 8))
+
+
+def test_a_slow_pass_holds_one_worker_not_the_round():
+    """Batches of 2 would wait for the slow first key before starting the third; the pipeline does not."""
+    done: list[str] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def pass_for(namespace: str, name: str) -> None:
+            if name == "job-0":
+                await release.wait()
+            done.append(name)
+            if len(done) == len(KEYS) - 1:  # every other key passed while job-0 was still in its pass
+                release.set()
+
+        await asyncio.wait_for(loops.pass_all(KEYS, pass_for, 2), timeout=5)
+
+    asyncio.run(scenario())
+    assert done[-1] == "job-0"
+    assert sorted(done) == sorted(name for _, name in KEYS)
+
+
+def test_a_failed_pass_is_logged_and_the_others_go_on(caplog):
+    seen: list[str] = []
+
+    async def pass_for(namespace: str, name: str) -> None:
+        if name in ("job-1", "job-5"):
+            raise RuntimeError(f"boom {name}")
+        seen.append(name)
+
+    with caplog.at_level(logging.ERROR, logger=loops.log.name):
+        asyncio.run(loops.pass_all(KEYS, pass_for, 3))
+    assert len(seen) == len(KEYS) - 2
+    failed = [r.getMessage() for r in caplog.records if "resync pass" in r.getMessage()]
+    assert len(failed) == 2
+    assert any("ns/job-1" in m and "boom job-1" in m for m in failed)
+
+
+class FakeReconciler:
+    def __init__(self, order: list[str], fail: bool = False) -> None:
+        self.order = order
+        self.fail = fail
+
+    def refresh_maintenance(self) -> None:
+        self.order.append("maintenance")
+        if self.fail:
+            raise RuntimeError("nodes unreadable")
+
+
+def fake_runtime(order: list[str], namespace: str | None = None, fail: bool = False) -> Any:
+    return SimpleNamespace(
+        config=SimpleNamespace(namespace=namespace),
+        reconciler=FakeReconciler(order, fail),
+        indexes=SimpleNamespace(jobs={key: [{}] for key in KEYS}),
+    )
+
+
+def run_round(runtime: Any, order: list[str], times: list[float]) -> None:
+    async def pass_for(runtime_: Any, namespace: str, name: str) -> None:
+        assert runtime_ is runtime
+        order.append(name)
+
+    clock = iter(times)
+    asyncio.run(loops.resync_round(runtime, pass_for, 5, clock=lambda: next(clock)))
+
+
+def gauge(name: str) -> float:
+    value = REGISTRY.get_sample_value(name)
+    assert value is not None
+    return value
+
+
+def test_a_round_reads_maintenance_first_then_passes_every_job_and_records_its_figures():
+    order: list[str] = []
+    run_round(fake_runtime(order), order, [100.0, 107.5])
+    assert order[0] == "maintenance"
+    assert sorted(order[1:]) == sorted(name for _, name in KEYS)
+    assert gauge("tpujob_resync_round_seconds") == 7.5
+    assert gauge("tpujob_resync_round_jobs") == len(KEYS)
+    assert gauge("tpujob_resync_round_end_timestamp_seconds") > 0
+
+
+def test_a_namespaced_operator_reads_no_maintenance_and_a_failed_read_does_not_stop_the_round(caplog):
+    order: list[str] = []
+    run_round(fake_runtime(order, namespace="team-a"), order, [0.0, 1.0])
+    assert "maintenance" not in order and len(order) == len(KEYS)
+
+    order.clear()
+    with caplog.at_level(logging.ERROR, logger=loops.log.name):
+        run_round(fake_runtime(order, fail=True), order, [0.0, 2.0])
+    assert order[0] == "maintenance" and len(order) == len(KEYS) + 1
+    assert "maintenance notices failed" in caplog.text
+    assert gauge("tpujob_resync_round_seconds") == 2.0
