@@ -247,7 +247,8 @@ class ScaleRun:
 
         done = self.wait("every job's pods", progress, self.timeout, 0.5)
         if done:
-            last = max(pods.complete_at(self.bench.pods)[name] for name in names)
+            complete = pods.complete_at(self.bench.pods)
+            last = max(complete[name] for name in names)
             self.result.pods_seconds = round(last - first_sent, 1)
             log(f"every job's pods seen {self.result.pods_seconds} s after the first create")
         return done

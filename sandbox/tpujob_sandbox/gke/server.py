@@ -141,8 +141,11 @@ class GkeSimulator:
             client_options=ClientOptions(api_endpoint=self.endpoint),
         )
 
-    def _later(self, gke_seconds: float, function: Any, *args: Any) -> None:
-        timer = threading.Timer(gke_seconds * self.time_scale, self._guarded, (function, *args))
+    def _later(self, gke_seconds: float, function: Any, *args: Any, min_real_seconds: float = 0.0) -> None:
+        """Run `function(*args)` after `gke_seconds` of GKE time. Periodic work passes `min_real_seconds`: at
+        time scale 0 (an instant GKE) a loop must not spin."""
+        delay = max(gke_seconds * self.time_scale, min_real_seconds)
+        timer = threading.Timer(delay, self._guarded, (function, *args))
         timer.daemon = True
         with self._lock:
             self._timers = [t for t in self._timers if t.is_alive()]
