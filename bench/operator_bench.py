@@ -54,6 +54,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,14 +146,27 @@ def settle(api: k8s.ApiClient, resources: set[tuple[str, str]]) -> Counter[Reque
 # --- the pod watch: the same clock for both controllers -------------------------------------------
 
 
-class PodWatch:
-    """First-seen time of every pod in a namespace, grouped by the owning job (ownerReferences)."""
+def owner_of(pod: dict[str, Any]) -> str | None:
+    """The job a pod counts for as soon as it exists: its owner (the TPUJob or the Job)."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return owners[0]["name"] if owners else None
 
-    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+
+class PodWatch:
+    """When each pod in a namespace was first seen counting for a job (`job_of`: the job's name, or None
+    while the pod does not count yet; default: its owner, from its first event), grouped by that job."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        namespace: str,
+        job_of: Callable[[dict[str, Any]], str | None] = owner_of,
+    ) -> None:
         self.core = k8s.CoreV1Api(api)
         self.namespace = namespace
+        self.job_of = job_of
         self.first_seen: dict[str, float] = {}
-        self.owner: dict[str, str] = {}
+        self.job: dict[str, str] = {}
         self._lock = threading.Lock()
         self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"podwatch-{namespace}", daemon=True)
@@ -189,26 +203,26 @@ class PodWatch:
                     event = json.loads(line)
                     if event["type"] == "ERROR":
                         return
-                    meta = event["object"]["metadata"]
-                    version = meta["resourceVersion"]
-                    self.record(meta, seen)
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    self.record(event["object"], seen)
             except Exception:  # shut down by stop(), or the stream ended: reopen
                 if self._stopping.is_set():
                     return
 
-    def record(self, meta: dict[str, Any], seen: float) -> None:
-        owners = meta.get("ownerReferences") or []
+    def record(self, pod: dict[str, Any], seen: float) -> None:
+        name = pod["metadata"]["name"]
+        job = self.job_of(pod)
         with self._lock:
-            if meta["name"] not in self.first_seen and owners:
-                self.first_seen[meta["name"]] = seen
-                self.owner[meta["name"]] = owners[0]["name"]
+            if name not in self.first_seen and job is not None:
+                self.first_seen[name] = seen
+                self.job[name] = job
 
     def complete_at(self, pods_per_job: int) -> dict[str, float]:
         """Job name -> when its last pod was first seen, for jobs with all their pods."""
         with self._lock:
             by_job: dict[str, list[float]] = {}
             for pod, seen in self.first_seen.items():
-                by_job.setdefault(self.owner[pod], []).append(seen)
+                by_job.setdefault(self.job[pod], []).append(seen)
         return {job: max(times) for job, times in by_job.items() if len(times) >= pods_per_job}
 
 
@@ -558,6 +572,20 @@ def table(results: list[PhaseResult]) -> str:
     return "\n".join(lines)
 
 
+def write_json(path: Path | None, results: list[Any], **facts: Any) -> None:
+    """The figures as JSON, with the command that made them and the machine's CPU count (every bench's)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {"cpus": os.cpu_count()},
+        **facts,
+        "results": [asdict(r) for r in results],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000], help="jobs per phase")
@@ -603,17 +631,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.append(result)
             finally:
                 bed.stop()
-    report = table(results)
-    print(report)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": {"cpus": os.cpu_count()},
-            "tpu": args.tpu,
-            "results": [asdict(r) for r in results],
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    print(table(results))
+    write_json(args.json, results, tpu=args.tpu)
     return 0
 
 

@@ -31,12 +31,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
-import os
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,15 +43,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, besi
 
 from google.cloud import container_v1
 from kubernetes import client as k8s
-from kubernetes import watch
 from operator_bench import (
     CREATE_THREADS,
     Bench,
+    PodWatch,
     create_namespace,
     delete_namespace,
     limits,
     percentile,
     tpujob_manifest,
+    write_json,
 )
 
 from tpujob.api import constants as c
@@ -80,73 +78,16 @@ PATHS = ("operator", "direct")
 # --- the clock: first time each pod was seen Running ------------------------------------------------
 
 
-class RunningWatch:
-    """When each pod in a namespace was first seen Running, grouped by its job (the job-name label)."""
+def running_job(pod: dict[str, Any]) -> str | None:
+    """The job a pod counts for once it is Running (its job-name label), else None."""
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return None
+    return (pod["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
 
-    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
-        self.core = k8s.CoreV1Api(api)
-        self.namespace = namespace
-        self.running_at: dict[str, float] = {}
-        self.job: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"runningwatch-{namespace}", daemon=True)
-        self._ready = threading.Event()
-        self._stopping = threading.Event()
 
-    def start(self) -> RunningWatch:
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise Timeout("the pod watch did not open")
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._response is not None:
-            with contextlib.suppress(Exception):
-                self._response.shutdown()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
-        while not self._stopping.is_set():
-            self._response = self.core.list_namespaced_pod(
-                self.namespace,
-                watch=True,
-                resource_version=version,
-                timeout_seconds=900,
-                _preload_content=False,
-            )
-            self._ready.set()
-            try:
-                for line in watch.watch.iter_resp_lines(self._response):
-                    seen = time.monotonic()
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        return
-                    version = event["object"]["metadata"]["resourceVersion"]
-                    self.record(event["object"], seen)
-            except Exception:
-                if self._stopping.is_set():
-                    return
-
-    def record(self, pod: dict[str, Any], seen: float) -> None:
-        meta = pod["metadata"]
-        job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
-        if job is None or (pod.get("status") or {}).get("phase") != "Running":
-            return
-        with self._lock:
-            if meta["name"] not in self.running_at:
-                self.running_at[meta["name"]] = seen
-                self.job[meta["name"]] = job
-
-    def all_running_at(self, pods_per_job: int) -> dict[str, float]:
-        """Job name -> when its last pod was first seen Running, for jobs with all their pods Running."""
-        with self._lock:
-            by_job: dict[str, list[float]] = {}
-            for pod, seen in self.running_at.items():
-                by_job.setdefault(self.job[pod], []).append(seen)
-        return {job: max(times) for job, times in by_job.items() if len(times) >= pods_per_job}
+def running_watch(api: k8s.ApiClient, namespace: str) -> PodWatch:
+    """When each job's pods were first all seen Running: complete_at(pods per job)."""
+    return PodWatch(api, namespace, job_of=running_job).start()
 
 
 # --- the objects --------------------------------------------------------------------------------
@@ -248,13 +189,13 @@ class RunningBench:
         return result
 
     def _warm_up(self, namespace: str, result: PathResult) -> None:
-        watch_ = RunningWatch(self.bed.api_client, namespace).start()
+        watch_ = running_watch(self.bed.api_client, namespace)
         try:
             self.custom.create_namespaced_custom_object(
                 c.GROUP, c.VERSION, namespace, c.PLURAL, sleeper_job(WARM_UP, namespace, self.tpu)
             )
             wait_for(
-                lambda: WARM_UP in watch_.all_running_at(self.bench.pods),
+                lambda: WARM_UP in watch_.complete_at(self.bench.pods),
                 timeout=120,
                 what="the warm-up job's pods Running",
                 interval=0.1,
@@ -273,7 +214,7 @@ class RunningBench:
         return sent
 
     def _measure(self, n: int, path: str, namespace: str, result: PathResult) -> None:
-        running = RunningWatch(self.bed.api_client, namespace).start()
+        running = running_watch(self.bed.api_client, namespace)
         try:
             names = [f"j{i:05d}" for i in range(n)]
             with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
@@ -282,7 +223,7 @@ class RunningBench:
                 )
             try:
                 wait_for(
-                    lambda: len(set(running.all_running_at(self.bench.pods)) & set(names)) == n,
+                    lambda: len(set(running.complete_at(self.bench.pods)) & set(names)) == n,
                     timeout=self.timeout,
                     what=f"{n * self.bench.pods} pods Running",
                     interval=0.1,
@@ -292,7 +233,7 @@ class RunningBench:
                 print(f"  ({error})", file=sys.stderr)
         finally:
             running.stop()
-        done = running.all_running_at(self.bench.pods)
+        done = running.complete_at(self.bench.pods)
         latencies = [done[name] - sent[name] for name in names if name in done]
         result.running = len(latencies)
         if latencies:
@@ -374,18 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(result)
         finally:
             bed.stop()
-    report = table(results)
-    print(report)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": {"cpus": os.cpu_count()},
-            "tpu": args.tpu,
-            "pool": {"nodes": max(args.n) + 1},
-            "results": [asdict(r) for r in results],
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    print(table(results))
+    write_json(args.json, results, tpu=args.tpu, pool={"nodes": max(args.n) + 1})
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -41,7 +40,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, beside this file
 
@@ -54,6 +52,7 @@ from operator_bench import (
     limits,
     proc_figures,
     tpujob_manifest,
+    write_json,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -392,14 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {json.dumps(asdict(result))}", file=sys.stderr, flush=True)
         results.append(result)
     print(table(results))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload: dict[str, Any] = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": {"cpus": os.cpu_count()},
-            "results": [asdict(r) for r in results],
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.json, results)
     return 0
 
 

@@ -25,17 +25,17 @@ def bench():
 
 def test_a_job_is_complete_when_all_its_pods_were_seen_at_the_last_ones_time(bench):
     watch = bench.PodWatch.__new__(bench.PodWatch)
-    watch.first_seen, watch.owner = {}, {}
+    watch.first_seen, watch.job, watch.job_of = {}, {}, bench.owner_of
     watch._lock = __import__("threading").Lock()
 
     def pod(name, owner):
-        return {"name": name, "ownerReferences": [{"name": owner}]}
+        return {"metadata": {"name": name, "ownerReferences": [{"name": owner}]}}
 
     watch.record(pod("a-0", "a"), 1.0)
     watch.record(pod("a-1", "a"), 2.5)
     watch.record(pod("a-1", "a"), 9.0)  # a later event of the same pod: first seen stays
     watch.record(pod("b-0", "b"), 3.0)
-    watch.record({"name": "orphan"}, 4.0)  # no owner: not a job's pod
+    watch.record({"metadata": {"name": "orphan"}}, 4.0)  # no owner: not a job's pod
     assert watch.complete_at(2) == {"a": 2.5}
     assert watch.complete_at(1) == {"a": 2.5, "b": 3.0}
 
