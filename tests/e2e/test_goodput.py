@@ -188,7 +188,8 @@ def test_goodput_counts_the_steps_two_oom_kills_lost_as_the_next_attempts_redid_
     assert abs(wasted - expected) <= 2.0 + TOLERANCE_SHARE * expected, (goodput, expected)
     # Without the container's finishedAt the figure would stop at each line's endedAt: it does not.
     stale = sum(k["line"]["endedAt"] - k["line"]["checkpointAt"] for k in killed)
-    assert wasted >= stale
+    # (the status keeps 3 decimals per figure: allow their rounding, one per kill)
+    assert wasted >= stale - 0.001 * len(killed), (wasted, stale)
     assert goodput.get("unreportedAttempts", 0) == 0 and goodput["accountedAttempt"] == 2
     print(
         f"goodput (OOM kills): stepsLost {lost}, redone {redone} (reached {reached}, resumed at {starts}), "
