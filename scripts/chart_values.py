@@ -102,6 +102,9 @@ class Operator(Section):
     unschedulable_grace_seconds: SecondsOrZero = Field(
         30, description=f"TPUJOB_UNSCHEDULABLE_GRACE_SECONDS. {SECONDS_NOTE}"
     )
+    startup_grace_seconds: SecondsOrZero = Field(
+        30, description=f"TPUJOB_STARTUP_GRACE_SECONDS. {SECONDS_NOTE}"
+    )
     verbose: bool = Field(False, description="Log every kopf step.")
     extra_env: list[EnvVar] = Field([], description="More environment variables.")
 

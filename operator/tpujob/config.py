@@ -42,6 +42,12 @@ class OperatorConfig(BaseSettings):
         description="a pod unschedulable this long shows the scheduler's reason as the job's "
         "(reason Unschedulable)",
     )
+    startup_grace_seconds: float = Field(
+        30,
+        ge=0,
+        description="a worker whose container cannot start this long (an image pull that fails, a missing "
+        "Secret) shows the kubelet's reason as the job's (ErrImagePull, CreateContainerConfigError, ...)",
+    )
 
     # client-go's defaults are 5 / 10 for a client and 20 / 30 for kube-controller-manager; an operator that
     # writes a few objects per job on a shared API server sits between those and an unlimited client.

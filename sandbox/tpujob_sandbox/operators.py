@@ -45,6 +45,7 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_METRICS_PORT": "0",
         "TPUJOB_HEALTH_PORT": str(free_port()),
         "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "1",
+        "TPUJOB_STARTUP_GRACE_SECONDS": "1",
     }
 
 

@@ -440,6 +440,18 @@ class RunPolicy(ApiModel):
             "as long as it takes."
         ),
     )
+    startup_timeout_seconds: int = Field(
+        # Ten minutes: room for a multi-GB TPU image to pull; Kueue gives a job's pods 5 minutes by default
+        # (waitForPodsReady.timeout) before it evicts the job.
+        default=600,
+        ge=0,
+        description=(
+            "Fail the job (StartupTimeout) and delete its node pools when its workers are not all running "
+            "this many seconds after an attempt began starting them on ready pools (an image that cannot "
+            "be pulled, a missing Secret, a pod that cannot be scheduled): no TPU slice is held by pods "
+            "that cannot start. The kubelet's reason shows in the status meanwhile. 0: no limit."
+        ),
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Delete the TPUJob this many seconds after it succeeded or failed."
     )
@@ -619,6 +631,11 @@ class TPUJobStatus(ApiModel):
     provisioning_since: str | None = Field(
         default=None,
         description="When the job began waiting for its node pools (RFC 3339); unset once they run.",
+    )
+    starting_since: str | None = Field(
+        default=None,
+        description="When the current attempt began starting its workers on ready pools (RFC 3339); unset "
+        "once they all run. spec.runPolicy.startupTimeoutSeconds counts from it.",
     )
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")

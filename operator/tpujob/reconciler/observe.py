@@ -46,6 +46,7 @@ def pod_view(pod: Any) -> s.PodView:
             # The termination log (terminationMessagePolicy FallbackToLogsOnError: else the log's end).
             message = terminated.get("message") or ""
             finished_at = terminated.get("finishedAt") or ""
+    waiting = _waiting_container(status)
     return s.PodView(
         name=meta["name"],
         slice=int(labels.get(c.LABEL_SLICE, 0)),
@@ -63,7 +64,24 @@ def pod_view(pod: Any) -> s.PodView:
         # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
         # more.
         conditions=tuple(conditions) if status.get("phase") == "Failed" else (),
+        waiting_container=waiting[0],
+        waiting_reason=waiting[1],
+        waiting_message=waiting[2],
+        started_at=(status.get("startTime") or "") if waiting[1] else "",
     )
+
+
+def _waiting_container(status: dict[str, Any]) -> tuple[str, str, str]:
+    """The first container that waits to start, as (name, the kubelet's reason, its message): an init
+    container blocks the rest, so init containers come first. ("", "", "") when none waits."""
+    if status.get("phase", "Pending") != "Pending":
+        return "", "", ""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting")
+            if waiting and waiting.get("reason"):
+                return container.get("name") or "", waiting["reason"], waiting.get("message") or ""
+    return "", "", ""
 
 
 def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
@@ -82,6 +100,7 @@ class Settings:
 
     restart_backoff_seconds: float = 10.0
     unschedulable_grace_seconds: float = 30.0
+    startup_grace_seconds: float = 30.0
 
 
 class Observer:
@@ -115,6 +134,7 @@ class Observer:
             pods_in_flight=self.memory.pods_in_flight(uid, pods),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
+            startup_grace_seconds=self.settings.startup_grace_seconds,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
         )

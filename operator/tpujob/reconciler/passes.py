@@ -46,12 +46,13 @@ class Reconciler:
         *,
         policies: WorkloadPolicies | None = None,
         unschedulable_grace_seconds: float = 30.0,
+        startup_grace_seconds: float = 30.0,
     ) -> None:
         self.cluster = cluster
         self.pools = pools
         self.policies = policies
         self.memory = JobMemory()
-        settings = Settings(restart_backoff_seconds, unschedulable_grace_seconds)
+        settings = Settings(restart_backoff_seconds, unschedulable_grace_seconds, startup_grace_seconds)
         self.observer = Observer(cluster, api, pools, self.memory, settings)
         self.actions = Actions(api, pools)
         self.recorder = metrics.PassRecorder()

@@ -13,6 +13,7 @@ from tpujob.status.model import (
     POOL_RELEASED_STATES,
     REASON_PROVISIONING_TIMEOUT,
     RESTARTING,
+    SAME_PROBLEM,
     WARNING_REASONS,
     Decision,
     Event,
@@ -50,7 +51,7 @@ class Builder:
         if self._phase_event is not None:
             self.decision.events.remove(self._phase_event)
             self._phase_event = None
-        if (phase, reason) != (self.previous_phase, self.previous_reason):
+        if (phase, _problem(reason)) != (self.previous_phase, _problem(self.previous_reason)):
             warning = phase in (FAILED, RESTARTING) or reason in WARNING_REASONS
             self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
             self.decision.events.append(self._phase_event)
@@ -64,6 +65,11 @@ class Builder:
         self.status.observed_generation = self.job.metadata.generation
         goodput.account(self.observed.status, self.status, self.observed.pods, self.now)
         return self.decision
+
+
+def _problem(reason: str | None) -> str | None:
+    """The reason as one problem: the kubelet's pull retries (ErrImagePull, ImagePullBackOff) are one."""
+    return SAME_PROBLEM.get(reason, reason) if reason else reason
 
 
 def count_workers(b: Builder, attempt: int) -> dict[str, int]:
@@ -164,6 +170,7 @@ def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) ->
         status.application_restarts += 1
     status.attempt += 1
     status.last_restart_time = timestamp(b.now)
+    status.starting_since = None  # the next attempt's startup clock starts when its pods do
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
     # Live pods go now; the failed attempt's finished pods stay for `kubectl logs` until the next restart.
     for pod in b.observed.pods:

@@ -34,7 +34,6 @@ from tpujob.status.model import (
     REASON_IGNORED_BY_POLICY,
     REASON_INVALID_SPEC,
     REASON_NODE_LOST,
-    REASON_UNSCHEDULABLE,
     REASON_WORKER_FAILED,
     RESTART_BACKOFF_CAP_SECONDS,
     RESTARTING,
@@ -51,6 +50,7 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.pools import place, pools_ready
+from tpujob.status.startup import startup_timed_out, why_not_started
 
 
 def decide(observed: Observed) -> Decision:
@@ -104,6 +104,7 @@ def _finished(b: Builder) -> None:
 
 def _suspend(b: Builder) -> None:
     release(b, keep_finished_pods=False)
+    b.status.starting_since = None
     b.set_phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
     b.condition("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
     b.condition("Running", False, "Suspended", "the job is suspended")
@@ -175,6 +176,7 @@ def _run_workers(b: Builder) -> None:
     status.workers = WorkerCounts(expected=len(wanted), **counts)
     workers = status.workers
     if workers.succeeded == len(wanted):
+        status.starting_since = None
         status.completion_time = timestamp(b.now)
         b.set_phase(SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
         b.condition("Succeeded", True, "Succeeded", f"all {len(wanted)} workers succeeded")
@@ -183,6 +185,7 @@ def _run_workers(b: Builder) -> None:
         if b.decision.delete_pools:
             b.decision.requeue(POLL_PROVISIONING_SECONDS)
     elif not missing and workers.running + workers.succeeded == len(wanted):
+        status.starting_since = None
         if status.running_time is None:
             status.running_time = timestamp(b.now)
         message = f"{workers.running} of {len(wanted)} workers running"
@@ -192,26 +195,17 @@ def _run_workers(b: Builder) -> None:
         b.set_phase(RUNNING, "Running", message)
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
     elif waiting_for_flex_capacity(b, list(current.values())):
-        return
-    elif (stuck := _unschedulable(b, list(current.values()))) is not None:
-        b.set_phase(STARTING, REASON_UNSCHEDULABLE, stuck)
-        b.condition("Running", False, REASON_UNSCHEDULABLE, stuck)
+        # Queued for capacity holds no slice: the startup clock starts when the slice comes.
+        status.starting_since = None
     else:
-        b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
-
-
-def _unschedulable(b: Builder, pods: list[PodView]) -> str | None:
-    """The scheduler's own reason, once a pod has been unschedulable past the grace period (a node may be on
-    its way); else None, with a look again when the first grace period ends."""
-    grace = dt.timedelta(seconds=b.observed.unschedulable_grace_seconds)
-    for pod in sorted(pods, key=lambda p: (p.slice, p.worker)):
-        if pod.phase != "Pending" or not pod.unschedulable or not pod.unschedulable_since:
-            continue
-        waited = b.now - parse_timestamp(pod.unschedulable_since)
-        if waited >= grace:
-            return f"pod {pod.name} cannot be scheduled: {pod.unschedulable}"
-        b.decision.requeue((grace - waited).total_seconds())
-    return None
+        why = why_not_started(b, list(current.values()))
+        if startup_timed_out(b, why):
+            return
+        if why is None:
+            b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+        else:
+            b.set_phase(STARTING, *why)
+            b.condition("Running", False, *why)
 
 
 def _restart_backoff_left(b: Builder) -> float:

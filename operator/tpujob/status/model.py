@@ -50,6 +50,33 @@ REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach 
 REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
 REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
 REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
+REASON_STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
+
+# Why a container cannot start, in the kubelet's own words: its waiting reasons that need someone to act,
+# as opposed to ContainerCreating or PodInitializing, which pass by themselves. Sources: kubelet
+# pkg/kubelet/images/types.go (ErrImagePullBackOff, ErrImageInspect, ErrImagePull, ErrImageNeverPull,
+# ErrInvalidImageName) and pkg/kubelet/container/sync_result.go (ErrCrashLoopBackOff, ErrRunContainer,
+# ErrCreateContainerConfig, ErrPreCreateHook, ErrCreateContainer, ErrPreStartHook, ErrPostStartHook).
+# A job whose worker shows one of these past the startup grace period carries it as its status reason.
+CONTAINER_START_PROBLEMS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ImageInspectError",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "PreCreateHookError",
+        "PreStartHookError",
+        "PostStartHookError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+# The kubelet alternates these two while it retries a pull (ErrImagePull, then ImagePullBackOff until the
+# back-off ends): one problem, one Warning event.
+SAME_PROBLEM = {"ImagePullBackOff": "ErrImagePull"}
 
 INFRASTRUCTURE_REASONS = frozenset(
     {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION, REASON_MAINTENANCE}
@@ -63,6 +90,8 @@ WARNING_REASONS = frozenset(
         REASON_GKE_CONFIG,
         REASON_UNSCHEDULABLE,
         REASON_ZONE_FALLBACK,
+        REASON_STARTUP_TIMEOUT,
+        *CONTAINER_START_PROBLEMS,
     }
 )
 
@@ -123,6 +152,13 @@ class PodView:
     finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
+    # A container that has not started: its name, the kubelet's waiting reason (ErrImagePull,
+    # CreateContainerConfigError, ...; see CONTAINER_START_PROBLEMS) and message. Init containers first.
+    waiting_container: str = ""
+    waiting_reason: str = ""
+    waiting_message: str = ""
+    # When the kubelet took the pod (status.startTime, RFC 3339; "" before): a start problem counts from it.
+    started_at: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,6 +201,8 @@ class Observed:
     restart_backoff_seconds: float = 10.0
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
     unschedulable_grace_seconds: float = 30.0
+    # Pods whose container cannot start (CONTAINER_START_PROBLEMS) for this long show the kubelet's reason.
+    startup_grace_seconds: float = 30.0
     # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
     zones: tuple[str, ...] = ()
     # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
@@ -248,6 +286,7 @@ def pool_error_reason(pool: PoolView) -> str:
 
 __all__ = [
     "CAPACITY_CONDITIONS",
+    "CONTAINER_START_PROBLEMS",
     "FAILED",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
@@ -279,6 +318,7 @@ __all__ = [
     "REASON_PROVISIONING_TIMEOUT",
     "REASON_QUOTA",
     "REASON_RUN_DURATION",
+    "REASON_STARTUP_TIMEOUT",
     "REASON_STOCKOUT",
     "REASON_UNSCHEDULABLE",
     "REASON_WAITING_FOR_CAPACITY",
@@ -289,6 +329,7 @@ __all__ = [
     "RESTARTING",
     "RESTART_BACKOFF_CAP_SECONDS",
     "RUNNING",
+    "SAME_PROBLEM",
     "STARTING",
     "SUCCEEDED",
     "SUSPENDED",
