@@ -122,6 +122,15 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                     "s",
                 ),
                 _panel(
+                    "Workers that cannot start",
+                    "TPUJobs whose workers could not start, per second, by the kubelet's reason "
+                    "(ErrImagePull: an image that cannot be pulled; CreateContainerConfigError: a missing "
+                    "Secret, ConfigMap or key), and jobs failed by spec.runPolicy.startupTimeoutSeconds "
+                    "(StartupTimeout).",
+                    [(f"sum by (reason) (rate(tpujob_worker_start_problems_total[{RATE}]))", "{{reason}}")],
+                    "ops",
+                ),
+                _panel(
                     "Time to Running",
                     "From TPUJob start to every worker running (first time per job).",
                     _quantiles("tpujob_time_to_running_seconds_bucket"),

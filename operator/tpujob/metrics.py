@@ -38,6 +38,12 @@ GKE_ERROR_REASONS = (
     s.REASON_GKE_UNAVAILABLE,
     s.REASON_POOL_REJECTED,
 )
+# The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the
+# startup timeout that ends the wait.
+START_PROBLEMS = (
+    *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS}),
+    s.REASON_STARTUP_TIMEOUT,
+)
 POOL_OPERATIONS = ("create", "delete")
 POOL_RESULTS = ("accepted", "error")
 CAPACITY_MODES = tuple(m.value for m in CapacityMode)
@@ -57,6 +63,12 @@ POOL_OPERATIONS_TOTAL = Counter(
     ["operation", "result"],
 )
 GKE_ERRORS = Counter("tpujob_gke_errors_total", "GKE calls refused, by reason.", ["reason"])
+WORKER_START_PROBLEMS = Counter(
+    "tpujob_worker_start_problems_total",
+    "TPUJobs whose workers could not start, by the kubelet's reason (ErrImagePull, "
+    "CreateContainerConfigError, ...), and those failed by their startup timeout (StartupTimeout).",
+    ["reason"],
+)
 POOL_PROVISIONING = Histogram(
     "tpujob_node_pool_provisioning_seconds",
     "From the create call to the node pool RUNNING.",
@@ -231,6 +243,8 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
         RESTARTS.labels(reason)
     for reason in GKE_ERROR_REASONS:
         GKE_ERRORS.labels(reason)
+    for reason in START_PROBLEMS:
+        WORKER_START_PROBLEMS.labels(reason)
     for operation in POOL_OPERATIONS:
         for result in POOL_RESULTS:
             POOL_OPERATIONS_TOTAL.labels(operation, result)
@@ -253,6 +267,12 @@ def chips_held(job: TPUJob, status: TPUJobStatus) -> int:
     return status.workers.running * shape.chips_per_host
 
 
+def start_problem(status: TPUJobStatus) -> str | None:
+    """The START_PROBLEMS label of a status whose workers cannot start, else None."""
+    reason = s.SAME_PROBLEM.get(status.reason or "", status.reason or "")
+    return reason if reason in START_PROBLEMS else None
+
+
 class PassRecorder:
     """Turns one reconcile pass (status before -> after) into metric updates."""
 
@@ -272,6 +292,8 @@ class PassRecorder:
         if after.running_time and not before.running_time and after.start_time:
             started = s.parse_timestamp(after.start_time)
             TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())
+        if (problem := start_problem(after)) and problem != start_problem(before):
+            WORKER_START_PROBLEMS.labels(problem).inc()
         self._pools(before, after, now)
         self._chips(uid, job, after, now)
         self._goodput(job, before, after)

@@ -1,6 +1,7 @@
 """Metric updates from one reconcile pass (the default registry, read back by sample value)."""
 
 import datetime as dt
+import itertools
 
 from prometheus_client import REGISTRY
 
@@ -87,3 +88,23 @@ def test_a_pool_ending_in_error_for_lack_of_capacity_counts_as_a_stockout():
     recorder.record(j, creating, stockout, NOW)
     recorder.record(j, stockout, stockout, NOW + dt.timedelta(seconds=5))  # still ERROR: counted once
     assert sample("tpujob_gke_errors_total", reason="Stockout") == before + 1
+
+
+def test_a_start_problem_counts_once_per_problem_and_its_timeout_once_more():
+    recorder = metrics.PassRecorder()
+    j = job("metrics-start")
+    pulls, timeouts = (
+        sample("tpujob_worker_start_problems_total", reason=r) for r in ("ErrImagePull", "StartupTimeout")
+    )
+    statuses = [
+        TPUJobStatus(phase=s.STARTING, reason="Starting"),
+        TPUJobStatus(phase=s.STARTING, reason="ErrImagePull"),
+        TPUJobStatus(phase=s.STARTING, reason="ImagePullBackOff"),  # the kubelet's retry: the same problem
+        TPUJobStatus(phase=s.STARTING, reason="ErrImagePull"),
+        TPUJobStatus(phase=s.FAILED, reason=s.REASON_STARTUP_TIMEOUT),
+    ]
+    for before, after in itertools.pairwise(statuses):
+        recorder.record(j, before, after, NOW)
+    assert sample("tpujob_worker_start_problems_total", reason="ErrImagePull") == pulls + 1
+    assert sample("tpujob_worker_start_problems_total", reason="StartupTimeout") == timeouts + 1
+    assert sample("tpujob_worker_start_problems_total", reason="ImagePullBackOff") == 0.0
