@@ -15,29 +15,36 @@ import yaml
 from tpujob import __version__, tpu
 from tpujob.api.crd import crd_yaml
 from tpujob.localrun import add_subcommand as add_run
-from tpujob.manifests import load_one_job, problems_in
+from tpujob.manifests import load_jobs, manifest_files, problems_in
 from tpujob.render import Cluster, render_plan
 
 PLUGIN_GROUP = "tpujob.commands"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    problems = [line for path in args.files for line in problems_in(path)]
+    files = manifest_files(args.files)
+    problems = [line for path in files for line in problems_in(path)]
+    problems += [
+        f"{path}: no *.yaml or *.yml file in the directory"
+        for path in args.files
+        if path.is_dir() and not manifest_files([path])
+    ]
     for line in problems:
         print(line, file=sys.stderr)
     if not problems:
-        print(f"{len(args.files)} file(s) valid")
+        print(f"{len(files)} file(s) valid")
     return 1 if problems else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    job = load_one_job(args.file)
+    """One plan per TPUJob in the file: a YAML document each, or in JSON the plan (one job) or a list."""
+    jobs = load_jobs(args.file)
     cluster = Cluster(project=args.project, location=args.location, cluster=args.cluster, zone=args.zone)
-    plan = render_plan(job, cluster).to_dict()
+    plans = [render_plan(job, cluster).to_dict() for job in jobs]
     if args.output == "json":
-        print(json.dumps(plan, indent=2))
+        print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
     else:
-        print(yaml.safe_dump(plan, sort_keys=False), end="")
+        print(yaml.safe_dump_all(plans, sort_keys=False), end="")
     return 0
 
 
@@ -95,11 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tpujob {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    validate = commands.add_parser("validate", help="check TPUJob manifests; one line per problem")
-    validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate = commands.add_parser(
+        "validate",
+        help="check TPUJob manifests (files, or directories' *.yaml and *.yml); one line per problem",
+    )
+    validate.add_argument("files", nargs="+", type=Path, metavar="FILE_OR_DIR")
     validate.set_defaults(func=cmd_validate)
 
-    render = commands.add_parser("render", help="print the node pools and manifests a TPUJob becomes")
+    render = commands.add_parser(
+        "render", help="print the node pools and manifests each TPUJob of a file becomes"
+    )
     render.add_argument("file", type=Path, metavar="FILE")
     render.add_argument("--output", "-o", choices=("json", "yaml"), default="yaml")
     defaults = Cluster()

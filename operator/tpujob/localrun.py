@@ -30,7 +30,7 @@ from typing import IO, Any
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.manifests import load_one_job
-from tpujob.render import worker_env
+from tpujob.render import Cluster, pod, worker_env
 from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_EXPORT_DIR, ENV_METRICS_PORT, slice_shape
 
 ENV_SUMMARY_FILE = "TPUJOB_SUMMARY_FILE"
@@ -152,6 +152,89 @@ def local_export_dir(
     return None
 
 
+class CannotRunLocally(ValueError):
+    """Env the job takes from the cluster (a Secret, a ConfigMap, a resource) that is not in this shell."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+# What the downward API gives a process here: this machine is the node, every address is the loopback.
+LOCAL_POD_FIELDS = {
+    "spec.nodeName": "localhost",
+    "status.hostIP": "127.0.0.1",
+    "status.hostIPs": "127.0.0.1",
+    "status.podIP": "127.0.0.1",
+    "status.podIPs": "127.0.0.1",
+}
+
+
+def field_value(rendered_pod: dict[str, Any], field_path: str) -> str:
+    """A fieldRef as the kubelet resolves it, from the pod the operator would create for this worker."""
+    metadata = rendered_pod["metadata"]
+    for key in ("labels", "annotations"):
+        prefix = f"metadata.{key}['"
+        if field_path.startswith(prefix):
+            return str((metadata.get(key) or {}).get(field_path[len(prefix) : -2], ""))
+    if field_path == "spec.serviceAccountName":
+        return str(rendered_pod["spec"].get("serviceAccountName", "default"))
+    if field_path in ("metadata.name", "metadata.namespace"):
+        return str(metadata[field_path.split(".")[1]])
+    return LOCAL_POD_FIELDS.get(field_path, "")
+
+
+def local_env(
+    rendered: list[dict[str, Any]], rendered_pod: dict[str, Any], environ: dict[str, str], mounts: Mounts = ()
+) -> dict[str, str]:
+    """The rendered env as values: fieldRefs from the worker's pod; a Secret's, ConfigMap's or resource's
+    value from this shell's variable of the same name (it stands for the cluster's), or CannotRunLocally."""
+    env: dict[str, str] = {}
+    problems = []
+    for item in rendered:
+        name, source = item["name"], item.get("valueFrom")
+        if source is None:
+            env[name] = map_mounted(item.get("value", ""), mounts)
+        elif "fieldRef" in source:
+            env[name] = field_value(rendered_pod, source["fieldRef"]["fieldPath"])
+        elif name in environ:
+            env[name] = environ[name]
+        elif not any((source.get(ref) or {}).get("optional") for ref in ("secretKeyRef", "configMapKeyRef")):
+            problems.append(
+                f"{name} comes from {_source_of(source)} in the cluster; export {name} to run here"
+            )
+    if problems:
+        raise CannotRunLocally(problems)
+    return env
+
+
+def _source_of(source: dict[str, Any]) -> str:
+    for ref, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+        if ref in source:
+            return f"{kind} {source[ref]['name']} key {source[ref]['key']}"
+    return f"the container's {source['resourceFieldRef']['resource']}"
+
+
+def cluster_only_notes(job: TPUJob, mounts: Mounts = ()) -> list[str]:
+    """What of the job's pod does not happen here, each with what to do instead."""
+    trainer, pod_spec = job.spec.trainer, job.spec.pod
+    notes = [
+        f"envFrom {ref.name} is not read here; its variables come from this shell's environment"
+        for ref in (source.secret_ref or source.config_map_ref for source in trainer.env_from)
+        if ref is not None
+    ]
+    mapped = {image_dir for image_dir, _ in mounts}
+    notes += [
+        f"volume {mount.name} is not mounted at {mount.mount_path}: use --mount {mount.mount_path}=DIR"
+        for mount in trainer.volume_mounts
+        if mount.mount_path.rstrip("/") not in mapped
+    ]
+    others = [x.name for x in (*pod_spec.init_containers, *pod_spec.containers)]
+    if others:
+        notes.append(f"only the trainer runs here, not {', '.join(others)}")
+    return notes
+
+
 def plan_workers(
     job: TPUJob,
     *,
@@ -165,7 +248,8 @@ def plan_workers(
     mounts: Mounts = (),
     export_dir: str | None = None,
 ) -> list[Worker]:
-    """Pure: every local process, its command and its env (the operator's env plus local wiring)."""
+    """Pure: every local process, its command and its env (the operator's env plus local wiring); raises
+    CannotRunLocally for env only the cluster has."""
     hosts = slice_shape(job).hosts
     hostnames = local_hostnames(worker_ports)
     workers = []
@@ -176,7 +260,8 @@ def plan_workers(
             rendered = worker_env(
                 job, slice_index, host, worker_hostnames=slice_hosts, coordinator_address=hostnames[0]
             )
-            env = {**base_env, **{item["name"]: map_mounted(item["value"], mounts) for item in rendered}}
+            rendered_pod = pod(job, Cluster(), slice_index, host)
+            env = {**base_env, **local_env(rendered, rendered_pod, base_env, mounts)}
             env[ENV_METRICS_PORT] = str(metrics_port + index)  # one host: one port each
             if checkpoint_dir:
                 env[ENV_CHECKPOINT_DIR] = checkpoint_dir
@@ -233,18 +318,23 @@ def run_local(args: argparse.Namespace) -> int:
     export_dir = local_export_dir(job.spec.trainer.export_dir, args.export_dir, checkpoint_dir, job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     hosts = slice_shape(job).hosts * job.spec.tpu.slices
-    workers = plan_workers(
-        job,
-        python=sys.executable,
-        base_env=dict(os.environ),
-        worker_ports=free_ports(hosts),
-        metrics_port=args.metrics_port,
-        job_dir=job_dir,
-        checkpoint_dir=checkpoint_dir,
-        progress_bar=sys.stderr.isatty(),
-        mounts=tuple(args.mount),
-        export_dir=export_dir,
-    )
+    try:
+        workers = plan_workers(
+            job,
+            python=sys.executable,
+            base_env=dict(os.environ),
+            worker_ports=free_ports(hosts),
+            metrics_port=args.metrics_port,
+            job_dir=job_dir,
+            checkpoint_dir=checkpoint_dir,
+            progress_bar=sys.stderr.isatty(),
+            mounts=tuple(args.mount),
+            export_dir=export_dir,
+        )
+    except CannotRunLocally as error:
+        for problem in error.problems:
+            _say(f"spec.trainer.env: {problem}")
+        return 2
     for worker in workers:
         with contextlib.suppress(FileNotFoundError):
             worker.summary_file.unlink()
@@ -254,6 +344,8 @@ def run_local(args: argparse.Namespace) -> int:
     _say(f"  export: {export_dir or '(none: neither spec.trainer.exportDir nor checkpointDir is set)'}")
     _say("  metrics: " + ", ".join(f"http://127.0.0.1:{w.metrics_port}/metrics" for w in workers))
     _say(f"  logs: {job_dir}/worker-*.log")
+    for note in cluster_only_notes(job, tuple(args.mount)):
+        _say(f"  on GKE only: {note}")
 
     started = time.monotonic()
     exit_codes = LocalRun(workers).wait()

@@ -11,6 +11,19 @@ import yaml
 
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def manifest_files(paths: list[Path]) -> list[Path]:
+    """The files to read: each file as given, each directory's *.yaml and *.yml files at any depth, sorted."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
+        else:
+            files.append(path)
+    return files
+
 
 def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
     """(label for messages, document) for every YAML document in a file."""
@@ -36,6 +49,16 @@ def problems_in(path: Path) -> Iterator[str]:
             parse_tpujob(document)
         except InvalidTPUJob as invalid:
             yield from (f"{label}: {problem}" for problem in invalid.problems)
+
+
+def load_jobs(path: Path) -> list[TPUJob]:
+    """Every TPUJob in a file (one or more YAML documents), or SystemExit(1) after printing every problem."""
+    problems = list(problems_in(path))
+    if not problems:
+        return [parse_tpujob(document) for _, document in load_documents(path)]
+    for line in problems:
+        print(line, file=sys.stderr)
+    raise SystemExit(1)
 
 
 def load_one_job(path: Path) -> TPUJob:

@@ -168,7 +168,7 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
     jobs.wait_pods_running("train", 1)
     jobs.wait_phase("train", "Running")
     columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS)]
-    assert columns == ["NAME", "TYPE", "TOPOLOGY", "SLICES", "PHASE", "RESTARTS", "AGE"]
+    assert columns == ["NAME", "TYPE", "TOPOLOGY", "SLICES", "PHASE", "RESTARTS", "REASON", "AGE"]
     # The short name; the category (kubectl expands categories first, so `tpujob` is the category here,
     # which test_short_name_and_category_come_from_discovery shows holds TPUJobs only); plural; full name.
     for resource in ("tj", "tpujob", "tpujobs", c.CRD_NAME):

@@ -105,3 +105,56 @@ def test_the_test_bed_registers_its_command() -> None:
 
     (entry,) = [e for e in entry_points(group=PLUGIN_GROUP) if e.name == "sandbox"]
     assert entry.value == "tpujob_sandbox.cli:add_subcommand"
+
+
+def test_validate_reads_every_yaml_file_under_a_directory(tmp_path, capsys):
+    write(tmp_path, "a.yaml", base_job("a"))
+    (tmp_path / "nested").mkdir()
+    write(tmp_path / "nested", "b.yml", base_job("b"))
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    assert main(["validate", str(tmp_path)]) == 0
+    assert "2 file(s) valid" in capsys.readouterr().out
+    bad = base_job("c")
+    bad["spec"]["tpu"]["slices"] = 0
+    path = write(tmp_path / "nested", "c.yaml", bad)
+    assert main(["validate", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}: spec.tpu.slices:")
+
+
+def test_validate_the_examples_directory_as_the_readme_says(capsys):
+    everything = sorted((ROOT / "examples").rglob("*.yaml"))
+    assert main(["validate", str(ROOT / "examples")]) == 0
+    assert f"{len(everything)} file(s) valid" in capsys.readouterr().out
+
+
+def test_validate_an_empty_directory_says_so(tmp_path, capsys):
+    assert main(["validate", str(tmp_path)]) == 1
+    assert f"{tmp_path}: no *.yaml or *.yml file in the directory" in capsys.readouterr().err
+
+
+def test_render_takes_a_multi_document_file_as_validate_does(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(base_job("first")) + "---\n" + yaml.safe_dump(base_job("second")))
+    assert main(["validate", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["render", str(path)]) == 0
+    plans = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [p["resources"][0]["metadata"]["name"] for p in plans] == ["first", "second"]
+    assert main(["render", str(path), "-o", "json"]) == 0
+    assert [p["resources"][0]["metadata"]["name"] for p in json.loads(capsys.readouterr().out)] == [
+        "first",
+        "second",
+    ]
+
+
+def test_render_of_a_multi_document_file_names_the_bad_document(tmp_path, capsys):
+    bad = base_job("second")
+    bad["spec"]["tpu"]["slices"] = 0
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(base_job("first")) + "---\n" + yaml.safe_dump(bad))
+    with pytest.raises(SystemExit) as exited:
+        main(["render", str(path)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"{path} (document 2): spec.tpu.slices:")

@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from tpujob.api import constants as c
-from tpujob.api.models import MAX_JOB_NAME_LENGTH, ApiModel, TPUJobSpec, TPUJobStatus
+from tpujob.api.base import ApiModel
+from tpujob.api.models import MAX_JOB_NAME_LENGTH, TPUJobSpec, TPUJobStatus
 
 _DROPPED_KEYS = {"title"}
 
@@ -60,6 +61,9 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
         # An empty-string default says nothing a missing field does not, and 1.20 API servers reject it.
         if node.get("default") == "":
             node = {k: v for k, v in node.items() if k != "default"}
+        # A one-value Literal is JSON Schema's const, which Kubernetes' schemas lack: an enum instead.
+        if "const" in node:
+            node = {**{k: v for k, v in node.items() if k != "const"}, "enum": [node["const"]]}
         return {k: convert(v) for k, v in node.items() if k not in _DROPPED_KEYS and k != "$defs"}
 
     result = convert(schema)
@@ -123,6 +127,12 @@ PRINTER_COLUMNS = [
     {"name": "Slices", "type": "integer", "jsonPath": ".spec.tpu.slices", "description": "Number of slices"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Life-cycle phase"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "All restarts"},
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.reason",
+        "description": "Why the job is in its phase (Stockout, ErrImagePull, BackoffLimitExceeded, ...)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

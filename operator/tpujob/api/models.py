@@ -8,12 +8,23 @@ ones a cluster can enforce at apply time.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from tpujob.api.base import ApiModel
 from tpujob.api.constants import API_VERSION, EXIT_CODE_BAD_CONFIG, KIND
+from tpujob.api.pod import (
+    KEYED_BY_MOUNT_PATH,
+    KEYED_BY_NAME,
+    ContainerSecurityContext,
+    EnvFromSource,
+    EnvVar,
+    ResourceRequirements,
+    VolumeMount,
+    WorkerPodSpec,
+)
 
 # GCE resource names (node pools, reservations, resource policies): RFC 1035 labels.
 GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -33,40 +44,8 @@ OAUTH_SCOPE_PATTERN = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$"
 # (AI-Hypercomputer/xpk src/xpk/core/nodepool.py); cloud-platform alone already grants what the others do.
 DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
-ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$"
 # Longest TPUJob name: pod hostnames append "-s<slice>-w<worker>" and must stay a 63-character label.
 MAX_JOB_NAME_LENGTH = 48
-
-
-class ApiModel(BaseModel):
-    """camelCase on the wire, unknown fields rejected (a typo must not pass silently)."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-        validate_default=True,
-    )
-    # CEL rules for this object, copied into the CRD as x-kubernetes-validations.
-    cel_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-    def to_wire(self) -> dict[str, Any]:
-        """As the API server stores it: camelCase, no nulls and no empty strings (a 1.20 API server
-        validates an empty string as null and refuses it)."""
-        wire: dict[str, Any] = _drop_empty_strings(
-            self.model_dump(by_alias=True, exclude_none=True, mode="json")
-        )
-        return wire
-
-
-def _drop_empty_strings(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_empty_strings(v) for k, v in value.items() if v != ""}
-    if isinstance(value, list):
-        return [_drop_empty_strings(v) for v in value]
-    return value
 
 
 class TPUType(enum.StrEnum):
@@ -234,24 +213,6 @@ class NodePoolSpec(ApiModel):
     )
 
 
-class EnvVar(ApiModel):
-    """An environment variable of the trainer container."""
-
-    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=256, description="Variable name.")
-    value: str = Field(default="", description="Variable value.")
-
-
-class ResourceRequirements(ApiModel):
-    """CPU and memory of the trainer container besides the TPU chips (the operator sets those)."""
-
-    requests: dict[str, Annotated[str, Field(pattern=QUANTITY_PATTERN)]] = Field(
-        default_factory=dict, description="Requests, e.g. {cpu: '8', memory: 64Gi}."
-    )
-    limits: dict[str, Annotated[str, Field(pattern=QUANTITY_PATTERN)]] = Field(
-        default_factory=dict, description="Limits, e.g. {memory: 128Gi}."
-    )
-
-
 class TrainerSpec(ApiModel):
     """The container that runs on every TPU host."""
 
@@ -263,9 +224,36 @@ class TrainerSpec(ApiModel):
     )
     command: list[str] = Field(default_factory=list, description="Entrypoint; empty keeps the image's.")
     args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        json_schema_extra=KEYED_BY_NAME,
+        description=(
+            "Environment variables after the worker env the operator sets (TPU_*, MEGASCALE_* and its "
+            "TPUJOB_* names are refused here: see the README's env contract): a value, or valueFrom a "
+            "Secret, ConfigMap or field."
+        ),
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list,
+        description=(
+            "Every key of a Secret or ConfigMap as a variable. Variables in env (the operator's included) "
+            "win over these."
+        ),
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list,
+        json_schema_extra=KEYED_BY_MOUNT_PATH,
+        description="Volumes of spec.pod.volumes to mount into the trainer.",
+    )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory besides the TPU chips."
+    )
+    security_context: ContainerSecurityContext | None = Field(
+        default=None,
+        description=(
+            "The trainer's security context, field by field over the operator's defaults "
+            "(allowPrivilegeEscalation: false, capabilities drop ALL, seccomp RuntimeDefault)."
+        ),
     )
     checkpoint_dir: str | None = Field(
         default=None,
@@ -487,6 +475,13 @@ class TPUJobSpec(ApiModel):
     )
     node_pool: NodePoolSpec = Field(default_factory=NodePoolSpec, description="Who makes the node pools.")
     trainer: TrainerSpec = Field(description="The container that runs on every TPU host.")
+    pod: WorkerPodSpec = Field(
+        default_factory=WorkerPodSpec,
+        description=(
+            "What a worker pod carries besides the trainer: labels, annotations, volumes, sidecars, pull "
+            "secrets, priority, extra node selector and tolerations, pod security context."
+        ),
+    )
     run_policy: RunPolicy = Field(
         default_factory=RunPolicy, description="Restarts, failure policy, deadline, TTL, suspend."
     )

@@ -3,38 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pydantic
 
 from tpujob import tpu
-from tpujob.api.constants import TPU_RESOURCE
+from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN, ApiModel, Problem
 from tpujob.api.models import (
     GCE_NAME_PATTERN,
     MAX_JOB_NAME_LENGTH,
-    QUANTITY_PATTERN,
     RESERVATION_PATTERN,
-    ApiModel,
     CapacityMode,
     ExitCodeOperator,
     NodePoolPolicy,
     TPUJob,
 )
+from tpujob.api.pod_validation import OPERATOR_FIELDS, pod_problems
 
-# Env the operator sets on every worker; a user value would silently break the slice wiring.
-RESERVED_ENV = frozenset(
-    {
-        "TPU_WORKER_ID",
-        "TPU_WORKER_HOSTNAMES",
-        "MEGASCALE_COORDINATOR_ADDRESS",
-        "MEGASCALE_NUM_SLICES",
-        "MEGASCALE_SLICE_ID",
-        "MEGASCALE_PORT",
-        "TPU_PROCESS_ADDRESSES",
-        "TPU_PROCESS_PORT",
-    }
-)
+__all__ = ["InvalidTPUJob", "Problem", "is_default_trainer_image", "parse_tpujob", "semantic_problems"]
+
 # The default trainer image (repository name); it is TensorFlow.
 DEFAULT_TRAINER_REPOSITORY = "tpujob-trainer"
 
@@ -43,17 +30,6 @@ def is_default_trainer_image(image: str) -> bool:
     """`registry/path/tpujob-trainer:tag`: the last path segment names the repository."""
     repository = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
     return repository.startswith(DEFAULT_TRAINER_REPOSITORY)
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One thing wrong with a manifest: where (a field path) and what to do about it."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 class InvalidTPUJob(ValueError):
@@ -117,7 +93,11 @@ def _from_pydantic(error: pydantic.ValidationError) -> Iterator[Problem]:
         if kind == "extra_forbidden":
             owner = _model_at(loc[:-1])
             names = ", ".join(f.alias or n for n, f in owner.model_fields.items()) if owner else ""
-            yield Problem(_path(loc), f"unknown field; valid fields here: {names}")
+            operator_set = OPERATOR_FIELDS.get((owner, str(loc[-1]))) if owner else None
+            if operator_set:
+                yield Problem(_path(loc), operator_set)
+            else:
+                yield Problem(_path(loc), f"unknown field; valid fields here: {names}")
         elif kind == "missing":
             yield Problem(_path(loc), "required field is missing")
         elif kind == "enum":
@@ -148,6 +128,10 @@ def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> st
         return f"{given!r} must be a DNS label: lowercase letters, digits and '-', starting with a letter"
     if pattern == QUANTITY_PATTERN:
         return f"{given!r} does not match {pattern}: not a Kubernetes quantity; write e.g. 8, 500m or 64Gi"
+    if pattern == DNS_LABEL_PATTERN:
+        return f"{given!r} must be a DNS label: lowercase letters, digits and '-', alphanumeric at both ends"
+    if pattern == DNS_SUBDOMAIN_PATTERN:
+        return f"{given!r} must be a Kubernetes object name: lowercase letters, digits, '-' and '.'"
     if pattern == GCE_NAME_PATTERN:
         return f"{given!r} does not match {pattern}: a GCE name is lowercase letters, digits and '-'"
     if pattern == RESERVATION_PATTERN:
@@ -291,20 +275,4 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
             "only used for multi-host tpu7x pools made by the operator (policy create); remove it",
         )
 
-    trainer = spec.trainer
-    for section, quantities in (
-        ("requests", trainer.resources.requests),
-        ("limits", trainer.resources.limits),
-    ):
-        if TPU_RESOURCE in quantities:
-            yield Problem(
-                f"spec.trainer.resources.{section}",
-                f"{TPU_RESOURCE} is set by the operator from the topology; remove it",
-            )
-    seen: set[str] = set()
-    for index, var in enumerate(trainer.env):
-        if var.name in RESERVED_ENV:
-            yield Problem(f"spec.trainer.env[{index}].name", f"{var.name} is set by the operator; remove it")
-        if var.name in seen:
-            yield Problem(f"spec.trainer.env[{index}].name", f"{var.name} is set twice; keep one")
-        seen.add(var.name)
+    yield from pod_problems(spec)

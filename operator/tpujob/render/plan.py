@@ -14,15 +14,16 @@ from tpujob import tpu
 from tpujob.api import constants as c
 from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJob
 from tpujob.render import naming
+from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
 
 # Env the trainer reads besides the TPU/Megascale variables (see trainer-image/README).
-ENV_JOB_NAME = "TPUJOB_NAME"
-ENV_NAMESPACE = "TPUJOB_NAMESPACE"
-ENV_ATTEMPT = "TPUJOB_ATTEMPT"
-ENV_NUM_SLICES = "TPUJOB_NUM_SLICES"
-ENV_CHECKPOINT_DIR = "TPUJOB_CHECKPOINT_DIR"
-ENV_EXPORT_DIR = "TPUJOB_EXPORT_DIR"
-ENV_METRICS_PORT = "TPUJOB_METRICS_PORT"
+ENV_JOB_NAME = c.ENV_JOB_NAME
+ENV_NAMESPACE = c.ENV_NAMESPACE
+ENV_ATTEMPT = c.ENV_ATTEMPT
+ENV_NUM_SLICES = c.ENV_NUM_SLICES
+ENV_CHECKPOINT_DIR = c.ENV_CHECKPOINT_DIR
+ENV_EXPORT_DIR = c.ENV_EXPORT_DIR
+ENV_METRICS_PORT = c.ENV_METRICS_PORT
 
 # Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
 TERMINATION_GRACE_SECONDS = 30
@@ -225,14 +226,15 @@ def worker_env(
     worker_hostnames: list[str],
     coordinator_address: str,
     attempt: int = 0,
-) -> list[dict[str, str]]:
-    """The env every worker gets: TPU identity, Multislice wiring, tpujob settings, then the user's.
+) -> list[dict[str, Any]]:
+    """The env every worker gets: TPU identity, Multislice wiring, tpujob settings, then the user's (a value,
+    or valueFrom a Secret, ConfigMap or field).
 
     worker_hostnames are this slice's hosts indexed by worker id; the operator passes the pods' DNS
     names, `tpujob run --local` passes local addresses.
     """
     slices = job.spec.tpu.slices
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "TPU_WORKER_ID", "value": str(worker_index)},
         {"name": "TPU_WORKER_HOSTNAMES", "value": ",".join(worker_hostnames)},
     ]
@@ -268,7 +270,7 @@ def worker_env(
     export = export_dir(job)
     if export:
         env.append({"name": ENV_EXPORT_DIR, "value": export})
-    env += [{"name": v.name, "value": v.value} for v in job.spec.trainer.env]
+    env += [wire(var) for var in job.spec.trainer.env]
     return env
 
 
@@ -362,7 +364,7 @@ def pod(
         c.LABEL_ATTEMPT: str(attempt),
     }
     container: dict[str, Any] = {
-        "name": "trainer",
+        "name": c.TRAINER_CONTAINER,
         "image": trainer.image,
         "env": worker_env(
             job,
@@ -372,6 +374,7 @@ def pod(
             coordinator_address=naming.worker_address(job, 0, 0),
             attempt=attempt,
         ),
+        **env_from_and_mounts(trainer),
         "ports": _container_ports(job.spec.tpu.slices > 1),
         "resources": _resources(job, shape.chips_per_host),
         # The failing worker says why in its pod status (state.terminated.message), which the job's status
@@ -379,13 +382,7 @@ def pod(
         # exit), else the end of its log. kubernetes.io/docs/tasks/debug/debug-application/
         # determine-reason-pod-failure/
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        # Restrictive but working: TPU devices come from the device plugin (GKE >= 1.28), so no
-        # privilege is needed. runAsNonRoot stays the image's choice: many trainer images run as root.
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security_context(trainer.security_context),
     }
     if trainer.command:
         container["command"] = list(trainer.command)
@@ -409,12 +406,9 @@ def pod(
     if trainer.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": _metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels),
-        "spec": spec,
-    }
+    metadata = _metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels)
+    merge_pod(spec, metadata, job.spec.pod)  # sidecars, volumes, pull secrets, ...: after the operator's part
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def pods(job: TPUJob, cluster: Cluster, attempt: int = 0) -> list[dict[str, Any]]:
