@@ -42,6 +42,7 @@ GKE_ERROR_REASONS = (
 # startup timeout that ends the wait.
 START_PROBLEMS = (
     *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS}),
+    s.REASON_POD_REJECTED,
     s.REASON_STARTUP_TIMEOUT,
 )
 POOL_OPERATIONS = ("create", "delete")

@@ -366,3 +366,27 @@ def test_pods_whose_create_failed_are_created_again_by_the_next_pass() -> None:
     api.calls.clear()
     passes.reconcile(existing_job_body(), [], False)
     assert [body["metadata"]["name"] for body in api.of("create_pod")] == first
+
+
+def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and_are_asked_again() -> None:
+    api = RecordingKube()
+    refused = kube.ApiError(403, "Forbidden")
+    refused.body = (
+        '{"kind":"Status","status":"Failure","reason":"Forbidden","code":403,'
+        '"message":"pods \\"train-s0-w0-a0\\" is forbidden: no PriorityClass with name team-high was found"}'
+    )
+    api.fail["create_pod"] = refused
+    passes = reconciler(None, api)
+    outcome = passes.reconcile(existing_job_body(), [], False)  # not raised: retrying at once cannot help
+    ((_, status),) = api.of("patch_tpujob_status")
+    assert status["status"]["reason"] == s.REASON_POD_REJECTED
+    assert "no PriorityClass with name team-high was found" in status["status"]["message"]
+    assert outcome.requeue_after == pytest.approx(10.0)
+    reasons = [event["reason"] for event in api.of("create_event")]
+    assert reasons == [s.REASON_POD_REJECTED]
+
+    del api.fail["create_pod"]
+    api.calls.clear()
+    passes.reconcile(existing_job_body(), [], False)
+    assert len(api.of("create_pod")) == 1  # v5e 2x2: one host
+    assert passes.memory.pod_refusal(existing_job_body()["metadata"]["uid"]) == ""

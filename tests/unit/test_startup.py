@@ -208,3 +208,49 @@ def test_pod_view_of_a_running_or_waitless_pod_has_no_waiting_reason():
     plain = pod_view(pod_body(containerStatuses=[{"name": "trainer", "state": {"running": {}}}]))
     for view in (running, plain):
         assert (view.waiting_reason, view.started_at) == ("", "")
+
+
+def test_pods_the_api_server_refuses_show_its_words_and_are_asked_again():
+    """The pass whose creates were refused decides again knowing it (reconciler/passes.py), so its status
+    says why at once and counts no pod that does not exist."""
+    job = make_job()
+    refusal = 'pods "train-s0-w0-a0" is forbidden: no PriorityClass with name team-high was found'
+    refused = step(job, service_exists=False, pods_refused=refusal)
+    assert (refused.status.phase, refused.status.reason) == (s.STARTING, s.REASON_POD_REJECTED)
+    assert refused.status.message == f"the API server refused the worker pods: {refusal}"
+    assert refused.status.workers.pending == 0
+    assert [(e.type, e.reason) for e in refused.events] == [("Warning", s.REASON_POD_REJECTED)]
+    again = step(advance(job, refused), at=10, pods_refused=refusal)
+    assert again.create_pods == [(0, 0), (0, 1)]  # asked again: someone may create the PriorityClass
+    assert (again.status.reason, again.events) == (s.REASON_POD_REJECTED, [])
+    timed_out = step(advance(job, again), at=600, pods_refused=refusal)
+    assert timed_out.status.reason == s.REASON_STARTUP_TIMEOUT
+    assert timed_out.create_pods == []
+
+
+def terminated(name, exit_code):
+    return {
+        "name": name,
+        "state": {"terminated": {"exitCode": exit_code, "finishedAt": "2026-11-21T12:05:00Z"}},
+    }
+
+
+def test_the_trainers_exit_code_is_read_by_name_not_a_sidecars():
+    view = pod_view(
+        pod_body(phase="Failed", containerStatuses=[terminated("trainer", 3), terminated("gcs-fuse", 0)])
+    )
+    assert (view.phase, view.exit_code) == ("Failed", 3)
+
+
+def test_a_sidecar_that_outlives_the_trainer_leaves_the_trainers_outcome_and_the_pod_is_not_kept():
+    running_sidecar = {"name": "log-shipper", "state": {"running": {}}}
+    view = pod_view(pod_body(phase="Running", containerStatuses=[terminated("trainer", 0), running_sidecar]))
+    assert (view.phase, view.exit_code, view.lingering) == ("Succeeded", 0, True)
+
+    job = started(make_job())
+    done = tuple(
+        dataclasses.replace(p, phase="Succeeded", exit_code=0, lingering=True) for p in worker_pods(job)
+    )
+    decision = step(job, at=60, pods=done)
+    assert decision.status.phase == s.SUCCEEDED
+    assert sorted(decision.delete_pods) == sorted(p.name for p in done)  # a sidecar would hold the node

@@ -27,6 +27,8 @@ class JobMemory:
         # Pool creates GKE refused: not asked again before the monotonic time, whatever event comes first
         # (our own status write, a pod). The count of permanent refusals in a row makes their backoff grow.
         self._gke_refused: dict[str, tuple[float, dict[int, s.GKEError]]] = {}
+        # Pod creates the API server refused (a missing PriorityClass, an admission webhook): its message.
+        self._pods_refused: dict[str, str] = {}
         self._rejections: dict[str, int] = {}
 
     def forget(self, uid: str) -> None:
@@ -36,6 +38,7 @@ class JobMemory:
             self._in_flight.pop(uid, None)
             self._service_in_flight.discard(uid)
             self._gke_refused.pop(uid, None)
+            self._pods_refused.pop(uid, None)
             self._rejections.pop(uid, None)
 
     # --- status writes ---------------------------------------------------------------------------
@@ -75,6 +78,19 @@ class JobMemory:
         after all answers 409 then, which is fine)."""
         with self._lock:
             self._in_flight.get(uid, set()).difference_update(names)
+
+    def pods_refused(self, uid: str, message: str | None) -> None:
+        """The API server refused this job's pod creates (message), or took them (None)."""
+        with self._lock:
+            if message is None:
+                self._pods_refused.pop(uid, None)
+            else:
+                self._pods_refused[uid] = message
+
+    def pod_refusal(self, uid: str) -> str:
+        """Why the API server refused the job's last pod creates; "" once a create passed."""
+        with self._lock:
+            return self._pods_refused.get(uid, "")
 
     def is_created_in_flight(self, uid: str, name: str) -> bool:
         """Whether the pod is one a pass created and has not seen yet."""

@@ -38,21 +38,25 @@ def pod_view(pod: Any) -> s.PodView:
             unschedulable = condition.get("message") or "Unschedulable"
             since = condition.get("lastTransitionTime") or ""
     exit_code, message, finished_at = None, "", ""
-    for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            exit_code = terminated.get("exitCode")
-            reason = reason or terminated.get("reason") or ""
-            # The termination log (terminationMessagePolicy FallbackToLogsOnError: else the log's end).
-            message = terminated.get("message") or ""
-            finished_at = terminated.get("finishedAt") or ""
+    phase = status.get("phase") or "Pending"
+    lingering = False
+    if terminated := _trainer_terminated(status):
+        exit_code = terminated.get("exitCode")
+        reason = reason or terminated.get("reason") or ""
+        # The termination log (terminationMessagePolicy FallbackToLogsOnError: else the log's end).
+        message = terminated.get("message") or ""
+        finished_at = terminated.get("finishedAt") or ""
+        if phase == "Running":
+            # A sidecar (a regular container) outlives the trainer and keeps the pod Running: the worker's
+            # outcome is the trainer's, and the pod is deleted when the job no longer needs it.
+            phase, lingering = ("Succeeded" if exit_code == 0 else "Failed"), True
     waiting = _waiting_container(status)
     return s.PodView(
         name=meta["name"],
         slice=int(labels.get(c.LABEL_SLICE, 0)),
         worker=int(labels.get(c.LABEL_WORKER, 0)),
         attempt=int(labels.get(c.LABEL_ATTEMPT, 0)),
-        phase=status.get("phase") or "Pending",
+        phase=phase,
         node=(pod.get("spec") or {}).get("nodeName") or "",
         reason=reason,
         exit_code=exit_code,
@@ -63,12 +67,25 @@ def pod_view(pod: Any) -> s.PodView:
         finished_at=finished_at,
         # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
         # more.
-        conditions=tuple(conditions) if status.get("phase") == "Failed" else (),
+        conditions=tuple(conditions) if phase == "Failed" else (),
+        lingering=lingering,
         waiting_container=waiting[0],
         waiting_reason=waiting[1],
         waiting_message=waiting[2],
         started_at=(status.get("startTime") or "") if waiting[1] else "",
     )
+
+
+def _trainer_terminated(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The trainer container's terminated state (by name: sidecars have exit codes of their own); a pod
+    without one named so (made before the name was fixed) gives its first terminated container."""
+    containers = status.get("containerStatuses") or []
+    named = [one for one in containers if one.get("name") == c.TRAINER_CONTAINER] or containers
+    for container in named:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return None
 
 
 def _waiting_container(status: dict[str, Any]) -> tuple[str, str, str]:
@@ -132,6 +149,7 @@ class Observer:
             else None,
             service_exists=self.memory.service_exists(uid, service_exists),
             pods_in_flight=self.memory.pods_in_flight(uid, pods),
+            pods_refused=self.memory.pod_refusal(uid),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -27,6 +28,27 @@ log = logging.getLogger(__name__)
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
 # up at once; later polls are every POLL_PROVISIONING_SECONDS.
 FIRST_POLL_SECONDS = 0.25
+
+
+# A pod create the API server refused (a PriorityClass that does not exist, an admission webhook or quota
+# saying no) is asked again this often: someone may fix it meanwhile, and the startup timeout ends the wait.
+POD_REFUSED_RETRY_SECONDS = 10.0
+
+
+def is_refusal(error: Exception) -> bool:
+    """A 4xx answer that the same request cannot pass (400 Bad Request, 403 Forbidden, 422 Invalid), as
+    opposed to a conflict, a throttle or a server error, which a retry of the pass handles."""
+    return isinstance(error, kube.ApiError) and error.status in (400, 403, 422)
+
+
+def refusal_message(error: Exception) -> str:
+    """The API server's own words: the Status object's message, else the reason line."""
+    body = getattr(error, "body", None) or ""
+    try:
+        message = json.loads(body).get("message", "") if body else ""
+    except (ValueError, AttributeError):
+        message = ""
+    return str(message or getattr(error, "reason", "") or error)
 
 
 @dataclass
@@ -106,7 +128,8 @@ class Reconciler:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
             self.actions.ensure_finalizer(meta)
             decision = self._create_pools(job, observed, decision)
-        self._act(job, decision)
+        if refused := self._act(job, decision):
+            decision = self._pods_refused(observed, decision, refused)
         status_after = decision.status.to_wire()
         if status_after != status_before:
             self._write_status(meta, status_after)
@@ -170,7 +193,15 @@ class Reconciler:
             return None
         return self.policies.problem(policy, render.slice_shape(job).topology)
 
-    def _act(self, job: TPUJob, decision: s.Decision) -> None:
+    def _pods_refused(self, observed: s.Observed, decision: s.Decision, refused: str) -> s.Decision:
+        """Decide again knowing the API server refused the pods (as _create_pools does for GKE's refusals):
+        the status says why at once, and the pods are asked for again later."""
+        again = s.decide(dataclasses.replace(observed, pods_refused=refused))
+        again.requeue(POD_REFUSED_RETRY_SECONDS)
+        return again
+
+    def _act(self, job: TPUJob, decision: s.Decision) -> str:
+        """Carry the decision out; the API server's words if it refused the pods, else ""."""
         namespace, uid = job.metadata.namespace, job.metadata.uid or ""
         for name in decision.delete_pods:
             self.actions.delete_pod(namespace, name)
@@ -196,11 +227,18 @@ class Reconciler:
         if pods or service:
             try:
                 self.actions.create_pods_and_service(namespace, pods, service)
-            except Exception:
+            except Exception as error:
                 self.memory.pods_not_created(uid, (pod["metadata"]["name"] for pod in pods))
-                raise
+                if not is_refusal(error):
+                    raise
+                # The same pods would be refused again at once: shown as the job's reason, asked again later.
+                refused = refusal_message(error)
+                self.memory.pods_refused(uid, refused)
+                return refused
+            self.memory.pods_refused(uid, None)
         if service:
             self.memory.service_created(uid)
+        return ""
 
     def _invalid(
         self,

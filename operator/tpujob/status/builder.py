@@ -18,6 +18,7 @@ from tpujob.status.model import (
     Decision,
     Event,
     Observed,
+    PodView,
     PoolView,
     expected_workers,
     parse_timestamp,
@@ -72,6 +73,11 @@ def _problem(reason: str | None) -> str | None:
     return SAME_PROBLEM.get(reason, reason) if reason else reason
 
 
+def is_finished(pod: PodView) -> bool:
+    """Ended, and holding no node: kept for `kubectl logs` where a pod that still runs a sidecar is not."""
+    return pod.phase in ("Succeeded", "Failed") and not pod.lingering
+
+
 def count_workers(b: Builder, attempt: int) -> dict[str, int]:
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
     for pod in b.observed.pods:
@@ -84,7 +90,7 @@ def count_workers(b: Builder, attempt: int) -> dict[str, int]:
 def release(b: Builder, *, keep_finished_pods: bool) -> None:
     """Delete what holds TPUs: live pods, and the pools the operator made."""
     for pod in b.observed.pods:
-        if pod.deleting or (keep_finished_pods and pod.phase in ("Succeeded", "Failed")):
+        if pod.deleting or (keep_finished_pods and is_finished(pod)):
             continue
         b.decision.delete_pods.append(pod.name)
     for pool in known_pools(b):
@@ -176,7 +182,7 @@ def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) ->
     for pod in b.observed.pods:
         if pod.deleting or pod.name in b.decision.delete_pods:
             continue
-        if pod.phase in ("Succeeded", "Failed") and pod.attempt == status.attempt - 1:
+        if is_finished(pod) and pod.attempt == status.attempt - 1:
             continue
         b.decision.delete_pods.append(pod.name)
     counted = f"{status.application_restarts}/{budget} application restarts used"

@@ -13,6 +13,7 @@ from tpujob.status.builder import (
     begin_restart,
     count_workers,
     fail,
+    is_finished,
     known_pools,
     limit_reached,
     record_pools,
@@ -138,8 +139,7 @@ def _run_workers(b: Builder) -> None:
     if newest > status.attempt:
         status.attempt = newest
     for pod in b.observed.pods:
-        finished = pod.phase in ("Succeeded", "Failed")
-        keep_for_logs = finished and pod.attempt == status.attempt - 1
+        keep_for_logs = is_finished(pod) and pod.attempt == status.attempt - 1
         if pod.attempt < status.attempt and not pod.deleting and not keep_for_logs:
             b.decision.delete_pods.append(pod.name)
     current = {
@@ -172,7 +172,8 @@ def _run_workers(b: Builder) -> None:
     # Pods created now or not yet seen by the watch are Pending: counting them so means their first
     # watch events change nothing, and the status is not written again for each of them.
     counts = count_workers(b, status.attempt)
-    counts["pending"] += sum(1 for key in wanted if key not in current)
+    if not b.observed.pods_refused:  # refused pods do not exist: the next pass must not find them "lost"
+        counts["pending"] += sum(1 for key in wanted if key not in current)
     status.workers = WorkerCounts(expected=len(wanted), **counts)
     workers = status.workers
     if workers.succeeded == len(wanted):

@@ -51,6 +51,7 @@ REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node 
 REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
 REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
 REASON_STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
+REASON_POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
 
 # Why a container cannot start, in the kubelet's own words: its waiting reasons that need someone to act,
 # as opposed to ContainerCreating or PodInitializing, which pass by themselves. Sources: kubelet
@@ -91,6 +92,7 @@ WARNING_REASONS = frozenset(
         REASON_UNSCHEDULABLE,
         REASON_ZONE_FALLBACK,
         REASON_STARTUP_TIMEOUT,
+        REASON_POD_REJECTED,
         *CONTAINER_START_PROBLEMS,
     }
 )
@@ -159,6 +161,8 @@ class PodView:
     waiting_message: str = ""
     # When the kubelet took the pod (status.startTime, RFC 3339; "" before): a start problem counts from it.
     started_at: str = ""
+    # The trainer ended (phase says how) but a sidecar keeps the pod Running on its node: never kept for logs.
+    lingering: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,8 @@ class Observed:
     service_exists: bool = False
     # Pods created but not yet seen by the watch; they are not "missing".
     pods_in_flight: frozenset[str] = frozenset()
+    # Why the API server refused the last pod creates ("" when it took them): a reason to show, and ask again.
+    pods_refused: str = ""
     restart_backoff_seconds: float = 10.0
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
     unschedulable_grace_seconds: float = 30.0
@@ -311,6 +317,7 @@ __all__ = [
     "REASON_MAINTENANCE",
     "REASON_MAINTENANCE_SCHEDULED",
     "REASON_NODE_LOST",
+    "REASON_POD_REJECTED",
     "REASON_POOL_LOST",
     "REASON_POOL_REJECTED",
     "REASON_PREEMPTED",

@@ -14,6 +14,7 @@ import datetime as dt
 from tpujob.status.builder import Builder, fail, limit_reached
 from tpujob.status.model import (
     CONTAINER_START_PROBLEMS,
+    REASON_POD_REJECTED,
     REASON_STARTUP_TIMEOUT,
     REASON_UNSCHEDULABLE,
     PodView,
@@ -24,8 +25,11 @@ from tpujob.status.model import (
 
 def why_not_started(b: Builder, pods: list[PodView]) -> tuple[str, str] | None:
     """(reason, message) for the job's status once a worker has not started past its grace period: the
-    kubelet's reason first (the pod sits on a TPU host), else the scheduler's. None while all are within
+    API server's refusal of the pods first, then the kubelet's reason (the pod sits on a TPU host), then the
+    scheduler's. None while all are within
     their grace, with a look again when the first grace period ends."""
+    if b.observed.pods_refused:
+        return REASON_POD_REJECTED, f"the API server refused the worker pods: {b.observed.pods_refused}"
     return _cannot_start(b, pods) or _unschedulable(b, pods)
 
 
