@@ -1,0 +1,132 @@
+"""A team's real pod on the test bed: env from a Secret and a ConfigMap volume reach the process; an image
+that cannot be pulled and a missing Secret show the kubelet's reason in the job's status, and the startup
+timeout fails the job and gives its TPU slice back, even across an operator restart."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from kubernetes import client as k8s
+
+from tests.manifests import base_job
+from tpujob_sandbox import wait_for
+
+MISSING_IMAGE = "registry.example/team/trainer:v2"
+PLAIN_IMAGE = "registry.example/sleeper:1"  # pulls, and the kubelet simulation runs nothing for it
+STARTUP_TIMEOUT = 20
+
+
+def parse(stamp: str) -> dt.datetime:
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
+def reason_shows(jobs, name, reasons):
+    def shown():
+        status = jobs.status(name)
+        return status if status.get("reason") in reasons else None
+
+    return wait_for(shown, timeout=60, what=f"reason {' or '.join(reasons)} in the status")
+
+
+def warnings(jobs, name, reason):
+    return [e for e in jobs.events(name) if e.type == "Warning" and e.reason == reason]
+
+
+def fails_at_its_startup_timeout(jobs, gke, name):
+    status = jobs.wait_phase(name, "Failed", timeout=STARTUP_TIMEOUT + 60)
+    assert status["reason"] == "StartupTimeout"
+    assert f"not all running {STARTUP_TIMEOUT} s after attempt 0" in status["message"]
+    waited = parse(status["completionTime"]) - parse(status["startingSince"])
+    assert dt.timedelta(seconds=STARTUP_TIMEOUT) <= waited < dt.timedelta(seconds=STARTUP_TIMEOUT + 10)
+    wait_for(lambda: not gke.node_pools(), timeout=60, what="the job's node pool to be deleted")
+    return status
+
+
+def test_an_image_that_cannot_be_pulled_shows_the_kubelets_words_then_fails_at_the_startup_timeout(
+    jobs, gke, kubelet
+):
+    kubelet.registry.missing(MISSING_IMAGE)
+    jobs.create(
+        base_job(
+            "pull", trainer={"image": MISSING_IMAGE}, runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT}
+        )
+    )
+    status = reason_shows(jobs, "pull", ("ErrImagePull", "ImagePullBackOff"))
+    assert status["phase"] == "Starting"
+    assert MISSING_IMAGE in status["message"]
+    assert "not found" in status["message"] or "Back-off pulling image" in status["message"]
+    failed = fails_at_its_startup_timeout(jobs, gke, "pull")
+    assert MISSING_IMAGE in failed["message"]  # the last reason, quoted
+    # One Warning for the pull problem however often the kubelet retried, one for the timeout.
+    pulls = warnings(jobs, "pull", "ErrImagePull") + warnings(jobs, "pull", "ImagePullBackOff")
+    assert len(pulls) == 1
+    assert len(warnings(jobs, "pull", "StartupTimeout")) == 1
+
+
+def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_startup_timeout(
+    jobs, gke, kubelet
+):
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]
+    jobs.create(
+        base_job(
+            "secret",
+            trainer={"image": PLAIN_IMAGE, "env": env},
+            runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT},
+        )
+    )
+    status = reason_shows(jobs, "secret", ("CreateContainerConfigError",))
+    assert 'secret "hf-token" not found' in status["message"]
+    assert len(warnings(jobs, "secret", "CreateContainerConfigError")) == 1
+    fails_at_its_startup_timeout(jobs, gke, "secret")
+
+
+def test_an_operator_killed_while_a_job_waits_on_a_bad_image_keeps_the_startup_clock(
+    jobs, gke, kubelet, operator
+):
+    kubelet.registry.missing(MISSING_IMAGE)
+    jobs.create(
+        base_job(
+            "clock", trainer={"image": MISSING_IMAGE}, runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT}
+        )
+    )
+    since = reason_shows(jobs, "clock", ("ErrImagePull", "ImagePullBackOff"))["startingSince"]
+    operator.kill()
+    operator.start()
+    status = fails_at_its_startup_timeout(jobs, gke, "clock")
+    assert status["startingSince"] == since
+
+
+def test_a_secret_created_late_lets_the_job_start_within_its_timeout(jobs, gke, kubelet, core):
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "late", "key": "token"}}}]
+    jobs.create(base_job("late", trainer={"image": PLAIN_IMAGE, "env": env}))
+    reason_shows(jobs, "late", ("CreateContainerConfigError",))
+    core.create_namespaced_secret(
+        jobs.namespace,
+        k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="late"), string_data={"token": "hf_123"}),
+    )
+    (pod,) = jobs.wait_pods_running("late", 1, timeout=60)
+    status = jobs.wait_phase("late", "Running", timeout=30)
+    assert "startingSince" not in status
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("late", "Succeeded", timeout=60)
+
+
+def test_a_priority_class_that_does_not_exist_is_the_api_servers_refusal_until_it_is_created(
+    jobs, gke, kubelet, sandbox
+):
+    """The real API server's Priority admission refuses the pods (403); the job says so in the server's
+    words, asks again, and starts once the class exists."""
+    scheduling = k8s.SchedulingV1Api(sandbox.api_client)
+    name = f"team-high-{jobs.namespace}"[:63]
+    jobs.create(base_job("prio", trainer={"image": PLAIN_IMAGE}, pod={"priorityClassName": name}))
+    status = reason_shows(jobs, "prio", ("PodCreateRejected",))
+    assert f"no PriorityClass with name {name} was found" in status["message"]
+    assert not jobs.pods("prio")
+    scheduling.create_priority_class(k8s.V1PriorityClass(metadata=k8s.V1ObjectMeta(name=name), value=1000))
+    try:
+        (pod,) = jobs.wait_pods_running("prio", 1, timeout=60)
+        assert pod.spec.priority_class_name == name and pod.spec.priority == 1000
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+        jobs.wait_phase("prio", "Succeeded", timeout=60)
+    finally:
+        scheduling.delete_priority_class(name)
