@@ -19,6 +19,7 @@ from tpujob.reconciler import Reconciler
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.passes import with_removals
 from tpujob.render import Cluster, naming
 
 
@@ -390,3 +391,17 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and
     passes.reconcile(existing_job_body(), [], False)
     assert len(api.of("create_pod")) == 1  # v5e 2x2: one host
     assert passes.memory.pod_refusal(existing_job_body()["metadata"]["uid"]) == ""
+
+
+def test_a_status_field_the_pass_unsets_is_removed_by_the_merge_patch() -> None:
+    """A JSON merge patch keeps what it does not name: startingSince (and provisioningSince, ...) must be
+    written as null once unset, or a later attempt would count from the old clock."""
+    stored = {"phase": "Starting", "startingSince": "2026-11-21T12:00:00Z", "goodput": {"ratio": 0.5, "x": 1}}
+    mine = {"phase": "Starting", "startingSince": "2026-11-21T12:00:00Z"}
+    after = {"phase": "Running", "goodput": {"ratio": 0.6}}
+    assert with_removals(after, [mine, stored]) == {
+        "phase": "Running",
+        "startingSince": None,
+        "goodput": {"ratio": 0.6, "x": None},
+    }
+    assert with_removals(after, []) == after

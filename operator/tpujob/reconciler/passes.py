@@ -51,6 +51,19 @@ def refusal_message(error: Exception) -> str:
     return str(message or getattr(error, "reason", "") or error)
 
 
+def with_removals(status: dict[str, Any], stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """`status` as a JSON merge patch over any of `stored`: a key they have and it lacks is null (removed),
+    in nested objects too (lists are replaced whole by a merge patch)."""
+    patch = dict(status)
+    for key in {key for old in stored for key in old}:
+        if key not in status:
+            patch[key] = None
+        elif isinstance(status[key], dict):
+            nested = [old[key] for old in stored if isinstance(old.get(key), dict)]
+            patch[key] = with_removals(status[key], nested)
+    return patch
+
+
 @dataclass
 class Outcome:
     """What a pass did, for the kopf layer: when to look again."""
@@ -132,7 +145,7 @@ class Reconciler:
             decision = self._pods_refused(observed, decision, refused)
         status_after = decision.status.to_wire()
         if status_after != status_before:
-            self._write_status(meta, status_after)
+            self._write_status(meta, status_after, stored=[status_before, body.get("status") or {}])
         self.actions.post_events(meta, decision.events, now)
         self.recorder.record(job, job.status or TPUJobStatus(), decision.status, now)
         if decision.delete_job:
@@ -268,13 +281,17 @@ class Reconciler:
         status.observed_generation = meta.get("generation")
         wire = status.to_wire()
         if wire != status_before:
-            self._write_status(meta, wire)
+            self._write_status(meta, wire, stored=[status_before, body.get("status") or {}])
         if changed:
             self.actions.post_events(meta, [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
         return Outcome()
 
-    def _write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
-        version = self.actions.patch_status(meta, status)
+    def _write_status(
+        self, meta: dict[str, Any], status: dict[str, Any], stored: list[dict[str, Any]]
+    ) -> None:
+        """A merge patch that also removes what the new status no longer has (startingSince once the
+        workers run, ...): `stored` are the statuses the object may hold now."""
+        version = self.actions.patch_status(meta, with_removals(status, stored))
         if version is not None:
             self.memory.wrote(meta["uid"], status, version)
 

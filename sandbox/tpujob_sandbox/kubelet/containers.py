@@ -25,6 +25,7 @@ from tpujob_sandbox.kubelet.podstatus import (
     container_env,
     is_trainer_image,
     local_image_for,
+    map_gcs,
     map_path,
     resolve_pod_names,
     termination_message,
@@ -49,6 +50,10 @@ class Run:
     log_offset: int = 0
     # Set by KubeletSimulator.oom_kill: the process's SIGKILL was the OOM killer's (reason OOMKilled).
     oom_killed: bool = False
+    # What the kubelet resolved before the container started (kubelet/startup.py), kept for its restarts:
+    # env from Secrets and ConfigMaps, and (mountPath, local folder) of its volumes.
+    referenced_env: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[tuple[str, str], ...] = ()
 
 
 class LocalContainers:
@@ -84,9 +89,23 @@ class LocalContainers:
         return self.state_dir / "pods" / f"{namespace}_{name}.log"
 
     def start(
-        self, run: Run, pod: dict[str, Any], container: dict[str, Any], on_exit: Callable[[], None]
+        self,
+        run: Run,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        on_exit: Callable[[], None],
+        *,
+        env: dict[str, str] | None = None,
+        mounts: tuple[tuple[str, str], ...] | None = None,
+        gcs_root: Path | None = None,
     ) -> None:
-        """Start `container` as `run`'s process; `on_exit` is called (on another thread) when it exits."""
+        """Start `container` as `run`'s process; `on_exit` is called (on another thread) when it exits.
+        `env` and `mounts` (kubelet/startup.py) are kept on the run for the container's restarts; gs://
+        paths in its env and argv become folders of `gcs_root` (default: the state dir's gcs/)."""
+        if env is not None:
+            run.referenced_env = dict(env)
+        if mounts is not None:
+            run.mounts = tuple(mounts)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         # Each container instance gets a new, empty termination log, as a kubelet gives it one.
         run.termination_log = self.termination_log_path(namespace, name)
@@ -94,7 +113,7 @@ class LocalContainers:
         run.termination_log.write_bytes(b"")
         run.log = self.log_path(namespace, name)
         run.log_offset = run.log.stat().st_size if run.log.exists() else 0
-        run.process = self._spawn(pod, container, run.termination_log)
+        run.process = self._spawn(pod, container, run, gcs_root or self.state_dir / "gcs")
         threading.Thread(target=_await_exit, args=(run.process, on_exit), daemon=True).start()
 
     def termination_log_path(self, namespace: str, name: str) -> Path:
@@ -115,9 +134,11 @@ class LocalContainers:
         return termination_message(container, exit_code, written, log)
 
     def _spawn(
-        self, pod: dict[str, Any], container: dict[str, Any], termination_log: Path
+        self, pod: dict[str, Any], container: dict[str, Any], run: Run, gcs_root: Path
     ) -> subprocess.Popen[bytes]:
-        env = container_env(pod, container)
+        assert run.termination_log is not None
+        termination_log = run.termination_log
+        env = container_env(pod, container, run.referenced_env)
         if ENV_METRICS_PORT in env:
             # Each pod has a network namespace of its own; these processes share the host's. Every worker
             # pod serves metrics on the same port, so each process (of any attempt, old ones still shutting
@@ -125,14 +146,20 @@ class LocalContainers:
             env[ENV_METRICS_PORT] = str(free_port())
         image = None if is_trainer_image(container["image"], self.trainer_images) else container["image"]
         local = local_image_for(image, self.local_images) if image else None
+        # The pod's volumes at their mount paths, and gs:// buckets, as local folders.
+        paths = run.mounts + (local.paths if local else ())
+
+        def here(word: str) -> str:
+            return map_gcs(map_path(word, paths), gcs_root)
+
         if local is None:
+            env = {name: here(value) for name, value in env.items()}
             argv = container_argv(container, env, self.python, self.trainer_entrypoint)
-            working_dir = container.get("workingDir")
         else:  # a bring-your-own image: its paths mapped here, its peers' names on loopback
-            env = {name: map_path(value, local.paths) for name, value in resolve_pod_names(pod, env).items()}
+            env = {name: here(value) for name, value in resolve_pod_names(pod, env).items()}
             argv = container_argv(container, env, self.python, local.entrypoint)
-            argv = [map_path(word, local.paths) for word in argv]
-            working_dir = container.get("workingDir") and map_path(container["workingDir"], local.paths)
+        argv = [here(word) for word in argv]
+        working_dir = container.get("workingDir") and here(container["workingDir"])
         base = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
         workdir = self.state_dir / "pods" / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
         workdir.mkdir(parents=True, exist_ok=True)

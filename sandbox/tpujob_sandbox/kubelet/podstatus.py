@@ -98,6 +98,16 @@ def map_path(word: str, paths: tuple[tuple[str, str], ...]) -> str:
     return word
 
 
+# A gs:// path as a whole word or after '=' (--checkpoint-dir=gs://...).
+_GCS_PATH = re.compile(r"(?:(?<=^)|(?<==))gs://")
+
+
+def map_gcs(word: str, root: Path) -> str:
+    """`gs://bucket/path` is `<root>/bucket/path`: Cloud Storage cannot exist here, so each bucket is a folder
+    (the one a GCS FUSE volume of the bucket mounts too), as `tpujob run --local` makes gs:// local."""
+    return _GCS_PATH.sub(str(root).rstrip("/") + "/", word)
+
+
 def resolve_pod_names(pod: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """Env values with the names of the pod's subdomain (a headless Service's pods) as LOCAL_POD_ADDRESS."""
     subdomain, namespace = pod["spec"].get("subdomain"), pod["metadata"].get("namespace") or ""
@@ -127,20 +137,30 @@ def _field_value(pod: dict[str, Any], path: str) -> str:
     raise ValueError(f"unsupported fieldRef {path}")
 
 
-def container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
-    """The container's env as the kubelet would compute it: literal values and downward-API fields.
+def container_env(
+    pod: dict[str, Any], container: dict[str, Any], referenced: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The container's env as the kubelet would compute it: envFrom, then literal values, downward-API fields
+    and `referenced` (the values of its Secret and ConfigMap references, config.referenced_env: envFrom's
+    keys and env's secretKeyRef/configMapKeyRef, an optional one that is absent left out).
 
     Later entries may refer to earlier ones with $(NAME), as in Kubernetes.
     """
-    env: dict[str, str] = {}
+    referenced = referenced or {}
+    names = {entry["name"] for entry in container.get("env") or []}
+    env: dict[str, str] = {name: value for name, value in referenced.items() if name not in names}
     for entry in container.get("env") or []:
-        if entry.get("valueFrom"):
-            field_ref = entry["valueFrom"].get("fieldRef")
-            if not field_ref:
-                raise ValueError(f"env {entry['name']}: only fieldRef is simulated")
-            env[entry["name"]] = _field_value(pod, field_ref["fieldPath"])
-        else:
+        value_from = entry.get("valueFrom")
+        if not value_from:
             env[entry["name"]] = _expand(entry.get("value") or "", env)
+        elif field_ref := value_from.get("fieldRef"):
+            env[entry["name"]] = _field_value(pod, field_ref["fieldPath"])
+        elif entry["name"] in referenced:
+            env[entry["name"]] = referenced[entry["name"]]
+        elif not ({"secretKeyRef", "configMapKeyRef"} & set(value_from)):
+            raise ValueError(
+                f"env {entry['name']}: only fieldRef, secretKeyRef and configMapKeyRef are simulated"
+            )
     return env
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import concurrent.futures
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
 from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, kill_group, terminate
+from tpujob_sandbox.kubelet.images import PullBackOff, Registry
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     DEFAULT_TRAINER_ENTRYPOINT,
@@ -32,6 +35,7 @@ from tpujob_sandbox.kubelet.podstatus import (
 )
 from tpujob_sandbox.kubelet.podwatch import PodWatch
 from tpujob_sandbox.kubelet.shutdown import NodeShutdown
+from tpujob_sandbox.kubelet.startup import Blocked, StartChecks
 from tpujob_sandbox.processes import stop_process
 from tpujob_sandbox.waiting import wait_for
 
@@ -51,6 +55,7 @@ class KubeletSimulator:
         local_images: tuple[LocalImage, ...] = DEFAULT_LOCAL_IMAGES,
         shutdown_grace_seconds: float = 30.0,
         critical_pods_grace_seconds: float = 15.0,
+        retry_scale: float = 1.0,
     ) -> None:
         self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
@@ -63,6 +68,11 @@ class KubeletSimulator:
             local_images=local_images,
         )
         self._runs: dict[tuple[str, str], Run] = {}
+        # The images pods may pull (test controls: registry.missing, registry.private), and what the kubelet
+        # checks before a container starts; `retry_scale` shortens its back-off and retries for tests.
+        self.registry = Registry()
+        self.starts = StartChecks(self.core, state_dir, self.registry, PullBackOff(retry_scale))
+        self._blocked: dict[tuple[str, str], float] = {}  # pods that cannot start: when to look again
         self.node_shutdown = NodeShutdown(
             api_client,
             self._runs,
@@ -211,11 +221,13 @@ class KubeletSimulator:
             if run and run.process:
                 stop_process(run.process)
         elif run is None:
-            self._start(pod)
+            if time.monotonic() >= self._blocked.get(key, 0.0):
+                self._start(pod)
         elif not run.finished:
             self._check_exit(pod, run)
 
     def _forget(self, key: tuple[str, str]) -> None:
+        self._blocked.pop(key, None)
         run = self._runs.pop(key, None)
         if run:
             discard(run, grace_seconds=1)
@@ -224,6 +236,16 @@ class KubeletSimulator:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         local = self.containers.trainer_container(pod)
         host_ip = self._host_ip(pod["spec"]["nodeName"])
+        checked = self.starts.check(pod, host_ip)
+        if isinstance(checked, Blocked):
+            # Pending with the container's waiting reason; the kubelet looks again after its retry wait.
+            self._blocked[key] = time.monotonic() + checked.retry_seconds
+            self._patch_status(pod, checked.status)
+            timer = threading.Timer(checked.retry_seconds, self.pods.enqueue, args=key)
+            timer.daemon = True
+            timer.start()
+            return
+        self._blocked.pop(key, None)
         # A local process really listens on loopback; a hostNetwork pod has its node's address.
         pod_ip = "127.0.0.1" if local else host_ip if pod["spec"].get("hostNetwork") else self._new_pod_ip()
         run = Run(uid=pod["metadata"]["uid"], pod_ip=pod_ip)
@@ -233,7 +255,15 @@ class KubeletSimulator:
             # The process sees the pod as running: its status fields (podIP ...) are known before it starts.
             pod = {**pod, "status": status}
             try:
-                self.containers.start(run, pod, local, self._on_exit_of(key))
+                self.containers.start(
+                    run,
+                    pod,
+                    local,
+                    self._on_exit_of(key),
+                    env=checked.env.get(local["name"], {}),
+                    mounts=checked.mounts.get(local["name"], ()),
+                    gcs_root=self.starts.gcs_root,
+                )
             except (ValueError, OSError) as error:
                 self._report_exit(pod, run, EXIT_CODE_START_ERROR, reason="StartError", message=str(error))
                 return
