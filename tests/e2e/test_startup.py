@@ -130,3 +130,36 @@ def test_a_priority_class_that_does_not_exist_is_the_api_servers_refusal_until_i
         jobs.wait_phase("prio", "Succeeded", timeout=60)
     finally:
         scheduling.delete_priority_class(name)
+
+
+READ_BOTH = (
+    "import os, pathlib, sys; "
+    "print('token=' + os.environ['HF_TOKEN']); "
+    "print('config=' + pathlib.Path(sys.argv[1]).read_text())"
+)
+
+
+def test_a_secret_env_var_and_a_configmap_volume_reach_the_trainer_process(jobs, kubelet, core):
+    """The kubelet resolves the Secret's key into the env and mounts the ConfigMap's file: the process (a
+    local image's, run by the simulated kubelet) reads both back."""
+    core.create_namespaced_secret(
+        jobs.namespace,
+        k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="hf-token"), string_data={"token": "hf_s3cr3t"}),
+    )
+    core.create_namespaced_config_map(
+        jobs.namespace,
+        k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="team"), data={"settings.yaml": "lr: 0.001"}),
+    )
+    trainer = {
+        "image": "tpujob-jax:reads-both",  # a local image: the command runs as a local process
+        "command": ["python", "-c", READ_BOTH, "/etc/team/settings.yaml"],  # the path as the mount has it
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}],
+        "volumeMounts": [{"name": "settings", "mountPath": "/etc/team", "readOnly": True}],
+    }
+    pod = {"volumes": [{"name": "settings", "configMap": {"name": "team"}}]}
+    jobs.create(base_job("reads", trainer=trainer, pod=pod))
+    jobs.wait_phase("reads", "Succeeded", timeout=90)
+    (worker,) = jobs.pods("reads")
+    log = kubelet.log_path(jobs.namespace, worker.metadata.name).read_text()
+    assert "token=hf_s3cr3t" in log
+    assert "config=lr: 0.001" in log
