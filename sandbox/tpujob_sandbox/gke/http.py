@@ -140,7 +140,7 @@ class GkeHttpApi:
     def _encode(payload: Any, numeric_enums: bool) -> str:
         if isinstance(payload, dict):
             return json.dumps(payload)
-        return type(payload).to_json(
+        return type(payload).to_json(  # type: ignore[no-any-return]
             payload,
             use_integers_for_enums=numeric_enums,
             indent=None,

@@ -136,7 +136,7 @@ class GkeSimulator:
         from google.auth.credentials import AnonymousCredentials
 
         return container_v1.ClusterManagerClient(
-            credentials=AnonymousCredentials(),
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
             transport="rest",
             client_options=ClientOptions(api_endpoint=self.endpoint),
         )
