@@ -105,6 +105,9 @@ class Operator(Section):
     unschedulable_grace_seconds: SecondsOrZero = Field(
         30, description=f"TPUJOB_UNSCHEDULABLE_GRACE_SECONDS. {SECONDS_NOTE}"
     )
+    poll_provisioning_seconds: Seconds = Field(
+        5, description=f"TPUJOB_POLL_PROVISIONING_SECONDS. {SECONDS_NOTE}"
+    )
     verbose: bool = Field(False, description="Log every kopf step.")
     extra_env: list[EnvVar] = Field([], description="More environment variables.")
 

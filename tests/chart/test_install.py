@@ -39,6 +39,7 @@ from tpujob_sandbox import (
     token_kubeconfig,
     wait_for,
 )
+from tpujob_sandbox.timescale import poll_provisioning_seconds
 
 RELEASE = "chart-test"
 FULLNAME = f"{RELEASE}-tpujob-operator"
@@ -142,6 +143,7 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "operator.resyncSeconds": "2",
         "operator.sweepSeconds": "2",
         "operator.restartBackoffSeconds": "0.5",
+        "operator.pollProvisioningSeconds": str(poll_provisioning_seconds(sandbox.gke.time_scale)),
         "dashboard.enabled": "true",
     }
     kubeconfig = sandbox.kubeconfig

@@ -100,6 +100,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         config.restart_backoff_seconds,
         policies=policies,
         unschedulable_grace_seconds=config.unschedulable_grace_seconds,
+        poll_provisioning_seconds=config.poll_provisioning_seconds,
     )
     if config.peering is not None:
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
