@@ -1,11 +1,18 @@
-# One way to do each thing. `make run` and `make test` are the README's two commands.
+# One way to do each thing. `make run` and `make test` are the README's two commands; `make check` is the
+# inner loop.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/pytest -q -ra
+# What CI keeps from `make test` besides its log (which has the 30 slowest tests): a JUnit report.
+REPORT := build/junit.xml
+# The tiers are pytest markers, set from what a test uses (tests/conftest.py, the test bed's pytest plugin):
+# e2e (the test bed), trainer (a real trainer), image (a podman build), slow (seconds of work of its own).
+QUICK := not (e2e or trainer or image or slow)
 
-.PHONY: venv run test lint typecheck unit generate clean
+.PHONY: venv run check e2e test lint typecheck generate clean
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,15 +31,24 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check operator sandbox trainer-image tests scripts bench
 	$(BIN)/lint-imports
 
+# mypy --strict over what pyproject.toml names: the operator, its test bed, the trainer, bench/ and scripts/.
 typecheck: $(STAMP)
-	$(BIN)/mypy operator/tpujob
+	$(BIN)/mypy
 
-unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+# The inner loop: lint, import contracts, types, and every test that needs no control plane, no image
+# build and no real trainer.
+check: lint typecheck
+	$(PYTEST) -m "$(QUICK)"
 
-# Everything CI proves: lint, types, and every test (unit, e2e on the test bed, trainer, chart).
+# The operator on the test bed, end to end, with no real trainer: its jobs run a plain image.
+e2e: $(STAMP)
+	$(PYTEST) -m "e2e and not trainer" --durations=30
+
+# Everything CI proves: lint, types, and every test (quick, e2e on the test bed, trainer, chart, images), with
+# the 30 slowest and a JUnit report.
 test: lint typecheck
-	$(BIN)/pytest -q -ra
+	mkdir -p $(dir $(REPORT))
+	$(PYTEST) --durations=30 --junitxml=$(REPORT)
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
 # RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift).
@@ -43,4 +59,4 @@ generate: $(STAMP)
 	$(BIN)/python scripts/generate_chart.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

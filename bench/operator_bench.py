@@ -316,7 +316,7 @@ def delete_namespace(core: k8s.CoreV1Api, name: str, timeout: float) -> None:
         try:
             core.read_namespace(name)
         except k8s.ApiException as error:
-            return error.status == 404
+            return bool(error.status == 404)
         return False
 
     try:

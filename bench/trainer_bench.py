@@ -240,7 +240,7 @@ def sigterm_checkpoint_cost(directory: str) -> dict[str, float]:
     costs = {}
     for name, shape in BUILT_IN_INPUT_SHAPES.items():
         model_shape: tuple[int | None, ...] = (None,) if name in TOKEN_MODELS else shape
-        model = build_model(name, model_shape, 10, learning_rate=1e-3)  # type: ignore[arg-type]
+        model = build_model(name, model_shape, 10, learning_rate=1e-3)
         model.optimizer.build(model.trainable_variables)  # the slots a trained model's checkpoint holds
         manager = tf.train.CheckpointManager(
             tf.train.Checkpoint(model=model, optimizer=model.optimizer),
@@ -268,10 +268,10 @@ def export_cost(directory: str) -> dict[str, dict[str, float]]:
             serving = export.ServingInput(
                 "images", shape, "uint8", preprocess=lambda images: tf.cast(images, tf.float32) / 255.0
             )
-        model = build_model(name, model_shape, 10, learning_rate=1e-3)  # type: ignore[arg-type]
+        model = build_model(name, model_shape, 10, learning_rate=1e-3)
 
         def rebuild(name: str = name, model_shape: tuple[int | None, ...] = model_shape) -> Any:
-            return resolve_builder(name)(model_shape, 10)  # type: ignore[arg-type]
+            return resolve_builder(name)(model_shape, 10)
 
         runs = [
             export.export_model(model, str(Path(directory) / f"export-{name}"), serving, rebuild=rebuild)

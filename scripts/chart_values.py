@@ -9,7 +9,7 @@ schema's, the comments of values.yaml say more.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "tpujob-operator"
 
-PORT = {"ge": 1, "le": 65535}
+Port = Annotated[int, Field(ge=1, le=65535)]
 NAMESPACE = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"
 # `--set` passes a decimal as a string ("0.5"), so a number of seconds may come as a numeric string.
 Seconds = Annotated[float, Field(gt=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?$")]
@@ -34,7 +34,10 @@ def alert_names(rules: dict[str, Any]) -> tuple[str, ...]:
 
 # alerts.disabled takes only names files/alerts.yaml has: a typo fails `helm install`, not silently.
 ALERTS = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
-AlertName = Literal[alert_names(ALERTS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal built at run time is no type to mypy
+    AlertName = str
+else:
+    AlertName = Literal[alert_names(ALERTS)]
 
 
 class Section(BaseModel):
@@ -105,13 +108,16 @@ class Operator(Section):
     startup_grace_seconds: SecondsOrZero = Field(
         30, description=f"TPUJOB_STARTUP_GRACE_SECONDS. {SECONDS_NOTE}"
     )
+    poll_provisioning_seconds: Seconds = Field(
+        5, description=f"TPUJOB_POLL_PROVISIONING_SECONDS. {SECONDS_NOTE}"
+    )
     verbose: bool = Field(False, description="Log every kopf step.")
     extra_env: list[EnvVar] = Field([], description="More environment variables.")
 
 
 class MetricsService(Section):
     enabled: bool = Field(True, description="Create the metrics Service.")
-    port: int = Field(8000, **PORT, description="Service port.")
+    port: Port = Field(8000, description="Service port.")
     annotations: Labels = Field({}, description="Service annotations.")
 
 
@@ -132,7 +138,7 @@ class PodMonitor(ServiceMonitor):
 
 
 class Metrics(Section):
-    port: int = Field(8000, **PORT, description="Container port of /metrics (TPUJOB_METRICS_PORT).")
+    port: Port = Field(8000, description="Container port of /metrics (TPUJOB_METRICS_PORT).")
     service: MetricsService = Field(
         default_factory=MetricsService, description="The ClusterIP Service in front of /metrics."
     )
@@ -152,7 +158,7 @@ class LivenessProbe(Section):
 
 
 class Health(Section):
-    port: int = Field(8081, **PORT, description="Container port of /healthz (TPUJOB_HEALTH_PORT).")
+    port: Port = Field(8081, description="Container port of /healthz (TPUJOB_HEALTH_PORT).")
     liveness_probe: LivenessProbe = Field(
         default_factory=LivenessProbe, description="The liveness probe of /healthz."
     )

@@ -1,4 +1,5 @@
-"""Manifests shared by the unit tests and the end-to-end tests: one valid base and the malformed table."""
+"""Manifests shared by the unit tests and the end-to-end tests: one valid base, the end-to-end tests' job
+with a plain image, and the malformed table."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ def base_job(name: str = "train", **spec_overrides: Any) -> dict[str, Any]:
     }
     job["spec"].update(spec_overrides)
     return job
+
+
+# An image the simulated kubelet runs no process for: a pod of it runs until the test ends it through the
+# kubelet (kubelet.succeed/fail/exit, preemption). End-to-end jobs use it unless a test proves the trainer's
+# contract with the operator (the test bed's `trainer_image` fixture, marked `trainer`).
+PLAIN_IMAGE = "registry.example/sleeper:1"
+
+
+def plain_job(name: str = "train", **spec_overrides: Any) -> dict[str, Any]:
+    """base_job() whose pods run no process on the test bed."""
+    return base_job(name, **{"trainer": {"image": PLAIN_IMAGE}, **spec_overrides})
 
 
 def with_change(path: str, value: Any, *, delete: bool = False) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tpujob.render import Cluster
+from tpujob.status import DEFAULT_POLL_PROVISIONING_SECONDS
 
 ENV_PREFIX = "TPUJOB_"
 
@@ -35,6 +36,12 @@ class OperatorConfig(BaseSettings):
     workers: int = Field(16, ge=1, description="threads for Kubernetes and GKE calls")
     restart_backoff_seconds: float = Field(
         10, gt=0, description="first wait before an application restart; doubles, max 6 min"
+    )
+    poll_provisioning_seconds: float = Field(
+        DEFAULT_POLL_PROVISIONING_SECONDS,
+        gt=0,
+        description="look at a node pool GKE is still creating or deleting this often (and ask again for "
+        "one GKE refused for now)",
     )
     unschedulable_grace_seconds: float = Field(
         30,

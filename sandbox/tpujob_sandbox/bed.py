@@ -47,6 +47,7 @@ class Sandbox:
             "cluster": self.gke.cluster,
             "zone": self.default_zone,
             "releaseChannel": self.gke.cluster_model.release_channel.value,
+            "timeScale": self.gke.time_scale,
             "pid": os.getpid(),
             "pids": self.control_plane.pids,
             "logs": str(self.control_plane.logs),

@@ -24,6 +24,7 @@ import yaml
 from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
 from tpujob_sandbox.layout import DAEMON_LOG, INFO_FILE
 from tpujob_sandbox.processes import log_tail, pid_alive
+from tpujob_sandbox.timescale import poll_provisioning_seconds
 from tpujob_sandbox.waiting import Timeout, wait_for
 
 # gke.cluster.ReleaseChannel's values, spelled here so `up`, `status` and `down` import no client library.
@@ -115,7 +116,8 @@ def print_info(info: dict[str, Any]) -> None:
 
 
 def operator_environment(info: dict[str, Any]) -> dict[str, str]:
-    """The settings that point `tpujob operator` at the sandbox (its kubeconfig and simulated GKE)."""
+    """The settings that point `tpujob operator` at the sandbox (its kubeconfig and simulated GKE), polling
+    GKE at the sandbox's time scale."""
     return {
         "KUBECONFIG": info["kubeconfig"],
         "TPUJOB_GKE_ENDPOINT": info["gkeEndpoint"],
@@ -123,6 +125,7 @@ def operator_environment(info: dict[str, Any]) -> dict[str, str]:
         "TPUJOB_GKE_LOCATION": info["location"],
         "TPUJOB_GKE_CLUSTER": info["cluster"],
         "TPUJOB_GKE_ZONE": info["zone"],
+        "TPUJOB_POLL_PROVISIONING_SECONDS": str(poll_provisioning_seconds(float(info["timeScale"]))),
     }
 
 

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -70,7 +71,9 @@ class Tokens:
         return "\n".join(lines) + "\n"
 
 
-def kubeconfig(server: str, ca_pem: str, user: str, token: str, context: str = "tpujob-sandbox") -> dict:
+def kubeconfig(
+    server: str, ca_pem: str, user: str, token: str, context: str = "tpujob-sandbox"
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",

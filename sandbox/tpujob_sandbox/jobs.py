@@ -21,12 +21,16 @@ class Jobs:
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         manifest = {**manifest, "metadata": {**manifest["metadata"], "namespace": self.namespace}}
-        return self.custom.create_namespaced_custom_object(
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
             c.GROUP, c.VERSION, self.namespace, c.PLURAL, manifest
         )
+        return created
 
     def get(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, self.namespace, c.PLURAL, name)
+        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL, name
+        )
+        return found
 
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
@@ -38,7 +42,7 @@ class Jobs:
         try:
             self.get(name)
         except k8s.ApiException as error:
-            return error.status == 404
+            return bool(error.status == 404)
         return False
 
     def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
@@ -53,7 +57,8 @@ class Jobs:
         selector = f"{c.LABEL_JOB_NAME}={name}"
         if attempt is not None:
             selector += f",{c.LABEL_ATTEMPT}={attempt}"
-        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        pods: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        return pods
 
     def wait_pods_running(self, name: str, count: int, attempt: int = 0, timeout: float = 60) -> list[Any]:
         def running() -> list[Any] | None:

@@ -22,6 +22,7 @@ from tpujob.api.crd import crd
 from tpujob.rbac import cluster_role
 from tpujob_sandbox.bed import Sandbox
 from tpujob_sandbox.processes import free_port
+from tpujob_sandbox.timescale import poll_provisioning_seconds
 from tpujob_sandbox.waiting import wait_for
 
 OPERATOR_NAMESPACE = "tpujob-system"
@@ -30,7 +31,8 @@ OPERATOR_ACCOUNT = "tpujob-operator"
 
 def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
     """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount, with the
-    operator's periods shortened so tests see its reactions within seconds."""
+    operator's periods shortened so tests see its reactions within seconds, and its GKE poll at the
+    simulated GKE's time scale."""
     return {
         **os.environ,
         "KUBECONFIG": str(operator_kubeconfig(sandbox, folder / "kubeconfig")),
@@ -46,6 +48,7 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_HEALTH_PORT": str(free_port()),
         "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "1",
         "TPUJOB_STARTUP_GRACE_SECONDS": "1",
+        "TPUJOB_POLL_PROVISIONING_SECONDS": str(poll_provisioning_seconds(sandbox.gke.time_scale)),
     }
 
 

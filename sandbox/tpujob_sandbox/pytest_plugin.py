@@ -13,6 +13,12 @@ control plane + simulated GKE and kubelet) per session, one namespace per test.
     def test_a_job(jobs):                                          # `tpujob operator` runs on the bed
         jobs.create(manifest); jobs.wait_phase("name", "Running")
 
+    def test_the_trainer(jobs, trainer_image):                     # its pods run the real trainer
+
+Tiers, by marker, set here from the fixtures a test uses: `e2e` (the test bed) and `trainer` (a real trainer
+process: `trainer_image`). E2e jobs run a plain image the kubelet runs no process for; a test that starts a
+real trainer (TensorFlow or a local image such as JAX) without the `trainer` marker fails, naming the fix.
+
 The first session on a fresh machine builds the control plane (about 5 minutes, progress on the terminal).
 """
 
@@ -30,7 +36,13 @@ from tpujob_sandbox.bed import Sandbox, start_sandbox
 from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
 from tpujob_sandbox.gke import GkeSimulator
 from tpujob_sandbox.jobs import Jobs
-from tpujob_sandbox.kubelet import KubeletSimulator
+from tpujob_sandbox.kubelet import (
+    DEFAULT_TRAINER_IMAGES,
+    KubeletSimulator,
+    LocalContainers,
+    is_trainer_image,
+    local_image_for,
+)
 from tpujob_sandbox.operators import OperatorProcess, install_crd, operator_env
 from tpujob_sandbox.waiting import wait_for
 
@@ -38,17 +50,70 @@ from tpujob_sandbox.waiting import wait_for
 # stockout GKE retries for 35 minutes lasts 4.2 s. Slow enough that a test can see PROVISIONING.
 TIME_SCALE = 0.002
 SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core"}
+TRAINER_FIXTURES = {"trainer_image"}
+# The trainer image as the simulated kubelet knows it: a pod of it runs `python -m tpujob_trainer`.
+TRAINER_IMAGE = f"{DEFAULT_TRAINER_IMAGES[0]}:test"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: needs the test bed (real control plane)")
+    config.addinivalue_line(
+        "markers", "trainer: runs a real trainer (TensorFlow or JAX), in the test's process or as processes"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test on the test bed is an e2e test: `-m "not e2e"` runs the rest."""
+    """Every test on the test bed is an e2e test (`-m "not e2e"` runs the rest); every test that asks for
+    the real trainer is a trainer test."""
     for item in items:
-        if SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if SANDBOX_FIXTURES & fixtures:
             item.add_marker(pytest.mark.e2e)
+        if TRAINER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.trainer)
+
+
+@pytest.fixture(scope="session")
+def trainer_image() -> str:
+    """The image of a job whose pods run the real trainer: the simulated kubelet starts `python -m
+    tpujob_trainer` for each (TensorFlow, seconds of CPU per pod). Only for tests of the trainer's contract
+    with the operator; other e2e jobs run a plain image (tests/manifests.py PLAIN_IMAGE) whose pods run no
+    process and end when the test says (kubelet.succeed, fail, exit)."""
+    return TRAINER_IMAGE
+
+
+def real_trainers(containers: LocalContainers, since: int = 0) -> list[str]:
+    """The images of the processes the kubelet started (from the `since`-th on) that were a real trainer:
+    the trainer image's own program (not a test's `python -c`) or a bring-your-own image such as the JAX
+    example's."""
+    found = []
+    for image, argv in containers.started[since:]:
+        if is_trainer_image(image, containers.trainer_images):
+            if "tpujob_trainer" in argv:
+                found.append(image)
+        elif local_image_for(image, containers.local_images):
+            found.append(image)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _trainers_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An e2e test not marked `trainer` must not start a real trainer: it would cost the e2e tier seconds of
+    CPU per pod and prove nothing about the trainer."""
+    if "sandbox" not in request.fixturenames or request.node.get_closest_marker("trainer"):
+        yield
+        return
+    bed: Sandbox = request.getfixturevalue("sandbox")
+    before = len(bed.kubelet.containers.started)
+    yield
+    if started := real_trainers(bed.kubelet.containers, before):
+        pytest.fail(
+            f"this test ran the real trainer ({', '.join(sorted(set(started)))}) without the `trainer` "
+            "marker: give its jobs tests/manifests.py's plain image and end their pods with kubelet.succeed/"
+            "fail, or, if it proves the trainer's contract with the operator, ask for the `trainer_image` "
+            "fixture (or mark it @pytest.mark.trainer)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -114,6 +114,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
         "--set", "operator.restartBackoffSeconds=3,operator.unschedulableGraceSeconds=4",
         "--set", "operator.startupGraceSeconds=6",
+        "--set", "operator.pollProvisioningSeconds=0.5",
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "peering.lifetimeSeconds=20",
     )  # fmt: skip
@@ -140,6 +141,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_RESTART_BACKOFF_SECONDS": "3",
         "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "4",
         "TPUJOB_STARTUP_GRACE_SECONDS": "6",
+        "TPUJOB_POLL_PROVISIONING_SECONDS": "0.5",
         "TPUJOB_PEERING": "rel-tpujob-operator",
         "TPUJOB_PEERING_LIFETIME_SECONDS": "20",
     }

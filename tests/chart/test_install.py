@@ -39,6 +39,7 @@ from tpujob_sandbox import (
     token_kubeconfig,
     wait_for,
 )
+from tpujob_sandbox.timescale import poll_provisioning_seconds
 
 RELEASE = "chart-test"
 FULLNAME = f"{RELEASE}-tpujob-operator"
@@ -142,6 +143,7 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "operator.resyncSeconds": "2",
         "operator.sweepSeconds": "2",
         "operator.restartBackoffSeconds": "0.5",
+        "operator.pollProvisioningSeconds": str(poll_provisioning_seconds(sandbox.gke.time_scale)),
         "dashboard.enabled": "true",
     }
     kubeconfig = sandbox.kubeconfig
@@ -225,7 +227,7 @@ def operator_metrics(release: Release) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(sandbox, release, chart_operator, tmp_path_factory) -> Iterator[Run]:
+def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
     """A real trainer job under the chart's operator, scraped by a real Prometheus: every dashboard query
     is asked once the data it needs exists (a checkpoint saved, a few scrapes), then the job succeeds."""
     try:
@@ -249,7 +251,7 @@ def run(sandbox, release, chart_operator, tmp_path_factory) -> Iterator[Run]:
     try:
         manifest = base_job(JOB)
         manifest["spec"]["trainer"] = {
-            "image": "tpujob-trainer:test",
+            "image": trainer_image,
             "args": [
                 "--steps", "1000000", "--log-every-steps", "20", "--checkpoint-every-steps", "50",
                 "--metrics-port", str(trainer_port), "--progress", "log",

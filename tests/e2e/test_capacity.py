@@ -7,10 +7,9 @@ import time
 
 import pytest
 
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tpujob_sandbox import FLEX_START_LOCATION, OperatorProcess, operator_env, wait_for
 
-PLAIN_IMAGE = "registry.example/sleeper:1"
 FLEX_ZONE = "us-east5-a"
 V5P = "ct5p-hightpu-4t"
 
@@ -31,11 +30,10 @@ def east_operator(sandbox, operator, tmp_path):
 
 
 def flex_job(name: str = "flex", **capacity):
-    return base_job(
+    return plain_job(
         name,
         tpu={"type": "v5p", "topology": "2x2x2"},
         capacity={"mode": "flexStart", **capacity},
-        trainer={"image": PLAIN_IMAGE},
         runPolicy={"maxRestarts": 0},  # a counted restart would fail the job
     )
 
@@ -110,11 +108,10 @@ def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left
 ):
     east = gke.cluster_state(FLEX_START_LOCATION, "sandbox").pools
     gke.set_capacity("us-east5-a", "ct6e-standard-4t", 0)  # stocked out for good
-    manifest = base_job(
+    manifest = plain_job(
         "zones",
         tpu={"type": "v6e", "topology": "4x4"},  # v6e is in us-east5-a and us-east5-b
         capacity={"zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
-        trainer={"image": PLAIN_IMAGE},
     )
     jobs.create(manifest)
     wait_for(
@@ -144,11 +141,10 @@ def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
     restart converges, and each pool is created exactly once (one in each zone)."""
     gke.set_capacity("us-east5-a", "ct6e-standard-4t", 0)
     gke.set_capacity("us-east5-b", "ct6e-standard-4t", 0)
-    manifest = base_job(
+    manifest = plain_job(
         "killed",
         tpu={"type": "v6e", "topology": "4x4"},
         capacity={"mode": "flexStart", "zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
-        trainer={"image": PLAIN_IMAGE},
         runPolicy={"maxRestarts": 0},
     )
     jobs.create(manifest)
@@ -174,10 +170,9 @@ def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
 def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_as_maintenance(
     operator, jobs, gke, kubelet
 ):
-    manifest = base_job(
+    manifest = plain_job(
         "maint",
         tpu={"type": "v5p", "topology": "2x2x2"},
-        trainer={"image": PLAIN_IMAGE},
         runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 20},  # a counted restart would fail the job
     )
     jobs.create(manifest)

@@ -8,7 +8,7 @@ import json
 
 from google.cloud import container_v1
 
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tests.sandbox.helpers import render_cluster
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
@@ -45,7 +45,7 @@ def finish(jobs, kubelet, gke, core, name, pods):
 
 def test_killed_right_after_the_pool_create_call(jobs, gke, kubelet, core, operator):
     gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
-    jobs.create(base_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
     with killed(operator):
         pass
@@ -55,7 +55,7 @@ def test_killed_right_after_the_pool_create_call(jobs, gke, kubelet, core, opera
 
 def test_killed_while_polling_provisioning(jobs, gke, kubelet, core, operator):
     gke.inject_pool_fault("slow", provisioning_seconds=4 / gke.time_scale)
-    jobs.create(base_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
     jobs.wait_phase("train", "Provisioning", timeout=30)
     with killed(operator):
         wait_for(
@@ -68,7 +68,7 @@ def test_killed_while_polling_provisioning(jobs, gke, kubelet, core, operator):
 
 
 def test_killed_after_some_pods_exist(jobs, gke, kubelet, core, operator):
-    jobs.create(base_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: jobs.pods("train"), timeout=30, interval=0.01, what="the first pod")
     with killed(operator):
         pass
@@ -77,7 +77,7 @@ def test_killed_after_some_pods_exist(jobs, gke, kubelet, core, operator):
 
 
 def test_killed_during_cleanup(jobs, gke, kubelet, core, operator):
-    jobs.create(base_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
     for pod in jobs.wait_pods_running("train", 4):
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("train", "Succeeded")
@@ -92,7 +92,7 @@ def test_killed_during_cleanup(jobs, gke, kubelet, core, operator):
 
 def test_pools_of_vanished_jobs_are_swept_at_startup(jobs, gke, operator):
     """A pool labelled as ours whose TPUJob is gone (deleted while no operator ran): deleted."""
-    manifest = base_job("ghost")
+    manifest = plain_job("ghost")
     manifest["metadata"].update(namespace=jobs.namespace, uid="00000000-dead-beef-0000-000000000000")
     from tpujob.api import parse_tpujob
     from tpujob.render import render_plan
@@ -113,7 +113,7 @@ def test_killed_while_gke_retries_a_stockout(jobs, gke, kubelet, core, operator)
     process finds the operation and keeps waiting on GKE's retry, with no delete and no second create."""
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
     gke.pools.retry_window_seconds = 3600
-    jobs.create(base_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
     with killed(operator):
         pass

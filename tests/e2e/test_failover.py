@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tpujob import peering
 from tpujob.api import constants as c
 from tpujob_sandbox import (
@@ -116,11 +116,11 @@ def test_the_standby_takes_over_a_provisioning_and_a_running_job_when_the_active
     active = wait_for(lambda: pair.active(set(pair.processes)), timeout=30, what="one active replica of two")
     standby = next(name for name in pair.processes if name != active)
 
-    jobs.create(base_job("running", tpu={"type": "v5e", "topology": "2x2"}))
+    jobs.create(plain_job("running", tpu={"type": "v5e", "topology": "2x2"}))
     (running_pod,) = jobs.wait_pods_running("running", 1, timeout=60)
     # The next pool takes 20 s (of the test's time) to provision: it is PROVISIONING at the kill.
     gke.inject_pool_fault("slow", provisioning_seconds=20 / gke.time_scale)
-    jobs.create(base_job("provisioning", tpu={"type": "v5p", "topology": "2x2x4"}))
+    jobs.create(plain_job("provisioning", tpu={"type": "v5p", "topology": "2x2x4"}))
     jobs.wait_phase("provisioning", "Provisioning", timeout=30)
     assert gke.calls["CreateNodePool"] == 2
 

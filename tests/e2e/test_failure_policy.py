@@ -4,17 +4,12 @@ worker does to the job, and the job's status and its Warning event quote the wor
 
 from __future__ import annotations
 
-from tests.manifests import base_job
+from tests.manifests import base_job, plain_job
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
 
-PLAIN_IMAGE = "registry.example/sleeper:1"  # the kubelet simulation runs nothing for it
 V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts
 CONFIG_ERROR = "ConfigError: --batch-size: 'many' is not an integer"
-
-
-def plain_job(name: str = "train", **spec):
-    return base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
 
 
 def warnings(jobs, name: str, reason: str) -> list:
@@ -57,11 +52,13 @@ def test_an_ignore_rule_restarts_without_spending_max_restarts(jobs, gke, kubele
     assert jobs.wait_phase("train", "Succeeded")["restarts"] == 1
 
 
-def test_the_real_trainer_with_a_bad_flag_fails_the_job_with_its_config_error(jobs, gke, kubelet):
+def test_the_real_trainer_with_a_bad_flag_fails_the_job_with_its_config_error(
+    jobs, gke, kubelet, trainer_image
+):
     """The trainer image runs as a local process: it exits 2 and writes its ConfigError to the termination
     log the kubelet gave it; the kubelet reports it, the operator quotes it."""
     manifest = base_job("bad-flag")
-    manifest["spec"]["trainer"] = {"image": "tpujob-trainer:test", "args": ["--steps", "abc"]}
+    manifest["spec"]["trainer"] = {"image": trainer_image, "args": ["--steps", "abc"]}
     jobs.create(manifest)
 
     status = jobs.wait_phase("bad-flag", "Failed", timeout=90)

@@ -7,16 +7,11 @@ from __future__ import annotations
 import os
 import time
 
-from tests.manifests import base_job
+from tests.manifests import base_job, plain_job
 from tests.sandbox.helpers import create_pool, pool_request
 from tpujob_sandbox import EXIT_CODE_SIGTERM, OperatorProcess, log_tail, operator_env, wait_for
 
-PLAIN_IMAGE = "registry.example/sleeper:1"  # the kubelet simulation runs nothing for it
 V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts in us-central1-a, the operator's zone
-
-
-def plain_job(name: str = "train", **spec):
-    return base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
 
 
 def succeed_all(jobs, kubelet, name: str, count: int) -> None:
@@ -207,12 +202,12 @@ def test_a_tpu7x_job_whose_workload_policy_has_another_topology_is_rejected_befo
 
 
 def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
-    sandbox, jobs, gke, kubelet, tmp_path
+    sandbox, jobs, gke, kubelet, tmp_path, trainer_image
 ):
     checkpoints = tmp_path / "checkpoints"
     manifest = base_job("spot", capacity={"mode": "spot"})
     manifest["spec"]["trainer"] = {
-        "image": "tpujob-trainer:test",
+        "image": trainer_image,
         "args": ["--steps", "1000000", "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
                  "--progress", "log"],
         "checkpointDir": str(checkpoints),

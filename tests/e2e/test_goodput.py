@@ -46,13 +46,15 @@ def steps_logged(kubelet, jobs, attempt: int) -> int:
     return int(found[-1]) if found else 0
 
 
-def test_goodput_accounts_two_spot_reclaims_of_the_real_trainer(sandbox, jobs, gke, kubelet, tmp_path):
+def test_goodput_accounts_two_spot_reclaims_of_the_real_trainer(
+    sandbox, jobs, gke, kubelet, tmp_path, trainer_image
+):
     """What a spot reclaim costs: GKE's graceful node shutdown gives the trainer SIGTERM and 15 s, it saves a
     checkpoint at the step it stops at, so each reclaim costs ~0 steps (stepsLost 0, matched against the
     steps the next attempt redid, also 0) but its recovery and restart overheads are accounted."""
     manifest = base_job("goodput", capacity={"mode": "spot"})
     manifest["spec"]["trainer"] = {
-        "image": "tpujob-trainer:test",
+        "image": trainer_image,
         "args": ["--steps", str(STEPS), "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
                  "--checkpoint-interval-seconds", "2", "--progress", "log"],
         "checkpointDir": str(tmp_path / "checkpoints"),
@@ -106,7 +108,7 @@ KILL_AFTER_SECONDS = 1.0
 
 
 def test_goodput_counts_the_steps_two_oom_kills_lost_as_the_next_attempts_redid_them(
-    jobs, gke, kubelet, tmp_path
+    jobs, gke, kubelet, tmp_path, trainer_image
 ):
     """The OOM killer ends the trainer twice mid-training. On a TPU VM the host's memory is shared by the
     input pipeline and the runtime's host buffers; when it runs out, the kernel SIGKILLs the container's
@@ -118,7 +120,7 @@ def test_goodput_counts_the_steps_two_oom_kills_lost_as_the_next_attempts_redid_
     PROGRESS_WRITE_SECONDS, so up to that many seconds' steps stale) and the container's finishedAt."""
     manifest = base_job("goodput", runPolicy={"maxRestarts": 5})  # an OOM kill (137) counts as a failure
     manifest["spec"]["trainer"] = {
-        "image": "tpujob-trainer:test",
+        "image": trainer_image,
         "args": ["--steps", str(OOM_STEPS), "--log-every-steps", "1", "--checkpoint-every-steps", "1000000",
                  "--checkpoint-interval-seconds", str(CHECKPOINT_SECONDS), "--progress", "log"],
         "checkpointDir": str(tmp_path / "checkpoints"),

@@ -7,7 +7,7 @@ import copy
 
 from kubernetes import client as k8s
 
-from tests.manifests import MALFORMED, base_job
+from tests.manifests import MALFORMED, plain_job
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
 
@@ -65,7 +65,7 @@ def test_malformed_manifests_are_rejected_or_reported(jobs, gke):
 
 
 def test_a_running_job_edited_into_an_invalid_spec_releases_what_it_held(jobs, gke):
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     jobs.wait_pods_running("train", 1)
     patch = {"spec": {"trainer": {"env": [{"name": "TPU_WORKER_ID", "value": "7"}]}}}
     jobs.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, jobs.namespace, c.PLURAL, "train", patch)

@@ -27,6 +27,7 @@ def jax_job() -> dict[str, Any]:
     return manifest
 
 
+@pytest.mark.trainer  # the JAX example's image runs as processes (tpujob_sandbox.pytest_plugin.real_trainers)
 def test_the_jax_example_on_two_hosts_sees_both_processes_and_succeeds(jobs, gke, kubelet):
     manifest = jax_job()
     name = manifest["metadata"]["name"]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.chart import tools
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob.api.crd import PRINTER_COLUMNS, crd
 from tpujob_sandbox import wait_for
@@ -164,7 +164,7 @@ def table(output: str) -> tuple[list[str], list[list[str]]]:
 
 
 def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubectl, jobs):
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     jobs.wait_pods_running("train", 1)
     jobs.wait_phase("train", "Running")
     columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS)]
@@ -185,7 +185,7 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
 
 
 def test_kubectl_wait_for_succeeded_returns_once_the_job_succeeds(kubectl, jobs, kubelet):
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     (pod,) = jobs.wait_pods_running("train", 1)
     # Started before the job ends: kubectl reads the condition, then watches for it.
     waiting = kubectl.start(
@@ -203,7 +203,7 @@ def test_kubectl_wait_for_succeeded_returns_once_the_job_succeeds(kubectl, jobs,
 
 
 def test_kubectl_wait_for_succeeded_times_out_on_a_running_job(kubectl, jobs):
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     jobs.wait_phase("train", "Running")
     result = kubectl.run(
         "wait", "--for=condition=Succeeded", "tj/train", "-n", jobs.namespace, "--timeout=3s"

@@ -1,11 +1,14 @@
 """The operator on the test bed: real API server, scheduler and controller-manager, the real GKE
-client against the simulated GKE, the simulated kubelet. Each test drives one job to its end."""
+client against the simulated GKE, the simulated kubelet. Each test drives one job to its end: the pods of a
+plain image end when the test says (kubelet.succeed/fail), the real trainer's when it is done."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.manifests import base_job
+from tests.manifests import base_job, plain_job
 from tests.sandbox.helpers import create_pool, pool_request
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
@@ -31,7 +34,7 @@ def env_of(pod):
     ids=["single-host-v5e", "multi-host-v5p", "multislice-v6e"],
 )
 def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tpu, zone, pools, pods):
-    jobs.create(base_job("train", tpu=tpu, nodePool={"zone": zone} if zone else {}))
+    jobs.create(plain_job("train", tpu=tpu, nodePool={"zone": zone} if zone else {}))
     running = jobs.wait_pods_running("train", pods)
     jobs.wait_phase("train", "Running")
     for pod in running:
@@ -58,8 +61,24 @@ def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tp
     assert "Succeeded" in reasons
 
 
+def test_the_real_trainer_trains_to_its_last_step_exits_and_the_job_succeeds(jobs, gke, trainer_image):
+    """The happy path with the trainer's own exit: the pod runs `python -m tpujob_trainer` with the env the
+    operator set, trains its steps, leaves its progress line in the termination log and exits 0 by itself;
+    the operator calls the job Succeeded and gives the pool back."""
+    jobs.create(base_job("train", trainer={"image": trainer_image, "args": ["--steps", "10"]}))
+    status = jobs.wait_phase("train", "Succeeded", timeout=120)
+    assert status["completionTime"] and status.get("restarts", 0) == 0
+    (pod,) = jobs.pods("train", attempt=0)
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 0, terminated
+    (line,) = [x for x in terminated.message.splitlines() if x.startswith(c.PROGRESS_LINE_PREFIX)]
+    assert json.loads(line[len(c.PROGRESS_LINE_PREFIX) :])["step"] == 10
+    wait_for(lambda: not gke.node_pools(), timeout=30, what="the node pool to be deleted")
+    assert "Succeeded" in [e.reason for e in jobs.events("train")]
+
+
 def test_worker_failure_restarts_the_group_then_succeeds(jobs, gke, kubelet):
-    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
+    jobs.create(plain_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
     first = jobs.wait_pods_running("train", 4)
     kubelet.fail(jobs.namespace, first[1].metadata.name, exit_code=3)
     jobs.wait_pods_running("train", 4, attempt=1)
@@ -72,7 +91,7 @@ def test_worker_failure_restarts_the_group_then_succeeds(jobs, gke, kubelet):
 
 
 def test_repeated_application_failures_end_in_backoff_limit_exceeded(jobs, gke, kubelet):
-    jobs.create(base_job("train", runPolicy={"maxRestarts": 1}))
+    jobs.create(plain_job("train", runPolicy={"maxRestarts": 1}))
     for attempt in (0, 1):
         (pod,) = jobs.wait_pods_running("train", 1, attempt=attempt)
         kubelet.fail(jobs.namespace, pod.metadata.name, exit_code=1)
@@ -82,7 +101,7 @@ def test_repeated_application_failures_end_in_backoff_limit_exceeded(jobs, gke, 
 
 
 def test_preemption_restarts_without_spending_max_restarts(sandbox, jobs, gke, kubelet):
-    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}, runPolicy={"maxRestarts": 0}))
+    jobs.create(plain_job("train", tpu={"type": "v5p", "topology": "2x2x4"}, runPolicy={"maxRestarts": 0}))
     jobs.wait_pods_running("train", 4)
     # Spot reclaim: the slice's VMs shut down gracefully, GKE recreates them a little later.
     sandbox.preempt_slice(jobs.status("train")["nodePools"][0]["name"], recreate_after=1)
@@ -101,7 +120,7 @@ def test_preemption_restarts_without_spending_max_restarts(sandbox, jobs, gke, k
 def test_quota_refusals_then_a_stockout_then_recovery(jobs, gke, kubelet):
     gke.inject_call_fault("quota", times=2)  # the create call itself refused twice (403)
     gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)  # then accepted, but the zone is stocked out
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     seen = set()
 
     def reason_seen(reason: str):
@@ -127,7 +146,7 @@ def test_quota_refusals_then_a_stockout_then_recovery(jobs, gke, kubelet):
 
 def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
     gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
-    jobs.create(base_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
+    jobs.create(plain_job("train", tpu={"type": "v5p", "topology": "2x2x4"}))
     wait_for(lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, what="the pool create call")
     jobs.delete("train")
     wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
@@ -139,7 +158,7 @@ def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
 
 def test_existing_policy_uses_pools_made_elsewhere(jobs, gke, kubelet):
     create_pool(gke, pool_request(name="platform-v5e"))
-    jobs.create(base_job("train", nodePool={"policy": "existing"}))
+    jobs.create(plain_job("train", nodePool={"policy": "existing"}))
     (pod,) = jobs.wait_pods_running("train", 1)
     assert gke.calls["CreateNodePool"] == 1  # only the platform team's
     kubelet.succeed(jobs.namespace, pod.metadata.name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
 
@@ -14,7 +14,7 @@ def patch_spec(jobs, name, spec):
 
 
 def test_suspend_releases_pods_and_pools_and_resume_runs_again(jobs, gke, kubelet):
-    jobs.create(base_job("train"))
+    jobs.create(plain_job("train"))
     jobs.wait_pods_running("train", 1)
     patch_spec(jobs, "train", {"runPolicy": {"suspend": True}})
     jobs.wait_phase("train", "Suspended")
@@ -30,7 +30,7 @@ def test_suspend_releases_pods_and_pools_and_resume_runs_again(jobs, gke, kubele
 
 
 def test_active_deadline_fails_the_job_and_releases_the_pools(jobs, gke):
-    jobs.create(base_job("train", runPolicy={"activeDeadlineSeconds": 4}))
+    jobs.create(plain_job("train", runPolicy={"activeDeadlineSeconds": 4}))
     wait_for(lambda: gke.calls["CreateNodePool"], timeout=30, what="the pool create call")
     status = jobs.wait_phase("train", "Failed", timeout=60)
     assert status["reason"] == "DeadlineExceeded"
@@ -43,7 +43,7 @@ def test_active_deadline_fails_the_job_and_releases_the_pools(jobs, gke):
 
 
 def test_ttl_deletes_the_finished_job(jobs, gke, kubelet):
-    jobs.create(base_job("train", runPolicy={"ttlSecondsAfterFinished": 2}))
+    jobs.create(plain_job("train", runPolicy={"ttlSecondsAfterFinished": 2}))
     (pod,) = jobs.wait_pods_running("train", 1)
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("train", "Succeeded")

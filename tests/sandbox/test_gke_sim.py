@@ -11,7 +11,7 @@ import requests
 from google.api_core import exceptions as google_errors
 from google.cloud import container_v1
 
-from tests.manifests import base_job
+from tests.manifests import plain_job
 from tests.sandbox.helpers import create_pool, nodes_of, pool_request, render_cluster, wait_operation
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
@@ -23,12 +23,8 @@ from tpujob_sandbox.gke.errors import GkeError
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-# Not the trainer image: the kubelet simulation only reports these pods Running, it runs nothing.
-PLAIN_IMAGE = "registry.example/sleeper:1"
-
-
 def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
-    manifest = base_job(name, trainer={"image": PLAIN_IMAGE}, **spec)
+    manifest = plain_job(name, **spec)  # the kubelet simulation reports its pods Running, runs nothing
     # No UID: no owner reference for the garbage collector to act on, and no job UID label that
     # would make the pool an orphan for a running operator's sweep.
     manifest["metadata"].update(namespace=namespace)

@@ -11,12 +11,12 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from tests.manifests import PLAIN_IMAGE
 from tests.sandbox.helpers import tpu_nodes
 from tpujob.api import constants as c
 from tpujob_sandbox import kubelet as kubelet_sim
 from tpujob_sandbox import pid_alive, wait_for
 
-PLAIN_IMAGE = "registry.example/sleeper:1"
 TRAINER_IMAGE = "us-docker.pkg.dev/project/repo/tpujob-trainer:0.1"
 
 

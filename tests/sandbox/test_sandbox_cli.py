@@ -32,6 +32,18 @@ def test_the_sandbox_subcommand_plugs_into_an_argparse_cli():
         assert (args.func, str(args.dir)) == (func, "/tmp/x")
 
 
+def test_the_operator_polls_gke_at_the_sandbox_time_scale_not_below_a_floor():
+    info = {"kubeconfig": "k", "gkeEndpoint": "http://g", "project": "p", "location": "l", "cluster": "c"}
+    polls = {
+        scale: cli.operator_environment({**info, "zone": "z", "timeScale": scale})[
+            "TPUJOB_POLL_PROVISIONING_SECONDS"
+        ]
+        for scale in (1.0, 0.1, 0.002)
+    }
+    # GKE's own pace: the operator's default; 10 times faster: 10 times as often; far faster: the floor.
+    assert polls == {1.0: "5.0", 0.1: "0.5", 0.002: "0.2"}
+
+
 @pytest.mark.e2e
 def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_path, record_property):
     find_binaries()  # a first run on a fresh machine builds here, outside the timed part
@@ -48,10 +60,11 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
 
         info = json.loads((state / "sandbox.json").read_text())
         assert {"kubeconfig", "gkeEndpoint", "project", "location", "cluster", "zone"} <= set(info)
-        assert (info["location"], info["zone"], info["releaseChannel"]) == (
+        assert (info["location"], info["zone"], info["releaseChannel"], info["timeScale"]) == (
             "us-central1",
             "us-central1-a",
             "stable",
+            0.004,
         )
         assert info["kubeconfig"] == str(state / "kubeconfig")
         pids = [info["pid"], *info["pids"].values()]

@@ -44,6 +44,7 @@ def test_the_command_runs_as_given_with_app_mounted() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trainer  # JAX processes (no fixture or import here says so)
 @pytest.mark.parametrize(
     ("tpu", "processes"),
     [({}, 2), ({"topology": "2x2x1"}, 1), ({"slices": 2}, 4)],

@@ -216,8 +216,8 @@ def test_permanent_refusals_back_off_longer_each_time_and_expire(monkeypatch: py
     monkeypatch.setattr(memory_module.time, "monotonic", lambda: clock[0])
     memory = JobMemory()
 
-    first = memory.refused("u", {0: REJECTED})
-    second = memory.refused("u", {0: REJECTED})
+    first = memory.refused("u", {0: REJECTED}, poll_seconds=5)
+    second = memory.refused("u", {0: REJECTED}, poll_seconds=5)
     assert (first, second) == (s.rejected_backoff_seconds(1), s.rejected_backoff_seconds(2))
     assert second > first
     assert memory.refusals("u") == {0: REJECTED}
@@ -225,8 +225,8 @@ def test_permanent_refusals_back_off_longer_each_time_and_expire(monkeypatch: py
     clock[0] += second
     assert memory.refusals("u") == {}
     memory.accepted("u")
-    assert memory.refused("u", {0: REJECTED}) == first  # the count started over
-    assert memory.refused("u", {0: STOCKOUT}) == s.POLL_PROVISIONING_SECONDS
+    assert memory.refused("u", {0: REJECTED}, poll_seconds=5) == first  # the count started over
+    assert memory.refused("u", {0: STOCKOUT}, poll_seconds=1.5) == 1.5  # TPUJOB_POLL_PROVISIONING_SECONDS
 
 
 def test_pods_in_flight_are_dropped_once_the_watch_shows_them() -> None:

@@ -47,7 +47,7 @@ def test_new_job_creates_one_pool_per_slice_and_waits():
     assert decision.create_pools == [0, 1]
     assert decision.create_pods == []
     assert decision.status.phase == s.PROVISIONING
-    assert decision.requeue_after == s.POLL_PROVISIONING_SECONDS
+    assert decision.requeue_after == s.DEFAULT_POLL_PROVISIONING_SECONDS
     assert [p.state for p in decision.status.node_pools] == ["PROVISIONING", "PROVISIONING"]
     assert decision.status.start_time == "2026-11-21T12:00:00Z"
 
@@ -309,7 +309,9 @@ def test_provisioning_timeout_fails_the_job_and_gives_the_pools_back():
     )
     waiting = step(job, pools=(pool,))
     assert waiting.status.provisioning_since == "2026-11-21T12:00:00Z"
-    assert waiting.requeue_after == s.POLL_PROVISIONING_SECONDS
+    assert waiting.requeue_after == s.DEFAULT_POLL_PROVISIONING_SECONDS
+    # The cadence is the operator's setting (TPUJOB_POLL_PROVISIONING_SECONDS), passed in with the facts.
+    assert step(job, pools=(pool,), poll_provisioning_seconds=0.2).requeue_after == 0.2
     still = step(advance(job, waiting), pools=(pool,), now=NOW + dt.timedelta(seconds=599))
     assert still.status.phase == s.PROVISIONING
     timed_out = step(advance(job, still), pools=(pool,), now=NOW + dt.timedelta(seconds=600))

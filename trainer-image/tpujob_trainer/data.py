@@ -74,7 +74,7 @@ def write_dataset(
     written: dict[str, Split] = {}
     shape: tuple[int, int, int] | None = None
     for split, (images, labels) in splits.items():
-        shape = tuple(images.shape[1:])  # type: ignore[assignment]
+        shape = tuple(images.shape[1:])
         count = shards[split]
         names = tuple(f"{split}-{index:05d}-of-{count:05d}.tfrecord" for index in range(count))
         for index, file_name in enumerate(names):
@@ -131,7 +131,7 @@ def load_info(directory: str) -> DatasetInfo | None:
     }
     return DatasetInfo(
         name=data["name"],
-        image_shape=tuple(data["image_shape"]),  # type: ignore[arg-type]
+        image_shape=tuple(data["image_shape"]),
         encoding=data["encoding"],
         num_classes=int(data["num_classes"]),
         max_value=float(data["max_value"]),
@@ -420,6 +420,7 @@ def synthetic_pipeline(
     """One random batch, repeated: measures the model and the step, with no input cost.
     With `vocab_size`: int32 tokens 1..vocab_size-1 instead of float images."""
     generator = np.random.default_rng(seed)
+    images: np.ndarray[Any, Any]
     if vocab_size is None:
         images = generator.random((batch_size, *image_shape), dtype=np.float32)
     else:

@@ -71,7 +71,7 @@ class ServingInput:
         if normalize is not None:
 
             def preprocess(inputs: tf.Tensor) -> tf.Tensor:
-                return normalize(inputs, None)[0]  # type: ignore[arg-type]
+                return normalize(inputs, None)[0]
 
         return cls(
             name=source.input_name,

@@ -15,10 +15,11 @@ import keras
 from tpujob_trainer.config import ConfigError, split_module_function
 from tpujob_trainer.data import SEQUENCE_BUCKETS, SEQUENCE_VOCAB_SIZE
 
-ModelBuilder = Callable[[tuple[int, ...], int], keras.Model]
+# (the input shape of one example, None where any length goes; the number of classes) -> the model
+ModelBuilder = Callable[[tuple[int | None, ...], int], keras.Model]
 
 
-def digits_cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+def digits_cnn(input_shape: tuple[int | None, ...], num_classes: int) -> keras.Model:
     """A small CNN for 8x8 (or MNIST-sized) digits."""
     inputs = keras.Input(shape=input_shape)
     x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
@@ -31,7 +32,7 @@ def digits_cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     return keras.Model(inputs, outputs, name="digits_cnn")
 
 
-def resnet_small(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+def resnet_small(input_shape: tuple[int | None, ...], num_classes: int) -> keras.Model:
     """A ResNet with three stages of one basic block (about 0.2M parameters), for small images."""
     inputs = keras.Input(shape=input_shape)
     x = _conv_bn_relu(inputs, 32, strides=1)
@@ -122,7 +123,7 @@ def resolve_builder(spec: str) -> ModelBuilder:
                 "give your own as module:function"
             )
         return BUILT_IN_MODELS[spec]
-    return load_function(*target, what="model")  # type: ignore[return-value]
+    return load_function(*target, what="model")
 
 
 def load_function(module_name: str, function_name: str, *, what: str) -> Callable[..., object]:
@@ -139,7 +140,7 @@ def load_function(module_name: str, function_name: str, *, what: str) -> Callabl
 
 
 def build_model(
-    spec: str, input_shape: tuple[int, ...], num_classes: int, learning_rate: float
+    spec: str, input_shape: tuple[int | None, ...], num_classes: int, learning_rate: float
 ) -> keras.Model:
     """Build and compile; call inside `strategy.scope()` so variables are distributed."""
     model = resolve_builder(spec)(tuple(input_shape), num_classes)

@@ -73,10 +73,10 @@ def open_source(config: TrainerConfig) -> DataSource:
             raise ConfigError(
                 "--data records: give --data-dir (TPUJOB_DATA_DIR), a directory with dataset.json"
             )
-        info = data.load_info(config.data_dir)
-        if info is None:
+        found = data.load_info(config.data_dir)
+        if found is None:
             raise ConfigError(f"--data-dir: no {data.METADATA_FILE} in {config.data_dir!r}")
-        return _records_source(config, info)
+        return _records_source(config, found)
     raise ConfigError(
         f"--data: {config.data!r} is not a built-in dataset (digits, records, sequences, synthetic); "
         "give your own as module:function"
@@ -223,7 +223,7 @@ def _user_source(config: TrainerConfig, function: Callable[..., object]) -> Data
         num_classes=num_classes,
         train=train,
         train_examples=cardinality if cardinality > 0 else None,
-        test=(lambda: _call_user_data(config, function, "test")) if test_cardinality > 0 else None,  # type: ignore[arg-type,return-value]
+        test=(lambda: _call_user_data(config, function, "test")) if test_cardinality > 0 else None,
         test_examples=test_cardinality if test_cardinality > 0 else None,
     )
 

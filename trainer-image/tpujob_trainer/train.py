@@ -443,7 +443,10 @@ def _distributed_train_step(model: Any, strategy: tf.distribute.Strategy) -> Any
     def step(batch: Any, stop_vote: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         per_replica = strategy.run(replica_step, args=(batch, stop_vote))
         # Logging needs one value; the first local replica's is as good as any.
-        return tf.nest.map_structure(lambda value: strategy.experimental_local_results(value)[0], per_replica)
+        first: tuple[dict[str, tf.Tensor], tf.Tensor] = tf.nest.map_structure(
+            lambda value: strategy.experimental_local_results(value)[0], per_replica
+        )
+        return first
 
     return step
 

@@ -119,16 +119,16 @@ class JobMemory:
                 return {}
             return errors
 
-    def refused(self, uid: str, errors: dict[int, s.GKEError]) -> float:
-        """Refused creates are not asked again before the delay returned: the polling interval for
-        transient refusals, a growing one for permanent ones."""
+    def refused(self, uid: str, errors: dict[int, s.GKEError], poll_seconds: float) -> float:
+        """Refused creates are not asked again before the delay returned: the polling interval
+        (`poll_seconds`) for transient refusals, a growing one for permanent ones."""
         with self._lock:
             if any(error.permanent for error in errors.values()):
                 self._rejections[uid] = self._rejections.get(uid, 0) + 1
                 delay = s.rejected_backoff_seconds(self._rejections[uid])
             else:
                 self._rejections.pop(uid, None)
-                delay = s.POLL_PROVISIONING_SECONDS
+                delay = poll_seconds
             self._gke_refused[uid] = (time.monotonic() + delay, errors)
         return delay
 

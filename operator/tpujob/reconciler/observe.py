@@ -113,11 +113,13 @@ def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The operator's settings a decision takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS)."""
+    """The operator's settings a decision takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS,
+    ..._POLL_PROVISIONING_SECONDS)."""
 
     restart_backoff_seconds: float = 10.0
     unschedulable_grace_seconds: float = 30.0
     startup_grace_seconds: float = 30.0
+    poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
 
 
 class Observer:
@@ -151,6 +153,7 @@ class Observer:
             pods_in_flight=self.memory.pods_in_flight(uid, pods),
             pods_refused=self.memory.pod_refusal(uid),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
+            poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),

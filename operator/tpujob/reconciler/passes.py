@@ -26,7 +26,7 @@ from tpujob.render import plan as render
 log = logging.getLogger(__name__)
 
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows
-# up at once; later polls are every POLL_PROVISIONING_SECONDS.
+# up at once; later polls are every TPUJOB_POLL_PROVISIONING_SECONDS.
 FIRST_POLL_SECONDS = 0.25
 
 
@@ -82,12 +82,18 @@ class Reconciler:
         policies: WorkloadPolicies | None = None,
         unschedulable_grace_seconds: float = 30.0,
         startup_grace_seconds: float = 30.0,
+        poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS,
     ) -> None:
         self.cluster = cluster
         self.pools = pools
         self.policies = policies
         self.memory = JobMemory()
-        settings = Settings(restart_backoff_seconds, unschedulable_grace_seconds, startup_grace_seconds)
+        settings = Settings(
+            restart_backoff_seconds=restart_backoff_seconds,
+            unschedulable_grace_seconds=unschedulable_grace_seconds,
+            startup_grace_seconds=startup_grace_seconds,
+            poll_provisioning_seconds=poll_provisioning_seconds,
+        )
         self.observer = Observer(cluster, api, pools, self.memory, settings)
         self.actions = Actions(api, pools)
         self.recorder = metrics.PassRecorder()
@@ -188,7 +194,7 @@ class Reconciler:
         again.events = decision.events + [e for e in again.events if e not in decision.events]
         uid = job.metadata.uid or ""
         if errors:
-            again.requeue(self.memory.refused(uid, errors))
+            again.requeue(self.memory.refused(uid, errors, observed.poll_provisioning_seconds))
         else:
             self.memory.accepted(uid)
             again.requeue(FIRST_POLL_SECONDS)
@@ -221,7 +227,7 @@ class Reconciler:
         if self.pools is not None:
             for name in decision.delete_pools:
                 if not self.actions.delete_pool(name):
-                    decision.requeue(s.POLL_PROVISIONING_SECONDS)
+                    decision.requeue(self.observer.settings.poll_provisioning_seconds)
                     continue
                 # Recorded, so the next passes wait for GKE instead of asking again.
                 for pool in decision.status.node_pools:

@@ -9,7 +9,6 @@ from tpujob.api.models import NodePoolStatus, WorkerCounts
 from tpujob.status import goodput
 from tpujob.status.model import (
     FAILED,
-    POLL_PROVISIONING_SECONDS,
     POOL_RELEASED_STATES,
     REASON_PROVISIONING_TIMEOUT,
     RESTARTING,
@@ -138,7 +137,7 @@ def fail(b: Builder, reason: str, message: str) -> None:
     b.condition("Running", False, reason, "the job failed")
     release(b, keep_finished_pods=True)
     if b.decision.delete_pools:
-        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
 
 
 def limit_reached(b: Builder, since: str | None, seconds: int | None) -> bool:

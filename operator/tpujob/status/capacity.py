@@ -7,7 +7,6 @@ import datetime as dt
 from tpujob.api.models import FLEX_START_MAX_RUN_SECONDS, CapacityMode
 from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
 from tpujob.status.model import (
-    POLL_PROVISIONING_SECONDS,
     POOL_RELEASED_STATES,
     PROVISIONING,
     REASON_MAINTENANCE,
@@ -123,12 +122,12 @@ def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
             if not pod.deleting and pod.name not in b.decision.delete_pods:
                 b.decision.delete_pods.append(pod.name)
         b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, moved)
-        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
         return True
     # The time queued follows from `since` (and status.provisioningSince): a message that changed every
     # pass would rewrite the status every poll for as long as the queue lasts.
     message = f"queued for flex-start capacity since {b.status.provisioning_since}"
     b.set_phase(PROVISIONING, REASON_WAITING_FOR_CAPACITY, message)
     b.condition("Running", False, REASON_WAITING_FOR_CAPACITY, message)
-    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    b.decision.requeue(b.observed.poll_provisioning_seconds)
     return True

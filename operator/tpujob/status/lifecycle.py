@@ -27,7 +27,6 @@ from tpujob.status.capacity import (
 )
 from tpujob.status.model import (
     PENDING,
-    POLL_PROVISIONING_SECONDS,
     POOL_DELETED,
     POOL_MISSING,
     REASON_BACKOFF_LIMIT,
@@ -93,7 +92,7 @@ def _finished(b: Builder) -> None:
             b, [dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p for p in pools]
         )
     if b.decision.delete_pools:
-        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
     ttl = b.job.spec.run_policy.ttl_seconds_after_finished
     if ttl is not None and b.status.completion_time:
         expires = parse_timestamp(b.status.completion_time) + dt.timedelta(seconds=ttl)
@@ -118,7 +117,7 @@ def _suspend(b: Builder) -> None:
             ],
         )
     if b.decision.delete_pools:
-        b.decision.requeue(POLL_PROVISIONING_SECONDS)
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
 
 
 def _deadline_passed(b: Builder) -> bool:
@@ -184,7 +183,7 @@ def _run_workers(b: Builder) -> None:
         b.condition("Running", False, "Succeeded", "the job finished")
         release(b, keep_finished_pods=True)
         if b.decision.delete_pools:
-            b.decision.requeue(POLL_PROVISIONING_SECONDS)
+            b.decision.requeue(b.observed.poll_provisioning_seconds)
     elif not missing and workers.running + workers.succeeded == len(wanted):
         status.starting_since = None
         if status.running_time is None:

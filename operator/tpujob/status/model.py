@@ -118,7 +118,9 @@ RESTART_BACKOFF_CAP_SECONDS = 360.0
 
 # How long a pool may sit in ERROR before it is recreated: GKE's ERROR can be transient.
 POOL_ERROR_GRACE = dt.timedelta(seconds=60)
-POLL_PROVISIONING_SECONDS = 5.0
+# How often a pool GKE is still creating or deleting is looked at, by default (the setting
+# TPUJOB_POLL_PROVISIONING_SECONDS, passed in as Observed.poll_provisioning_seconds).
+DEFAULT_POLL_PROVISIONING_SECONDS = 5.0
 
 # GKE's pool condition codes (container_v1.StatusCondition.Code) that mean "no capacity or quota now":
 # GKE retries them itself while the create operation runs.
@@ -205,6 +207,8 @@ class Observed:
     # Why the API server refused the last pod creates ("" when it took them): a reason to show, and ask again.
     pods_refused: str = ""
     restart_backoff_seconds: float = 10.0
+    # Pools GKE is creating or deleting are looked at again this often (and refused creates asked again).
+    poll_provisioning_seconds: float = DEFAULT_POLL_PROVISIONING_SECONDS
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
     unschedulable_grace_seconds: float = 30.0
     # Pods whose container cannot start (CONTAINER_START_PROBLEMS) for this long show the kubelet's reason.
@@ -293,11 +297,11 @@ def pool_error_reason(pool: PoolView) -> str:
 __all__ = [
     "CAPACITY_CONDITIONS",
     "CONTAINER_START_PROBLEMS",
+    "DEFAULT_POLL_PROVISIONING_SECONDS",
     "FAILED",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
     "PENDING",
-    "POLL_PROVISIONING_SECONDS",
     "POOL_DELETED",
     "POOL_ERROR_GRACE",
     "POOL_MISSING",

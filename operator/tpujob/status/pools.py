@@ -10,7 +10,6 @@ from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, 
 from tpujob.status.capacity import fall_back_if_due
 from tpujob.status.model import (
     CAPACITY_CONDITIONS,
-    POLL_PROVISIONING_SECONDS,
     POOL_DELETED,
     POOL_ERROR_GRACE,
     POOL_MISSING,
@@ -72,7 +71,7 @@ def pools_ready(b: Builder) -> bool:
         reason, message = REASON_ZONE_FALLBACK, moved
     b.condition("NodePoolsReady", False, reason, message)
     b.set_phase(PROVISIONING, reason, message)
-    b.decision.requeue(POLL_PROVISIONING_SECONDS)
+    b.decision.requeue(b.observed.poll_provisioning_seconds)
     return False
 
 

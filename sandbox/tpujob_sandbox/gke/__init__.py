@@ -1,7 +1,7 @@
 """The simulated GKE, one module per GKE resource: the cluster and its rules (cluster), zones, capacity and
 quota (zones), node pools and their provisioning (nodepools), operations, the Nodes a pool registers (nodes),
 workload policies (policies), faults on demand (faults), the REST API (http) and the simulator that ties
-them (server).
+them (server; state: one cluster's parts).
 
 Every behaviour stands for something GKE documents or is seen doing; the source is beside the code.
 """

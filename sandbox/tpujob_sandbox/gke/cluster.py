@@ -88,7 +88,7 @@ class SimCluster:
             ReleaseChannel.REGULAR: container_v1.ReleaseChannel.Channel.REGULAR,
             ReleaseChannel.STABLE: container_v1.ReleaseChannel.Channel.STABLE,
         }[self.release_channel]
-        cluster.release_channel.channel = channel
+        cluster.release_channel.channel = channel  # type: ignore[assignment]  # proto-plus enums type as int
         if self.workload_pool:
             cluster.workload_identity_config.workload_pool = self.workload_pool
         return cluster

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tpujob_sandbox.gke import errors
 
@@ -59,7 +61,10 @@ def call_fault_error(fault: CallFault, cluster: str, region: str, machine_type: 
     return errors.GkeError(503, "UNAVAILABLE", "The service is currently unavailable.")
 
 
-def _take(injected_list: list, matches) -> object | None:  # type: ignore[type-arg, no-untyped-def]
+Injected = TypeVar("Injected", InjectedCallFault, InjectedPoolFault)
+
+
+def _take(injected_list: list[Injected], matches: Callable[[Injected], bool]) -> Injected | None:
     for injected in injected_list:
         if matches(injected):
             if injected.remaining is not None:
@@ -94,9 +99,9 @@ class Faults:
     def take_call(self, rpc: str, pool: str | None) -> CallFault | None:
         with self._lock:
             found = _take(self._calls, lambda f: f.rpc == rpc and f.pool in (None, pool))
-        return found.fault if isinstance(found, InjectedCallFault) else None
+        return found.fault if found else None
 
     def take_pool(self, pool: str) -> InjectedPoolFault | None:
         with self._lock:
             found = _take(self._pools, lambda f: f.pool in (None, pool))
-        return found if isinstance(found, InjectedPoolFault) else None
+        return found

@@ -14,17 +14,15 @@ import re
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from google.cloud import container_v1
 
 from tpujob_sandbox.gke import errors
 from tpujob_sandbox.gke.errors import GkeError
-from tpujob_sandbox.gke.faults import call_fault_error
-from tpujob_sandbox.gke.policies import policy_not_found
-
-if TYPE_CHECKING:
-    from tpujob_sandbox.gke.server import ClusterState, GkeSimulator
+from tpujob_sandbox.gke.faults import CallFault, Faults, PoolFault, call_fault_error
+from tpujob_sandbox.gke.policies import WorkloadPolicies, policy_not_found
+from tpujob_sandbox.gke.state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +66,39 @@ class RecordedCall:
     body: dict[str, Any]
 
 
-class GkeHttpApi:
-    """Serves one `GkeSimulator` over HTTP on 127.0.0.1."""
+class Simulator(Protocol):
+    """What the HTTP layer serves: the project's clusters, faults and policies, and the test controls
+    (server.GkeSimulator)."""
 
-    def __init__(self, simulator: GkeSimulator) -> None:
+    faults: Faults
+    policies: WorkloadPolicies
+
+    @property
+    def project(self) -> str: ...
+    def clusters_in(self, location: str) -> list[ClusterState]: ...
+    def record_call(self, call: RecordedCall) -> None: ...
+    def calls_received(self) -> dict[str, int]: ...
+    def clear_faults(self) -> None: ...
+    def inject_call_fault(
+        self, fault: CallFault | str, rpc: str = ..., *, pool: str | None = ..., times: int | None = ...
+    ) -> None: ...
+    def inject_pool_fault(
+        self,
+        fault: PoolFault | str,
+        *,
+        pool: str | None = ...,
+        times: int | None = ...,
+        provisioning_seconds: float | None = ...,
+    ) -> None: ...
+    def set_capacity(self, zone: str, machine_type: str, vms: int | None) -> None: ...
+    def set_quota(self, region: str, machine_type: str, chips: int | None) -> None: ...
+    def add_workload_policy(self, name: str, accelerator_topology: str, region: str | None = ...) -> None: ...
+
+
+class GkeHttpApi:
+    """Serves one simulator (server.GkeSimulator) over HTTP on 127.0.0.1."""
+
+    def __init__(self, simulator: Simulator) -> None:
         self.simulator = simulator
         self._server: http.server.ThreadingHTTPServer | None = None
 
@@ -140,7 +167,7 @@ class GkeHttpApi:
     def _encode(payload: Any, numeric_enums: bool) -> str:
         if isinstance(payload, dict):
             return json.dumps(payload)
-        return type(payload).to_json(
+        return type(payload).to_json(  # type: ignore[no-any-return]
             payload,
             use_integers_for_enums=numeric_enums,
             indent=None,

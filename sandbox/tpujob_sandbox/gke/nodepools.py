@@ -227,7 +227,7 @@ class NodePools:
             record.retry_until = record.attempt_started + self.retry_window_seconds * self.time_scale
         if record.flex:  # created empty: its nodes come when its pods wait (autoscaler.py)
             with self._lock:
-                record.pool.status = Status.RUNNING
+                record.pool.status = Status.RUNNING  # type: ignore[assignment]  # proto-plus enum members type as int
             self.operations.finish(record.create_operation)
             return
         if fault is PoolFault.ERROR:
@@ -258,7 +258,7 @@ class NodePools:
         self.operations.hold_cluster(record.create_operation)
         self._later(RETRY_INTERVAL_SECONDS, self._attempt, record, min_real_seconds=MIN_LOOP_REAL_SECONDS)
 
-    def _reserve(self, record: _Pool) -> tuple[Code, str] | None:
+    def _reserve(self, record: _Pool) -> tuple[int, str] | None:  # (a Code, GKE's message)
         """Quota, then capacity, for the whole slice at once; None when both are taken."""
         machine = record.shape.machine
         if not machine.is_tpu:
@@ -297,7 +297,7 @@ class NodePools:
             self.operations.finish(record.create_operation, errors.INTERNAL, message)
             return
         with self._lock:
-            record.pool.status = Status.RUNNING
+            record.pool.status = Status.RUNNING  # type: ignore[assignment]  # proto-plus enum members type as int
             record.pool.status_message = ""
             record.pool.conditions = []
             record.pool.instance_group_urls = [
@@ -336,9 +336,9 @@ class NodePools:
             record.queued_since = record.run_ends = None
         return names
 
-    def _set_error(self, record: _Pool, message: str, code: Code, canonical: int) -> None:
+    def _set_error(self, record: _Pool, message: str, code: int, canonical: int) -> None:
         with self._lock:
-            record.pool.status = Status.ERROR
+            record.pool.status = Status.ERROR  # type: ignore[assignment]  # proto-plus enum members type as int
             record.pool.status_message = message  # deprecated, still filled by GKE
             record.pool.conditions = [
                 container_v1.StatusCondition(code=code, message=message, canonical_code=canonical)
@@ -378,7 +378,7 @@ class NodePools:
                 raise errors.incompatible_operation(busy)
             if record.delete_operation:  # already being deleted: its delete is the incompatible operation
                 raise errors.incompatible_operation(record.delete_operation)
-            record.pool.status = Status.STOPPING
+            record.pool.status = Status.STOPPING  # type: ignore[assignment]  # proto-plus enum members type as int
             operation = self.operations.start(container_v1.Operation.Type.DELETE_NODE_POOL, name)
             record.delete_operation = operation.name
         self._later(DELETION_SECONDS, self._finish_delete, record)

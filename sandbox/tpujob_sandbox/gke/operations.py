@@ -24,7 +24,7 @@ class Operations:
         self._exclusive: set[str] = set()
         self._lock = threading.RLock()
 
-    def start(self, kind: container_v1.Operation.Type, pool: str) -> container_v1.Operation:
+    def start(self, kind: int, pool: str) -> container_v1.Operation:
         name = new_operation_name()
         base = "https://container.googleapis.com/v1"
         operation = container_v1.Operation(
@@ -44,7 +44,7 @@ class Operations:
     def finish(self, name: str, error_code: int = 0, message: str = "") -> None:
         with self._lock:
             operation = self._operations[name]
-            operation.status = container_v1.Operation.Status.DONE
+            operation.status = container_v1.Operation.Status.DONE  # type: ignore[assignment]  # proto-plus enums type as int
             operation.end_time = now_rfc3339()
             if error_code:
                 operation.status_message = message
@@ -86,6 +86,6 @@ class Operations:
         with self._lock:
             for operation in self._operations.values():
                 if operation.status in RUNNING_STATES:
-                    operation.status = container_v1.Operation.Status.DONE
+                    operation.status = container_v1.Operation.Status.DONE  # type: ignore[assignment]  # proto-plus enums type as int
                     operation.error.code, operation.error.message = 1, message
             self._exclusive.clear()

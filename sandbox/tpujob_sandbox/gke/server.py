@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from google.cloud import container_v1
@@ -24,15 +23,9 @@ from tpujob_sandbox.gke.nodepools import NodePools
 from tpujob_sandbox.gke.nodes import NodeRegistry
 from tpujob_sandbox.gke.operations import Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
+from tpujob_sandbox.gke.state import ClusterState
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ClusterState:
-    model: SimCluster
-    operations: Operations
-    pools: NodePools
 
 
 class GkeSimulator:
@@ -136,7 +129,7 @@ class GkeSimulator:
         from google.auth.credentials import AnonymousCredentials
 
         return container_v1.ClusterManagerClient(
-            credentials=AnonymousCredentials(),
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
             transport="rest",
             client_options=ClientOptions(api_endpoint=self.endpoint),
         )
@@ -238,4 +231,4 @@ class GkeSimulator:
         self.pools.recreate_nodes(pool, after_seconds)
 
 
-__all__ = ["CallFault", "GkeSimulator", "PoolFault", "ReleaseChannel", "SimCluster"]
+__all__ = ["CallFault", "ClusterState", "GkeSimulator", "PoolFault", "ReleaseChannel", "SimCluster"]

@@ -133,7 +133,7 @@ def _field_value(pod: dict[str, Any], path: str) -> str:
         return simple[path] or ""
     for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
         if path.startswith(prefix + "['"):
-            return (metadata.get(source) or {}).get(path[len(prefix) + 2 : -2], "")
+            return str((metadata.get(source) or {}).get(path[len(prefix) + 2 : -2], ""))
     raise ValueError(f"unsupported fieldRef {path}")
 
 
