@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from kubernetes import client as k8s
 
 from tests.manifests import base_job
@@ -139,6 +140,7 @@ READ_BOTH = (
 )
 
 
+@pytest.mark.trainer  # a real process reads them back
 def test_a_secret_env_var_and_a_configmap_volume_reach_the_trainer_process(jobs, kubelet, core):
     """The kubelet resolves the Secret's key into the env and mounts the ConfigMap's file: the process (a
     local image's, run by the simulated kubelet) reads both back."""
