@@ -190,21 +190,13 @@ def _env_problems(path: str, env: Sequence[EnvVar], containers: set[str]) -> Ite
             continue
         if var.value is not None:
             yield Problem(here, "set value or valueFrom, not both")
-        given = [
-            ref
-            for ref in (
-                source.secret_key_ref,
-                source.config_map_key_ref,
-                source.field_ref,
-                source.resource_field_ref,
-            )
-            if ref is not None
-        ]
-        if len(given) != 1:
-            yield Problem(
-                f"{here}.valueFrom",
-                "set exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef",
-            )
+        yield from _exactly_one(
+            f"{here}.valueFrom",
+            secretKeyRef=source.secret_key_ref,
+            configMapKeyRef=source.config_map_key_ref,
+            fieldRef=source.field_ref,
+            resourceFieldRef=source.resource_field_ref,
+        )
         resource = source.resource_field_ref
         if resource is not None and resource.container_name and resource.container_name not in containers:
             yield Problem(
@@ -298,6 +290,13 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     yield from _volume_problems(pod)
 
 
+def _exactly_one(path: str, **sources: object) -> Iterator[Problem]:
+    """Kubernetes takes one source where it lists several (an env var's valueFrom, a volume)."""
+    if sum(source is not None for source in sources.values()) != 1:
+        names = list(sources)
+        yield Problem(path, f"set exactly one of {', '.join(names[:-1])} or {names[-1]}")
+
+
 def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     seen: set[str] = set()
     for index, volume in enumerate(pod.volumes):
@@ -305,21 +304,14 @@ def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
         if volume.name in seen:
             yield Problem(f"{here}.name", f"{volume.name} names two volumes; volume names are unique")
         seen.add(volume.name)
-        sources = [
-            s
-            for s in (
-                volume.empty_dir,
-                volume.secret,
-                volume.config_map,
-                volume.persistent_volume_claim,
-                volume.csi,
-            )
-            if s is not None
-        ]
-        if len(sources) != 1:
-            yield Problem(
-                here, "set exactly one of emptyDir, secret, configMap, persistentVolumeClaim or csi"
-            )
+        yield from _exactly_one(
+            here,
+            emptyDir=volume.empty_dir,
+            secret=volume.secret,
+            configMap=volume.config_map,
+            persistentVolumeClaim=volume.persistent_volume_claim,
+            csi=volume.csi,
+        )
         items: list[KeyToPath] = []
         if volume.secret is not None:
             items = volume.secret.items
