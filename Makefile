@@ -51,12 +51,14 @@ test: lint typecheck
 	$(PYTEST) --durations=30 --junitxml=$(REPORT)
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
-# RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift).
+# RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift); the
+# operator image's constraints (tests/unit/test_generated.py checks every dependency is named).
 generate: $(STAMP)
 	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
 	mkdir -p charts/tpujob-operator/crds
 	cp crds/tpujob.dev_tpujobs.yaml charts/tpujob-operator/crds/tpujob.dev_tpujobs.yaml
 	$(BIN)/python scripts/generate_chart.py
+	$(BIN)/python scripts/operator_constraints.py > operator/constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

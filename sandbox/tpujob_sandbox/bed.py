@@ -12,8 +12,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from tpujob_sandbox.binaries import Binaries, Progress, find_binaries, stderr_progress
-from tpujob_sandbox.controlplane import ControlPlane
-from tpujob_sandbox.gke import GkeSimulator, ReleaseChannel, SimCluster
+from tpujob_sandbox.controlplane import ControlPlane, RunningControlPlane
+from tpujob_sandbox.gke import SIMULATED_NODE_LABEL, GkeSimulator, ReleaseChannel, SimCluster
 from tpujob_sandbox.kubelet import (
     DEFAULT_LOCAL_IMAGES,
     ENV_LOCAL_IMAGES,
@@ -21,6 +21,7 @@ from tpujob_sandbox.kubelet import (
     parse_local_images,
 )
 from tpujob_sandbox.layout import INFO_FILE
+from tpujob_sandbox.processes import pid_alive
 
 FLEX_START_LOCATION = "us-east5"
 
@@ -28,7 +29,7 @@ FLEX_START_LOCATION = "us-east5"
 @dataclass
 class Sandbox:
     state_dir: Path
-    control_plane: ControlPlane
+    control_plane: ControlPlane | RunningControlPlane
     api_client: k8s.ApiClient
     gke: GkeSimulator
     kubelet: KubeletSimulator
@@ -76,7 +77,10 @@ class Sandbox:
         return nodes
 
     def stop(self) -> None:
-        """Simulators first (they talk to the API server), then the control plane."""
+        """Simulators first (they talk to the API server), then the control plane. On a running sandbox's
+        control plane, which goes on, the simulated GKE's Nodes go first."""
+        if isinstance(self.control_plane, RunningControlPlane):
+            self.gke.remove_all_pools(drain=False)
         self.kubelet.stop()
         self.gke.stop()
         self.api_client.close()
@@ -91,11 +95,12 @@ def start_sandbox(
     time_scale: float = 1.0,
     release_channel: ReleaseChannel = ReleaseChannel.REGULAR,
     gke_port: int = 0,
-    control_plane: ControlPlane | None = None,
+    control_plane: ControlPlane | RunningControlPlane | None = None,
+    node_owner: str = "true",
 ) -> Sandbox:
     """Start everything (or add the simulators to a started `control_plane`); binaries are found, or built
-    once, if not given. `time_scale` multiplies GKE's durations (1.0: as slow as GKE). Stop with
-    `Sandbox.stop()`."""
+    once, if not given. `time_scale` multiplies GKE's durations (1.0: as slow as GKE). The simulated
+    kubelet serves the Nodes the simulated GKE labels with `node_owner`. Stop with `Sandbox.stop()`."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if control_plane is None:
         control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
@@ -103,13 +108,15 @@ def start_sandbox(
     gke = kubelet = None
     try:
         cluster = SimCluster(release_channel=release_channel)
-        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale)
+        gke = GkeSimulator(api_client, cluster=cluster, time_scale=time_scale, node_owner=node_owner)
         # A second cluster of the project in us-east5, where GKE offers flex-start for v5p and v6e TPUs.
         gke.add_cluster(SimCluster(location=FLEX_START_LOCATION, release_channel=release_channel))
         gke.start(gke_port)
         # The JAX example's image runs locally too, and any image TPUJOB_SANDBOX_LOCAL_IMAGES names.
         local_images = DEFAULT_LOCAL_IMAGES + parse_local_images(os.environ.get(ENV_LOCAL_IMAGES, ""))
-        kubelet = KubeletSimulator(api_client, state_dir, local_images=local_images).start()
+        kubelet = KubeletSimulator(
+            api_client, state_dir, local_images=local_images, node_owner=node_owner
+        ).start()
         gke.autoscaler.shut_down_nodes = gke.maintenance.shut_down_nodes = kubelet.preempt_nodes
     except BaseException:
         for part in (kubelet, gke):
@@ -118,3 +125,44 @@ def start_sandbox(
         control_plane.stop()
         raise
     return Sandbox(state_dir, control_plane, api_client, gke, kubelet)
+
+
+class SandboxNotRunning(RuntimeError):
+    """No `tpujob sandbox up` runs in the folder named."""
+
+
+# A test session on a running sandbox labels its simulated Nodes with this prefix and its process id.
+ATTACHED_OWNER_PREFIX = "session-"
+
+
+def attach_sandbox(running_dir: Path, state_dir: Path, *, time_scale: float = 1.0) -> Sandbox:
+    """A test bed on the control plane of the sandbox `tpujob sandbox up` runs in `running_dir`: no control
+    plane to start, so a test costs seconds. The session brings its own simulated GKE and kubelet (their test
+    controls and call records are in-process objects); the sandbox's own ones leave this session's Nodes
+    alone (their label names another owner), and so do this session's theirs. Stopping it stops only the
+    simulators."""
+    info_path = running_dir / INFO_FILE
+    try:
+        info = json.loads(info_path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        info = None
+    if info is None or not pid_alive(int(info["pid"])):
+        raise SandboxNotRunning(
+            f"no sandbox runs in {running_dir}: start one with `tpujob sandbox up --dir {running_dir}`"
+        )
+    control_plane = RunningControlPlane(Path(info["kubeconfig"]), Path(info["logs"]))
+    owner = f"{ATTACHED_OWNER_PREFIX}{os.getpid()}"
+    bed = start_sandbox(state_dir, control_plane=control_plane, time_scale=time_scale, node_owner=owner)
+    _remove_nodes_of_dead_sessions(bed)
+    return bed
+
+
+def _remove_nodes_of_dead_sessions(bed: Sandbox) -> None:
+    """Nodes an earlier session left (it was killed before its pools were removed): nobody serves them, and
+    the scheduler would bind this session's pods to them."""
+    core = k8s.CoreV1Api(bed.api_client)
+    for node in core.list_node(label_selector=SIMULATED_NODE_LABEL).items:
+        owner: str = node.metadata.labels[SIMULATED_NODE_LABEL]
+        session = owner.removeprefix(ATTACHED_OWNER_PREFIX)
+        if session != owner and not pid_alive(int(session)):
+            core.delete_node(node.metadata.name)

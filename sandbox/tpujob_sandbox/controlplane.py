@@ -314,3 +314,15 @@ class ControlPlane:
         """Stop in reverse start order, so nothing logs errors about a dependency that vanished first."""
         for name in reversed(list(self.processes)):
             stop_process(self.processes[name])
+
+
+@dataclass(frozen=True)
+class RunningControlPlane:
+    """The control plane of a sandbox another process runs (`tpujob sandbox up`): used, never stopped."""
+
+    kubeconfig: Path
+    logs: Path
+    pids: dict[str, int] = field(default_factory=dict)  # none of its processes are this one's to stop
+
+    def stop(self) -> None:
+        """Nothing to stop: `tpujob sandbox down` does."""

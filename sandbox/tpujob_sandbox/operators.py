@@ -69,6 +69,24 @@ def _create_or_keep(create: Callable[[dict[str, Any]], object], body: dict[str, 
             raise
 
 
+def _create_or_replace(
+    create: Callable[[dict[str, Any]], object],
+    read: Callable[[str], Any],
+    replace: Callable[[str, dict[str, Any]], object],
+    body: dict[str, Any],
+) -> None:
+    """Create `body`, or replace what has its name: a running sandbox's control plane (attach_sandbox) may
+    hold an older CRD or ClusterRole from the code a test ran before."""
+    try:
+        create(body)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+        name = body["metadata"]["name"]
+        version = read(name).metadata.resource_version
+        replace(name, {**body, "metadata": {**body["metadata"], "resourceVersion": version}})
+
+
 def _wait_established(api: k8s.ApiextensionsV1Api, name: str) -> None:
     wait_for(
         lambda: any(
@@ -83,7 +101,12 @@ def _wait_established(api: k8s.ApiextensionsV1Api, name: str) -> None:
 def install_crd(sandbox: Sandbox) -> None:
     """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
     api = k8s.ApiextensionsV1Api(sandbox.api_client)
-    _create_or_keep(api.create_custom_resource_definition, crd(cel=False))
+    _create_or_replace(
+        api.create_custom_resource_definition,
+        api.read_custom_resource_definition,
+        api.replace_custom_resource_definition,
+        crd(cel=False),
+    )
     _wait_established(api, c.CRD_NAME)
 
 
@@ -97,7 +120,6 @@ def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
             core.create_namespaced_service_account,
             (OPERATOR_NAMESPACE, {"metadata": {"name": OPERATOR_ACCOUNT}}),
         ),
-        (rbac.create_cluster_role, (cluster_role(OPERATOR_ACCOUNT),)),
         (
             rbac.create_cluster_role_binding,
             (
@@ -120,7 +142,12 @@ def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
         except k8s.ApiException as error:
             if error.status != 409:
                 raise
-
+    _create_or_replace(
+        rbac.create_cluster_role,
+        rbac.read_cluster_role,
+        rbac.replace_cluster_role,
+        cluster_role(OPERATOR_ACCOUNT),
+    )
     return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 
 

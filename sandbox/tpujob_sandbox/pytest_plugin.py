@@ -20,19 +20,23 @@ process: `trainer_image`). E2e jobs run a plain image the kubelet runs no proces
 real trainer (TensorFlow or a local image such as JAX) without the `trainer` marker fails, naming the fix.
 
 The first session on a fresh machine builds the control plane (about 5 minutes, progress on the terminal).
+With TPUJOB_TEST_SANDBOX naming the folder of a running `tpujob sandbox up`, the session uses that control
+plane instead of starting one (bed.attach_sandbox): a single test costs seconds.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 
 from tpujob.api import constants as c
-from tpujob_sandbox.bed import Sandbox, start_sandbox
+from tpujob_sandbox.bed import Sandbox, SandboxNotRunning, attach_sandbox, start_sandbox
 from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
 from tpujob_sandbox.gke import GkeSimulator
 from tpujob_sandbox.jobs import Jobs
@@ -51,6 +55,8 @@ from tpujob_sandbox.waiting import wait_for
 TIME_SCALE = 0.002
 SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core"}
 TRAINER_FIXTURES = {"trainer_image"}
+# The folder of a running `tpujob sandbox up` whose control plane the session uses.
+ENV_TEST_SANDBOX = "TPUJOB_TEST_SANDBOX"
 # The trainer image as the simulated kubelet knows it: a pod of it runs `python -m tpujob_trainer`.
 TRAINER_IMAGE = f"{DEFAULT_TRAINER_IMAGES[0]}:test"
 
@@ -118,7 +124,18 @@ def _trainers_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None
 
 @pytest.fixture(scope="session")
 def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated GKE and kubelet."""
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated GKE and kubelet; or, with
+    TPUJOB_TEST_SANDBOX, the control plane of that running sandbox and a simulated GKE and kubelet of the
+    session's own."""
+    running = os.environ.get(ENV_TEST_SANDBOX)
+    if running:
+        try:
+            bed = attach_sandbox(Path(running), tmp_path_factory.mktemp("sandbox"), time_scale=TIME_SCALE)
+        except SandboxNotRunning as error:
+            pytest.fail(str(error), pytrace=False)
+        yield bed
+        bed.stop()
+        return
     capture = request.config.pluginmanager.getplugin("capturemanager")
 
     def progress(message: str) -> None:

@@ -11,9 +11,9 @@ import pytest
 from tests.chart.conftest import REPO
 from tests.trainer import podman_image
 
-DOCKERFILE = REPO / "operator" / "Dockerfile"
-IGNOREFILE = REPO / "operator" / "Dockerfile.dockerignore"
-TAG = "localhost/tpujob-operator:test"
+DOCKERFILE = podman_image.OPERATOR.dockerfile
+IGNOREFILE = podman_image.OPERATOR.ignorefile
+assert IGNOREFILE is not None
 
 
 def test_dockerfile_is_clean_under_hadolint() -> None:
@@ -39,24 +39,18 @@ def test_the_build_context_is_only_what_the_image_installs() -> None:
 @pytest.mark.timeout(900)
 def test_image_builds_and_runs_the_operator_as_a_non_root_user() -> None:
     try:
-        podman_image.ensure_tools()
+        tag = podman_image.ensure_image(podman_image.OPERATOR)
     except podman_image.ImageToolsMissing as missing:
         pytest.fail(str(missing))
-    podman_image.ensure_base_image()
-    seconds = podman_image.build_image(REPO, TAG, dockerfile=DOCKERFILE, ignorefile=IGNOREFILE)
-    print(f"built {TAG} in {seconds:.0f}s")
-    try:
-        assert podman_image.image_config(TAG, ".Config.User") == "10001:10001"
-        assert podman_image.image_config(TAG, ".Config.Entrypoint") == "[tpujob]"
-        assert podman_image.image_config(TAG, ".Config.Cmd") == "[operator]"
-        # Every module the operator imports at start is in the image: the handlers register with kopf.
-        check = (
-            "id -u && tpujob --version && tpujob operator --help >/dev/null && "
-            "python -c 'import tpujob.handlers, tpujob.gke; print(\"handlers ok\")'"
-        )
-        result = podman_image.run_in_image(TAG, ["sh", "-c", check], {})
-        assert result.returncode == 0, result.stderr[-3000:]
-        uid, version, handlers = result.stdout.strip().splitlines()
-        assert (uid, version, handlers) == ("10001", "tpujob 0.1.0", "handlers ok")
-    finally:
-        subprocess.run(["podman", "rmi", TAG], check=False, capture_output=True)
+    assert podman_image.image_config(tag, ".Config.User") == "10001:10001"
+    assert podman_image.image_config(tag, ".Config.Entrypoint") == "[tpujob]"
+    assert podman_image.image_config(tag, ".Config.Cmd") == "[operator]"
+    # Every module the operator imports at start is in the image: the handlers register with kopf.
+    check = (
+        "id -u && tpujob --version && tpujob operator --help >/dev/null && "
+        "python -c 'import tpujob.handlers, tpujob.gke; print(\"handlers ok\")'"
+    )
+    result = podman_image.run_in_image(tag, ["sh", "-c", check], {})
+    assert result.returncode == 0, result.stderr[-3000:]
+    uid, version, handlers = result.stdout.strip().splitlines()
+    assert (uid, version, handlers) == ("10001", "tpujob 0.1.0", "handlers ok")

@@ -173,13 +173,13 @@ def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_
     manifest = plain_job(
         "maint",
         tpu={"type": "v5p", "topology": "2x2x2"},
-        runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 20},  # a counted restart would fail the job
+        runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 12},  # a counted restart would fail the job
     )
     jobs.create(manifest)
     first = jobs.wait_pods_running("maint", 2, attempt=0, timeout=60)
     jobs.wait_phase("maint", "Running", timeout=30)
     pool = jobs.status("maint")["nodePools"][0]["name"]
-    at = time.time() + 30
+    at = time.time() + 18
     gke.announce_maintenance(
         pool, at
     )  # GKE labels the slice's nodes cloud.google.com/scheduled-maintenance-time

@@ -14,7 +14,7 @@ from tpujob_sandbox import wait_for
 
 MISSING_IMAGE = "registry.example/team/trainer:v2"
 PLAIN_IMAGE = "registry.example/sleeper:1"  # pulls, and the kubelet simulation runs nothing for it
-STARTUP_TIMEOUT = 20
+STARTUP_TIMEOUT = 10
 
 
 def parse(stamp: str) -> dt.datetime:

@@ -1,18 +1,27 @@
-"""Build and run the trainer image with podman/buildah on a machine without a registry or Docker.
+"""Build and run the images (operator, CPU and TPU trainer) with podman/buildah on a machine without a
+registry or Docker.
 
 The base is Debian bookworm made by debootstrap and imported once per machine (podman's image
 store keeps it); builds use chroot isolation, which needs no container runtime privileges.
+
+An image is built once per content: its tag is a digest of what goes into it (the Dockerfile, the build
+arguments, the base image and every file its COPY lines take), and a build whose tag exists is skipped.
+Nothing is removed after a test. Builds keep their layers, so the CPU and TPU trainer images share the ones
+before their TensorFlow, and a code change rebuilds only the last layer.
 Run as a script to build by hand: `python tests/trainer/podman_image.py [cpu|tpu]`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,9 +81,108 @@ def ensure_base_image() -> None:
         tar.wait()
 
 
-def build_trainer_image(variant: str, tag: str) -> float:
-    """Build trainer-image/Dockerfile; returns the seconds it took."""
-    return build_image(REPO / "trainer-image", tag, {"VARIANT": variant})
+@dataclass(frozen=True)
+class Image:
+    """A Dockerfile to build, and how."""
+
+    repository: str  # e.g. localhost/tpujob-trainer
+    context: Path
+    dockerfile: Path
+    build_args: tuple[tuple[str, str], ...] = ()
+    ignorefile: Path | None = None
+    tag_prefix: str = ""  # e.g. "cpu-": the variants of one repository side by side
+
+
+OPERATOR = Image(
+    "localhost/tpujob-operator",
+    REPO,
+    REPO / "operator" / "Dockerfile",
+    ignorefile=REPO / "operator" / "Dockerfile.dockerignore",
+)
+
+
+def trainer(variant: str) -> Image:
+    return Image(
+        "localhost/tpujob-trainer",
+        REPO / "trainer-image",
+        REPO / "trainer-image" / "Dockerfile",
+        (("VARIANT", variant),),
+        tag_prefix=f"{variant}-",
+    )
+
+
+def copied_files(image: Image) -> list[Path]:
+    """Every file the Dockerfile's COPY lines take from the context (build arguments expanded; caches
+    such as __pycache__ left out, as the ignore files do)."""
+    args = {"BASE_IMAGE": BASE_IMAGE, **dict(image.build_args)}
+    text = image.dockerfile.read_text().replace("\\\n", " ")
+    found: list[Path] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].upper() != "COPY":
+            continue
+        sources = [w for w in words[1:-1] if not w.startswith("--")]
+        for source in sources:
+            expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m[1], ""), source)
+            path = image.context / expanded
+            if path.is_dir():
+                found.extend(
+                    p
+                    for p in path.rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".pyc")
+                )
+            else:
+                found.append(path)
+    return sorted(set(found))
+
+
+def content_tag(image: Image) -> str:
+    """repository:[prefix]<digest> of what goes into the image: the Dockerfile, its ignore file, the build
+    arguments, the base image's ID and the copied files (by path and content)."""
+    digest = hashlib.sha256()
+    digest.update(image.dockerfile.read_bytes())
+    if image.ignorefile is not None:
+        digest.update(image.ignorefile.read_bytes())
+    digest.update(repr(sorted(image.build_args)).encode())
+    digest.update(image_config(BASE_IMAGE, ".Id").encode())
+    for path in copied_files(image):
+        digest.update(str(path.relative_to(image.context)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{image.repository}:{image.tag_prefix}{digest.hexdigest()[:16]}"
+
+
+def ensure_image(image: Image) -> str:
+    """The image's content tag, built first unless an earlier run built the same content."""
+    ensure_tools()
+    ensure_base_image()
+    tag = content_tag(image)
+    if image_exists(tag):
+        print(f"{tag}: built before, same content")
+        return tag
+    seconds = build_image(
+        image.context,
+        tag,
+        dict(image.build_args),
+        dockerfile=image.dockerfile,
+        ignorefile=image.ignorefile,
+    )
+    print(f"built {tag} in {seconds:.0f}s")
+    remove_older_builds(image, keep=tag)
+    return tag
+
+
+def remove_older_builds(image: Image, keep: str) -> None:
+    """The image's tags from earlier content: one build per variant stays, so the store does not grow with
+    every change (their layers shared with `keep` stay too)."""
+    listed = subprocess.run(
+        ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", image.repository],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    prefix = f"{image.repository}:{image.tag_prefix}"
+    older = [name for name in listed if name.startswith(prefix) and name != keep]
+    if older:
+        subprocess.run(["podman", "rmi", *older], check=False, capture_output=True)
 
 
 def build_image(
@@ -85,8 +193,9 @@ def build_image(
     dockerfile: Path | None = None,
     ignorefile: Path | None = None,
 ) -> float:
-    """Build a Dockerfile FROM the debootstrapped base (chroot isolation); returns the seconds it took."""
-    command = ["podman", "build", "--isolation=chroot", "--layers=false"]
+    """Build a Dockerfile FROM the debootstrapped base (chroot isolation, layers kept for the next build);
+    returns the seconds it took."""
+    command = ["podman", "build", "--isolation=chroot", "--layers"]
     for name, value in {"BASE_IMAGE": BASE_IMAGE, **(build_args or {})}.items():
         command += ["--build-arg", f"{name}={value}"]
     if Path(HOST_CA_BUNDLE).exists():
@@ -127,10 +236,6 @@ def image_size(tag: str) -> int:
     return int(image_config(tag, ".Size"))
 
 
-def remove_image(tag: str) -> None:
-    subprocess.run(["podman", "rmi", tag], check=False, capture_output=True)
-
-
 def image_config(tag: str, field: str) -> str:
     return subprocess.run(
         ["podman", "image", "inspect", "--format", f"{{{{{field}}}}}", tag],
@@ -142,8 +247,5 @@ def image_config(tag: str, field: str) -> str:
 
 if __name__ == "__main__":
     chosen = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    ensure_tools()
-    ensure_base_image()
-    seconds = build_trainer_image(chosen, f"localhost/tpujob-trainer:0.1.0-{chosen}")
-    size = image_size(f"localhost/tpujob-trainer:0.1.0-{chosen}")
-    print(f"built localhost/tpujob-trainer:0.1.0-{chosen} in {seconds:.0f}s, {size / 1e6:.0f} MB")
+    built = ensure_image(OPERATOR if chosen == "operator" else trainer(chosen))
+    print(f"{built}: {image_size(built) / 1e6:.0f} MB")

@@ -1,7 +1,8 @@
 """The trainer image: lint the Dockerfile; build the CPU variant with podman and train inside it.
 
 The build takes about 2 minutes here (plus about 1 minute, once per machine, to debootstrap the
-base image), so it is marked `image`; CI runs it too (`make test` selects every marker).
+base image), and only when what goes into the image changed (podman_image.ensure_image); marked `image`,
+CI runs it too (`make test` selects every marker).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from tests.trainer import podman_image
 from tests.trainer.conftest import REPO
 
 DOCKERFILE = REPO / "trainer-image" / "Dockerfile"
-TAG = "localhost/tpujob-trainer:test-cpu"
 
 
 def test_dockerfile_is_clean_under_hadolint() -> None:
@@ -29,18 +29,15 @@ def test_dockerfile_is_clean_under_hadolint() -> None:
 @pytest.mark.timeout(1500)
 def test_cpu_image_builds_and_trains_as_a_non_root_user() -> None:
     try:
-        podman_image.ensure_tools()
+        tag = podman_image.ensure_image(podman_image.trainer("cpu"))
     except podman_image.ImageToolsMissing as missing:
         pytest.fail(str(missing))
-    podman_image.ensure_base_image()
-    seconds = podman_image.build_trainer_image("cpu", TAG)
-    print(f"built {TAG} in {seconds:.0f}s")
 
-    assert podman_image.image_config(TAG, ".Config.User") == "1000:1000"
-    assert podman_image.image_config(TAG, ".Config.Entrypoint") == "[python -m tpujob_trainer]"
+    assert podman_image.image_config(tag, ".Config.User") == "1000:1000"
+    assert podman_image.image_config(tag, ".Config.Entrypoint") == "[python -m tpujob_trainer]"
     # The entrypoint with the env the operator sets; data baked into the image at build time.
     result = podman_image.run_in_image(
-        TAG,
+        tag,
         ["sh", "-c", "id -u && exec python -m tpujob_trainer --steps 60"],
         {"TPUJOB_CHECKPOINT_DIR": "/tmp/checkpoints", "TPUJOB_METRICS_PORT": "0", "TPU_WORKER_ID": "0"},
     )
@@ -51,4 +48,3 @@ def test_cpu_image_builds_and_trains_as_a_non_root_user() -> None:
     assert (summary["status"], summary["final_step"], summary["strategy"]) == ("succeeded", 60, "default")
     assert summary["checkpoint"] == "/tmp/checkpoints/ckpt-60"
     assert "/opt/tpujob/data/digits" in result.stderr  # no download, no data written at run time
-    subprocess.run(["podman", "rmi", TAG], check=False, capture_output=True)

@@ -9,29 +9,24 @@ check refuses at once (exit 2) instead of hanging. Marked `image` like the CPU i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from tests.trainer import podman_image
 
-TAG = "localhost/tpujob-trainer:test-tpu"
 NO_TPU = {"TPU_LOAD_LIBRARY": "0", "TPU_SKIP_MDS_QUERY": "1"}
 WORKER = {"TPUJOB_CHECKPOINT_DIR": "/tmp/checkpoints", "TPUJOB_METRICS_PORT": "0", "TPU_WORKER_ID": "0"}
 
 
 @pytest.fixture(scope="module")
-def tpu_image() -> Iterator[str]:
+def tpu_image() -> str:
     try:
-        podman_image.ensure_tools()
+        tag = podman_image.ensure_image(podman_image.trainer("tpu"))
     except podman_image.ImageToolsMissing as missing:
         pytest.fail(str(missing))
-    podman_image.ensure_base_image()
-    seconds = podman_image.build_trainer_image("tpu", TAG)
-    size = podman_image.image_size(TAG)
-    print(f"built {TAG} in {seconds:.0f}s, {size / 1e6:.0f} MB ({size} bytes)")
-    yield TAG
-    podman_image.remove_image(TAG)
+    size = podman_image.image_size(tag)
+    print(f"{tag}: {size / 1e6:.0f} MB ({size} bytes)")
+    return tag
 
 
 @pytest.mark.image

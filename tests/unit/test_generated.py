@@ -1,5 +1,6 @@
 """Generated files match their source: `make generate` rewrites them."""
 
+import importlib.util
 from pathlib import Path
 
 import yaml
@@ -99,3 +100,17 @@ def test_keyed_lists_are_keyed_by_a_required_field():
     } <= (keyed.keys())
     for path, node in keyed.items():
         assert set(node["x-kubernetes-list-map-keys"]) <= set(node["items"]["required"]), path
+
+
+def test_the_operator_image_constraints_name_every_runtime_dependency():
+    """operator/Dockerfile installs exactly operator/constraints.txt: a dependency missing there is missing in
+    the image (pyrate-limiter was). Names only: the versions are the ones the tests last ran with."""
+    path = ROOT / "scripts/operator_constraints.py"
+    spec = importlib.util.spec_from_file_location("operator_constraints", path)
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    lines = (ROOT / "operator/constraints.txt").read_text().splitlines()
+    pinned = {line.partition("==")[0] for line in lines if line and not line.startswith("#")}
+    missing = sorted(set(script.closure("tpujob")) - pinned)
+    assert not missing, f"operator/constraints.txt lacks {missing}: run `make generate`"

@@ -31,5 +31,8 @@ async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> Non
     async with runtime.locks.setdefault(uid, asyncio.Lock()):
         remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
     if remaining:
-        raise kopf.TemporaryError(f"waiting for node pools to be deleted: {', '.join(remaining)}", delay=5)
+        raise kopf.TemporaryError(
+            f"waiting for node pools to be deleted: {', '.join(remaining)}",
+            delay=runtime.config.poll_provisioning_seconds,  # GKE deletes as slowly as it creates
+        )
     forget(runtime, uid)

@@ -19,7 +19,10 @@ from tpujob.api import constants
 from tpujob_sandbox import gke_facts
 from tpujob_sandbox.gke import zones
 
+# Its value names the test bed whose simulated kubelet serves the node: "true" for the one of a control plane
+# of its own, another for a test session on the control plane of a running `tpujob sandbox up`.
 SIMULATED_NODE_LABEL = "sandbox.tpujob.dev/simulated"
+STANDALONE_NODE_OWNER = "true"
 # Nodes of flex-start pools carry it, and their pods select it (GKE "About flex-start provisioning mode").
 FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 TPU_TAINT_VALUE = "present"
@@ -46,7 +49,12 @@ def _taint_effect(effect: container_v1.NodeTaint.Effect) -> str:
 
 
 def node_manifest(
-    name: str, pool: container_v1.NodePool, shape: gke_facts.PoolShape, zone: str, project: str
+    name: str,
+    pool: container_v1.NodePool,
+    shape: gke_facts.PoolShape,
+    zone: str,
+    project: str,
+    owner: str = STANDALONE_NODE_OWNER,
 ) -> dict[str, Any]:
     """The Node object GKE's kubelet registers for one VM of `pool` (spec only; status is set after)."""
     machine = shape.machine
@@ -60,7 +68,7 @@ def node_manifest(
         "topology.kubernetes.io/region": zones.region_of(zone),
         "cloud.google.com/machine-family": machine.name.split("-")[0],
         constants.NODE_LABEL_NODEPOOL: pool.name,
-        SIMULATED_NODE_LABEL: "true",
+        SIMULATED_NODE_LABEL: owner,
         **dict(config.labels),
     }
     taints = [{"key": t.key, "value": t.value, "effect": _taint_effect(t.effect)} for t in config.taints]
@@ -146,10 +154,13 @@ def node_status(
 class NodeRegistry:
     """Registers and removes the Node objects of simulated VMs in the real API server."""
 
-    def __init__(self, core: k8s.CoreV1Api, project: str, version: str) -> None:
+    def __init__(
+        self, core: k8s.CoreV1Api, project: str, version: str, owner: str = STANDALONE_NODE_OWNER
+    ) -> None:
         self.core = core
         self.project = project
         self.version = version
+        self.owner = owner
         self._next_ip = 2
 
     def _new_ip(self) -> str:
@@ -160,7 +171,7 @@ class NodeRegistry:
     def register(self, name: str, pool: container_v1.NodePool, shape: gke_facts.PoolShape, zone: str) -> None:
         """Create the Node, post a Ready status, then lift the not-ready taint (as the kubelet and the
         node lifecycle controller would)."""
-        manifest = node_manifest(name, pool, shape, zone, self.project)
+        manifest = node_manifest(name, pool, shape, zone, self.project, self.owner)
         max_pods = int(pool.max_pods_constraint.max_pods_per_node or MAX_PODS_PER_NODE)
         self.core.create_node(manifest)
         self.core.patch_node_status(

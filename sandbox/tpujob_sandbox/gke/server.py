@@ -20,7 +20,7 @@ from tpujob_sandbox.gke.faults import CallFault, Faults, PoolFault
 from tpujob_sandbox.gke.http import GkeHttpApi, RecordedCall
 from tpujob_sandbox.gke.maintenance import HostMaintenance
 from tpujob_sandbox.gke.nodepools import NodePools
-from tpujob_sandbox.gke.nodes import NodeRegistry
+from tpujob_sandbox.gke.nodes import STANDALONE_NODE_OWNER, NodeRegistry
 from tpujob_sandbox.gke.operations import Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
 from tpujob_sandbox.gke.state import ClusterState
@@ -37,8 +37,10 @@ class GkeSimulator:
         *,
         cluster: SimCluster | None = None,
         time_scale: float = 1.0,
+        node_owner: str = STANDALONE_NODE_OWNER,
     ) -> None:
         self.time_scale = time_scale
+        self.node_owner = node_owner  # the SIMULATED_NODE_LABEL value of its Nodes
         self.calls: Counter[str] = Counter()
         self.recorded: list[RecordedCall] = []
         self.faults = Faults()
@@ -65,7 +67,7 @@ class GkeSimulator:
     def add_cluster(self, model: SimCluster) -> ClusterState:
         """Another cluster in the same project (for example in a region that offers flex-start)."""
         operations = Operations(model.project, model.location, model.parent)
-        nodes = NodeRegistry(self._core, model.project, model.version)
+        nodes = NodeRegistry(self._core, model.project, model.version, self.node_owner)
         pools = NodePools(
             model,
             operations,

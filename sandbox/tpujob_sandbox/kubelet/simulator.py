@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
+from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL, STANDALONE_NODE_OWNER
 from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, kill_group, terminate
 from tpujob_sandbox.kubelet.images import PullBackOff, Registry
 from tpujob_sandbox.kubelet.podstatus import (
@@ -56,8 +56,10 @@ class KubeletSimulator:
         shutdown_grace_seconds: float = 30.0,
         critical_pods_grace_seconds: float = 15.0,
         retry_scale: float = 1.0,
+        node_owner: str = STANDALONE_NODE_OWNER,
     ) -> None:
         self.api_client = api_client
+        self.node_owner = node_owner  # it serves the nodes whose SIMULATED_NODE_LABEL says this
         self.core = k8s.CoreV1Api(api_client)
         self.containers = LocalContainers(
             state_dir,
@@ -196,7 +198,7 @@ class KubeletSimulator:
             if error.status == 404:
                 return False
             raise
-        if labels.get(SIMULATED_NODE_LABEL) == "true":
+        if labels.get(SIMULATED_NODE_LABEL) == self.node_owner:
             self._simulated_nodes.add(node)
             return True
         return False
