@@ -111,6 +111,13 @@ class Operator(Section):
     poll_provisioning_seconds: Seconds = Field(
         5, description=f"TPUJOB_POLL_PROVISIONING_SECONDS. {SECONDS_NOTE}"
     )
+    api_connect_timeout_seconds: Seconds = Field(
+        10, description=f"TPUJOB_API_CONNECT_TIMEOUT_SECONDS. {SECONDS_NOTE}"
+    )
+    api_read_timeout_seconds: Seconds = Field(
+        60, description=f"TPUJOB_API_READ_TIMEOUT_SECONDS. {SECONDS_NOTE}"
+    )
+    gke_timeout_seconds: Seconds = Field(30, description=f"TPUJOB_GKE_TIMEOUT_SECONDS. {SECONDS_NOTE}")
     verbose: bool = Field(False, description="Log every kopf step.")
     extra_env: list[EnvVar] = Field([], description="More environment variables.")
 

@@ -62,6 +62,16 @@ class OperatorConfig(BaseSettings):
         50, ge=0, description="Kubernetes API requests per second, sustained (client-side limit); 0: no limit"
     )
     api_burst: int = Field(100, ge=1, description="Kubernetes API requests let through at once")
+    # A dead connection (a node gone, a proxy black-holing) must not hang a pass thread for good: every
+    # Kubernetes request of the operator and of kopf (watch streams have their own, longer, timeouts), and
+    # every GKE call, gives up after these.
+    api_connect_timeout_seconds: float = Field(
+        10, gt=0, description="give up connecting to the Kubernetes API server after this long"
+    )
+    api_read_timeout_seconds: float = Field(
+        60, gt=0, description="give up on a Kubernetes API answer after this long (not the watch streams)"
+    )
+    gke_timeout_seconds: float = Field(30, gt=0, description="give up on a GKE API call after this long")
 
     peering: str | None = Field(
         None,
@@ -70,6 +80,13 @@ class OperatorConfig(BaseSettings):
     )
     peering_lifetime_seconds: int = Field(
         15, ge=5, le=600, description="a replica silent this long is dead: a standby takes over after it"
+    )
+    peering_priority: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="this replica's priority in the peering (kopf's --priority: the highest live one works); "
+        "empty: a random one, so no two replicas share it",
     )
 
     @property

@@ -174,9 +174,11 @@ def flex_start_problem(check: ClusterCheck | None) -> s.GKEError | None:
     )
 
 
-def check_cluster(cluster: Cluster, client: container_v1.ClusterManagerClient) -> ClusterCheck:
+def check_cluster(
+    cluster: Cluster, client: container_v1.ClusterManagerClient, timeout: float = CALL_TIMEOUT
+) -> ClusterCheck:
     try:
-        found = client.get_cluster(name=cluster.parent, timeout=CALL_TIMEOUT)
+        found = client.get_cluster(name=cluster.parent, timeout=timeout)
     except gexc.NotFound as error:
         return ClusterCheck(
             f"GKE cluster {cluster.parent} not found ({error.message}); check {SETTING_CLUSTER}"
@@ -200,9 +202,12 @@ def check_cluster(cluster: Cluster, client: container_v1.ClusterManagerClient) -
 class NodePools:
     """Create, inspect and delete one cluster's node pools."""
 
-    def __init__(self, cluster: Cluster, client: container_v1.ClusterManagerClient) -> None:
+    def __init__(
+        self, cluster: Cluster, client: container_v1.ClusterManagerClient, timeout: float = CALL_TIMEOUT
+    ) -> None:
         self.cluster = cluster
         self.client = client
+        self.timeout = timeout  # seconds, per call (TPUJOB_GKE_TIMEOUT_SECONDS)
 
     def _path(self, name: str) -> str:
         return f"{self.cluster.parent}/nodePools/{name}"
@@ -213,7 +218,7 @@ class NodePools:
 
     def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
         try:
-            pool = self.client.get_node_pool(name=self._path(name), timeout=CALL_TIMEOUT)
+            pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:
             return s.PoolView(slice_index, name, s.POOL_MISSING)
         condition = pool.conditions[0] if pool.conditions else None
@@ -222,14 +227,21 @@ class NodePools:
         zone = pool.locations[0] if pool.locations else ""
         view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
         if code in s.CAPACITY_CONDITIONS:
-            # GKE retries a stockout while the create operation runs; once it ends, GKE has given up.
-            found = operation or self._create_operation(name)
-            return dataclasses.replace(view, retrying=self._running(found), operation=found)
+            # GKE retries a stockout while the create operation runs; once it ends, GKE has given up. A
+            # recorded operation that ended may belong to an earlier create of a pool by this name (the
+            # operator re-requested it after GKE gave up, and died before recording the new one): the
+            # pool's newest create operation decides.
+            retrying = self._running(operation)
+            if not retrying:
+                newest = self._create_operation(name)
+                if newest and newest != operation:
+                    operation, retrying = newest, self._running(newest)
+            return dataclasses.replace(view, retrying=retrying, operation=operation)
         return view
 
     def _create_operation(self, pool: str) -> str:
         """The newest create operation of `pool` (after a restart the operator may not have recorded it)."""
-        response = self.client.list_operations(parent=self._operations_parent, timeout=CALL_TIMEOUT)
+        response = self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
         creates = [
             op
             for op in response.operations
@@ -243,7 +255,7 @@ class NodePools:
             return None
         try:
             found = self.client.get_operation(
-                name=f"{self._operations_parent}/operations/{operation}", timeout=CALL_TIMEOUT
+                name=f"{self._operations_parent}/operations/{operation}", timeout=self.timeout
             )
         except gexc.NotFound:
             return False
@@ -255,7 +267,7 @@ class NodePools:
         request = container_v1.NodePool.from_json(json.dumps(pool))
         try:
             operation = self.client.create_node_pool(
-                parent=self.cluster.parent, node_pool=request, timeout=CALL_TIMEOUT
+                parent=self.cluster.parent, node_pool=request, timeout=self.timeout
             )
         except gexc.AlreadyExists:
             return "", None
@@ -268,7 +280,7 @@ class NodePools:
     def delete(self, name: str) -> s.GKEError | None:
         """Start deleting a pool. None when accepted or already gone."""
         try:
-            self.client.delete_node_pool(name=self._path(name), timeout=CALL_TIMEOUT)
+            self.client.delete_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:
             return None
         except gexc.GoogleAPICallError as error:
@@ -279,7 +291,7 @@ class NodePools:
 
     def owned(self) -> list[OwnedPool]:
         """Pools labelled as made by this operator, to find the ones whose TPUJob is gone."""
-        response = self.client.list_node_pools(parent=self.cluster.parent, timeout=CALL_TIMEOUT)
+        response = self.client.list_node_pools(parent=self.cluster.parent, timeout=self.timeout)
         found = []
         for pool in response.node_pools:
             labels = dict(pool.config.labels)
@@ -306,8 +318,11 @@ class WorkloadPolicies:
     Imported on first use: its generated types cost about 130 MiB of memory and 2 s when loaded, which only
     operators running tpu7x jobs should pay. Answers are cached: a policy cannot be edited in place."""
 
-    def __init__(self, project: str, region: str, endpoint: str | None) -> None:
+    def __init__(
+        self, project: str, region: str, endpoint: str | None, timeout: float = CALL_TIMEOUT
+    ) -> None:
         self.project, self.region, self.endpoint = project, region, endpoint
+        self.timeout = timeout
         self._client: Any = None
         self._topologies: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -335,7 +350,7 @@ class WorkloadPolicies:
                 with self._lock:
                     compute = self._compute()
                 policy = compute.get(
-                    project=self.project, region=self.region, resource_policy=name, timeout=CALL_TIMEOUT
+                    project=self.project, region=self.region, resource_policy=name, timeout=self.timeout
                 )
             except gexc.NotFound:
                 return s.GKEError(

@@ -23,24 +23,36 @@ from tpujob.api import constants as c
 from tpujob.ratelimit import RequestLimiter
 
 ApiError = client.ApiException
-REQUEST_TIMEOUT_SECONDS = 60.0
+# (connect, read) seconds: the client sets a timeout only for an int or such a pair (a float is ignored,
+# kubernetes/client/rest.py), so a dead connection would hang a pass thread for good.
+Timeout = tuple[float, float]
+DEFAULT_TIMEOUT: Timeout = (10.0, 60.0)
 
 
 class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
     """The client's one door to the API server (every call of every API class goes through `request`),
-    behind the limiter."""
+    behind the limiter, with the connect and read timeouts."""
 
-    def __init__(self, configuration: client.Configuration, limiter: RequestLimiter | None) -> None:
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        limiter: RequestLimiter | None,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+    ) -> None:
         super().__init__(configuration)
         self.limiter = limiter
+        self.timeout = timeout
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
         if self.limiter is not None:
             self.limiter.acquire()
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or self.timeout
         return super().request(*args, **kwargs)
 
 
-def login(max_connections: int = 16, limiter: RequestLimiter | None = None) -> client.ApiClient:
+def login(
+    max_connections: int = 16, limiter: RequestLimiter | None = None, timeout: Timeout = DEFAULT_TIMEOUT
+) -> client.ApiClient:
     """As kopf.login_via_client logs in: the service account in a pod, else the kubeconfig."""
     try:
         config.load_incluster_config()
@@ -49,7 +61,7 @@ def login(max_connections: int = 16, limiter: RequestLimiter | None = None) -> c
         config.load_kube_config(os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION)
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = max_connections
-    return LimitedApiClient(configuration, limiter)
+    return LimitedApiClient(configuration, limiter, timeout)
 
 
 def _read(response: Any) -> bytes:
@@ -72,8 +84,13 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
-    def login(cls, max_connections: int = 16, limiter: RequestLimiter | None = None) -> Kube:
-        return cls(login(max_connections, limiter))
+    def login(
+        cls,
+        max_connections: int = 16,
+        limiter: RequestLimiter | None = None,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+    ) -> Kube:
+        return cls(login(max_connections, limiter, timeout))
 
     # --- pods, Services, Events ------------------------------------------------------------------
 
@@ -143,6 +160,29 @@ class Kube:
                 return None
             raise
 
+    def list_tpujob_uids(self, namespace: str | None) -> set[str]:
+        """The uids of the TPUJobs the API server has now (in `namespace`, or all), as metadata only: at
+        10,000 jobs the specs and statuses would be megabytes for one set of names."""
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        path = f"/apis/{c.GROUP}/{c.VERSION}{scope}/{c.PLURAL}"
+        uids: set[str] = set()
+        token = ""
+        while True:
+            query = [("limit", 500)] + ([("continue", token)] if token else [])
+            response = self.custom.api_client.call_api(
+                path,
+                "GET",
+                query_params=query,
+                header_params={"Accept": METADATA_LIST},
+                auth_settings=["BearerToken"],
+                **_RAW,
+            )
+            page = _answer(response[0])
+            uids.update(item["metadata"]["uid"] for item in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return uids
+
     def patch_tpujob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (a resourceVersion in it makes it conditional)."""
         return _answer(self.custom.patch_namespaced_custom_object(*_TPUJOBS(namespace), name, patch, **_RAW))
@@ -161,7 +201,9 @@ class Kube:
         )
 
 
-_RAW: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT_SECONDS}
+_RAW: dict[str, Any] = {"_preload_content": False}
+# A list answered as PartialObjectMetadataList (Kubernetes 1.15 and later): names, uids, no bodies.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 def _TPUJOBS(namespace: str) -> tuple[str, str, str, str]:

@@ -344,6 +344,11 @@ class PassRecorder:
         if finished and after.goodput.ratio is not None:
             GOODPUT_RATIO.labels(mode).observe(after.goodput.ratio)
 
+    def uids(self) -> set[str]:
+        """The jobs whose gauges this process sets (every recorded pass sets its job's chips held)."""
+        with self._lock:
+            return set(self._last_seen)
+
     def forget(self, uid: str) -> None:
         with self._lock:
             self._last_seen.pop(uid, None)

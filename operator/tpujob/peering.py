@@ -50,6 +50,20 @@ def leads(peers: Mapping[str, Any], identity: str, priority: int, now: dt.dateti
     return True
 
 
+# Reads of the peering object in a row, its own record in it, that must say a standby leads before it acts:
+# a peer starting beside it has written its record by the second read, so two starting replicas do not
+# both act for a moment.
+READS_TO_LEAD = 2
+
+
+def next_lead(active: bool, says_leads: bool, in_a_row: int) -> tuple[bool, int]:
+    """(active now, reads in a row that said it leads) after one more read of the peering object: an
+    active replica lets go at the first read that says another leads; a standby takes over after
+    READS_TO_LEAD reads in a row say it leads."""
+    in_a_row = in_a_row + 1 if says_leads else 0
+    return (says_leads if active else in_a_row >= READS_TO_LEAD), in_a_row
+
+
 def peering_object(name: str, namespace: str | None) -> dict[str, Any]:
     """The object the replicas meet in: ClusterKopfPeering for a cluster-wide operator, else a
     KopfPeering in the watched namespace."""

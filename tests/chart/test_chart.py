@@ -116,6 +116,8 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.startupGraceSeconds=6",
         "--set", "operator.pollProvisioningSeconds=0.5",
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
+        "--set", "operator.apiConnectTimeoutSeconds=2,operator.apiReadTimeoutSeconds=15",
+        "--set", "operator.gkeTimeoutSeconds=45",
         "--set", "peering.lifetimeSeconds=20",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
@@ -144,6 +146,11 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_POLL_PROVISIONING_SECONDS": "0.5",
         "TPUJOB_PEERING": "rel-tpujob-operator",
         "TPUJOB_PEERING_LIFETIME_SECONDS": "20",
+        "TPUJOB_API_CONNECT_TIMEOUT_SECONDS": "2",
+        "TPUJOB_API_READ_TIMEOUT_SECONDS": "15",
+        "TPUJOB_GKE_TIMEOUT_SECONDS": "45",
+        # Each replica draws its own: one value shared by the Deployment's replicas would pause them all.
+        "TPUJOB_PEERING_PRIORITY": "",
     }
 
 

@@ -1,6 +1,9 @@
 """Two replicas of the operator, as the chart runs them (kopf peering): one reconciles, the other stands by.
 SIGKILL the active one while one job provisions and another runs: the standby takes over within the
-peering lifetime, every job reaches its fate, and GKE sees each pool created exactly once."""
+peering lifetime, every job reaches its fate, and GKE sees each pool created exactly once. Only one of two
+replicas starting together acts; a replica taking over after standing by creates nothing for jobs deleted
+meanwhile and sweeps their pools; a process killed right after GKE accepted a re-requested pool leaves
+the pool GKE is retrying alone."""
 
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ TAKEOVER_BOUND_SECONDS = LIFETIME_SECONDS + LIFETIME_SECONDS / 5 + 5
 
 
 class Replicas:
-    def __init__(self, sandbox: Sandbox, folder: Path) -> None:
+    def __init__(self, sandbox: Sandbox, folder: Path, settings: dict[str, dict[str, str]]) -> None:
         self.custom = k8s.CustomObjectsApi(sandbox.api_client)
         self.processes: dict[str, OperatorProcess] = {}
         for name in ("replica-a", "replica-b"):
@@ -43,8 +46,12 @@ class Replicas:
                 "TPUJOB_PEERING": PEERING,
                 "TPUJOB_PEERING_LIFETIME_SECONDS": str(LIFETIME_SECONDS),
                 "POD_ID": name,
+                **settings.get(name, {}),
             }
             self.processes[name] = OperatorProcess(env, folder / f"{name}.log")
+
+    def log(self, name: str) -> str:
+        return self.processes[name].log()
 
     def peers(self) -> dict[str, dict[str, object]]:
         """The records in the peering object (which the first replica to start creates)."""
@@ -74,8 +81,19 @@ class Replicas:
 
 
 @pytest.fixture
+def replica_settings() -> dict[str, dict[str, str]]:
+    """TPUJOB_* settings per replica beyond the chart's defaults; none unless a test overrides this."""
+    return {}
+
+
+@pytest.fixture
 def replicas(
-    sandbox: Sandbox, namespace: str, operator: OperatorProcess, gke: GkeSimulator, tmp_path: Path
+    sandbox: Sandbox,
+    namespace: str,
+    operator: OperatorProcess,
+    gke: GkeSimulator,
+    tmp_path: Path,
+    replica_settings: dict[str, dict[str, str]],
 ) -> Iterator[tuple[Replicas, Jobs]]:
     """The session's single operator steps aside for two peered replicas; after the test, the replicas
     still alive delete its jobs (finalizers and all) before it comes back."""
@@ -84,7 +102,7 @@ def replicas(
     for name in ("replica-a", "replica-b"):
         (tmp_path / name).mkdir()
     operator.kill()
-    pair = Replicas(sandbox, tmp_path)
+    pair = Replicas(sandbox, tmp_path, replica_settings)
     for process in pair.processes.values():
         process.start()
     jobs = Jobs(sandbox, namespace)
@@ -143,3 +161,113 @@ def test_the_standby_takes_over_a_provisioning_and_a_running_job_when_the_active
     assert gke.calls["CreateNodePool"] == 2
     assert {p.metadata.labels[c.LABEL_ATTEMPT] for p in jobs.pods("provisioning")} == {"0"}
     assert len(jobs.pods("provisioning")) == 4
+
+
+def now_active_lines(pair: Replicas) -> int:
+    return sum(pair.log(name).count("is now active") for name in pair.processes)
+
+
+def test_only_one_of_two_replicas_starting_together_acts(replicas):
+    """Both start at once, each with its own random priority: the one that outranks works, and the other
+    never acts, not even for the moment before it has read its peer's record."""
+    pair, _ = replicas
+    wait_for(lambda: pair.active(set(pair.processes)), timeout=30, what="one active replica of two")
+    # Three more reads of the peering object by each replica: a second "now active" would be in by then.
+    settled = time.monotonic() + 3 * LIFETIME_SECONDS / 5
+    wait_for(lambda: time.monotonic() > settled and now_active_lines(pair) >= 1, timeout=30, what="the reads")
+    assert now_active_lines(pair) == 1, {name: pair.log(name)[-2000:] for name in pair.processes}
+
+
+HIGH, LOW = "replica-a", "replica-b"
+
+
+@pytest.mark.parametrize(
+    "replica_settings",
+    # Fixed priorities, so the failback is certain: the high one outranks the low one whenever both live.
+    # The periodic sweep is an hour away: only a takeover sweeps in this test.
+    [{HIGH: {"TPUJOB_PEERING_PRIORITY": "200", "TPUJOB_SWEEP_SECONDS": "3600"},
+      LOW: {"TPUJOB_PEERING_PRIORITY": "100", "TPUJOB_SWEEP_SECONDS": "3600"}}],
+)  # fmt: skip
+def test_a_takeover_creates_nothing_for_jobs_deleted_while_it_stood_by_and_sweeps_their_pools(
+    replicas, gke, kubelet, core, custom
+):
+    """Failover (the high replica killed: the low one takes over and caches every job), failback (the high
+    one back: the low one stands by, its watches paused), two jobs deleted meanwhile (one through the
+    finalizer, one with its finalizer removed by hand, so its pool is left), then a rolling stop of the
+    high one: the low one takes over with a cache that still holds both deleted jobs."""
+    pair, jobs = replicas
+    wait_for(lambda: pair.active(set(pair.processes)) == HIGH, timeout=30, what="the high replica active")
+    for name in ("kept", "deleted", "leaked"):
+        jobs.create(plain_job(name, tpu={"type": "v5e", "topology": "2x2"}))
+    for name in ("kept", "deleted", "leaked"):
+        jobs.wait_pods_running(name, 1, timeout=60)
+    pools = {name: jobs.status(name)["nodePools"][0]["name"] for name in ("kept", "deleted", "leaked")}
+
+    pair.processes[HIGH].kill()  # failover
+    wait_for(lambda: pair.active({LOW}), timeout=30, what="the low replica alone")
+    wait_for(lambda: "is now active" in pair.log(LOW), timeout=30, what="the low replica acting")
+    pair.processes[HIGH].start()  # failback
+    wait_for(lambda: "is now standby" in pair.log(LOW), timeout=30, what="the low replica standing by")
+
+    jobs.delete("deleted")
+    wait_for(lambda: jobs.gone("deleted") and pools["deleted"] not in gke.node_pools(), timeout=60,
+             what="the deleted job and its pool gone")  # fmt: skip
+    custom.patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, jobs.namespace, c.PLURAL, "leaked", {"metadata": {"finalizers": None}}
+    )
+    jobs.delete("leaked")
+    wait_for(lambda: jobs.gone("leaked"), timeout=30, what="the leaked job gone")
+    assert pools["leaked"] in gke.node_pools()  # left behind: nobody released it
+    creates = gke.calls["CreateNodePool"]
+
+    pair.processes[HIGH].stop()  # a rolling update's stop
+    wait_for(lambda: pair.log(LOW).count("is now active") == 2, timeout=30, what="the low replica back")
+    wait_for(lambda: pools["leaked"] not in gke.node_pools(), timeout=30, what="the leaked pool swept")
+    (pod,) = jobs.wait_pods_running("kept", 1, timeout=30)
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("kept", "Succeeded", timeout=60)
+    # Nothing was created for either deleted job: no pool, no pod.
+    assert gke.calls["CreateNodePool"] == creates
+    assert not {pools["deleted"], pools["leaked"]} & set(gke.node_pools())
+    assert not jobs.pods("deleted") and not jobs.pods("leaked")
+
+
+V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts in us-central1-a, the operator's zone
+
+
+def test_killed_right_after_gke_accepts_a_re_requested_pool_the_next_process_leaves_gke_retrying_it(
+    operator, jobs, gke, kubelet
+):
+    """GKE gives up on a stockout, the operator deletes the pool and asks again, and dies the instant GKE
+    accepts the second create, before recording it. The next process must judge the pool by its newest
+    create (GKE still retrying it), not by the finished one in the status: no DeleteNodePool while GKE
+    retries, and the job says Stockout throughout."""
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
+    gke.pools.retry_window_seconds = 600  # GKE gives up on the first create after 10 minutes (1.2 s here)
+
+    def die() -> None:
+        gke.pools.retry_window_seconds = 7200  # the second create: GKE retries for 2 hours (14.4 s here)
+        operator.kill()
+
+    gke.on_accepted("CreateNodePool", die, nth=2)
+    jobs.create(plain_job("again", tpu=V5P_MULTI_HOST))
+    wait_for(lambda: gke.calls["CreateNodePool"] == 2 and operator not in OperatorProcess.running,
+             timeout=60, what="the second create and the kill")  # fmt: skip
+    deletes = gke.calls["DeleteNodePool"]  # the first pool's, after GKE gave up on it
+    pool = jobs.status("again")["nodePools"][0]["name"]
+    attempts = gke.pools.attempts[pool]
+
+    operator.start()
+
+    def retrying_without_deletes() -> bool:
+        assert gke.calls["DeleteNodePool"] == deletes, "the new process deleted a pool GKE is retrying"
+        assert jobs.status("again").get("reason") == "Stockout"
+        # 40 more attempts by GKE (a minute of GKE time each): several passes of the new process.
+        return gke.pools.attempts[pool] >= attempts + 40
+
+    wait_for(retrying_without_deletes, timeout=60, interval=0.1, what="GKE retrying, no delete")
+    gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)  # capacity is back
+    for pod in jobs.wait_pods_running("again", 2, timeout=60):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("again", "Succeeded", timeout=60)
+    assert gke.calls["CreateNodePool"] == 2

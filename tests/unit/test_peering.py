@@ -44,3 +44,14 @@ def test_an_empty_object_or_only_itself_means_active() -> None:
 def test_each_replica_draws_its_own_priority() -> None:
     drawn = {peering.new_priority() for _ in range(100)}
     assert len(drawn) == 100 and all(1 <= p <= peering.MAX_PRIORITY for p in drawn)
+
+
+def test_a_standby_takes_the_lead_after_two_reads_in_a_row_and_lets_go_at_once() -> None:
+    reads = [True, False, True, True, True, False, True]
+    active, in_a_row, seen = False, 0, []
+    for says_leads in reads:
+        active, in_a_row = peering.next_lead(active, says_leads, in_a_row)
+        seen.append(active)
+    # At start a lone record says "leads": not yet (a peer starting beside it may not have written its own);
+    # a read that says another leads resets the count; an active one stands by at the first such read.
+    assert seen == [False, False, False, True, True, False, False]

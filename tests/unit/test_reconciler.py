@@ -25,10 +25,12 @@ from tpujob.render import Cluster, naming
 
 class RecordingKube:
     """The Kubernetes calls a pass makes, in order, as (method, namespace, argument); `fail` maps a
-    method's name to the error it raises. TPUJobs to be found by get_tpujob are in `jobs`."""
+    method's name to the error it raises. TPUJobs to be found by get_tpujob are in `jobs`; any other is
+    found as the job under test (uid-1, as job_body makes it) unless its (namespace, name) is in `gone`."""
 
     def __init__(self, jobs: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
         self.jobs = jobs or {}
+        self.gone: set[tuple[str, str]] = set()
         self.fail: dict[str, Exception] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.version = 100
@@ -60,7 +62,17 @@ class RecordingKube:
 
     def get_tpujob(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._call("get_tpujob", namespace, name)
-        return self.jobs.get((namespace, name))
+        if (namespace, name) in self.gone:
+            return None
+        return self.jobs.get((namespace, name), {"metadata": {"uid": "uid-1"}})
+
+    def list_tpujob_uids(self, namespace: str | None) -> set[str]:
+        self._call("list_tpujob_uids", namespace or "", None)
+        return {
+            job["metadata"]["uid"]
+            for (ns, _), job in self.jobs.items()
+            if namespace is None or ns == namespace
+        }
 
     def _patched(self, method: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         self._call(method, namespace, (name, patch))
@@ -269,6 +281,34 @@ def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status(
     assert outcome.requeue_after is not None and outcome.requeue_after <= 1
 
 
+def test_a_pass_on_a_job_the_api_server_no_longer_has_creates_nothing_and_reports_it_vanished() -> None:
+    """The watch's cache of a replica that stood by may hold a job deleted meanwhile (finalizer still in the
+    cached body): the pass reads the job before creating anything, and creates nothing."""
+    api, pools = RecordingKube(), RecordingPools()
+    api.gone.add(("default", "train"))
+    body = job_body()
+    body["metadata"]["finalizers"] = [c.FINALIZER]
+
+    outcome = reconciler(pools, api).reconcile(body, [], False)
+
+    assert outcome.vanished and outcome.requeue_after is None
+    assert pools.created == [] and api.of("create_pod") == [] and api.of("patch_tpujob_status") == []
+    assert api.of("get_tpujob") == ["train"]
+
+
+def test_a_job_gone_at_its_status_write_is_vanished_and_forgotten() -> None:
+    api, pools = RecordingKube(), RecordingPools()
+    api.fail["patch_tpujob_status"] = kube.ApiError(status=404, reason="Not Found")
+    passes = reconciler(pools, api)
+    body = job_body()
+    body["metadata"]["finalizers"] = [c.FINALIZER]
+
+    outcome = passes.reconcile(body, [], False)
+
+    assert outcome.vanished
+    assert passes.memory.uids() == set()  # nothing remembered for it
+
+
 def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
     pools = RecordingPools()
     pools.create_error = REJECTED
@@ -322,13 +362,17 @@ def test_the_sweep_deletes_only_pools_whose_job_is_gone_within_its_namespace() -
         OwnedPool("going", "ns", "e", "uid-y", s.POOL_STOPPING),
         OwnedPool("by-hand", "ns", "f", "", "RUNNING"),
     ]
-    api = RecordingKube({("ns", "c"): {"metadata": {"uid": "uid-c"}}})
+    # What the API server has now: the live job, and one created after the watch's last event.
+    api = RecordingKube(
+        {("ns", "a"): {"metadata": {"uid": "uid-live"}}, ("ns", "c"): {"metadata": {"uid": "uid-c"}}}
+    )
     pools = RecordingPools({p.name: p.state for p in owned}, owned)
 
-    deleted = reconciler(pools, api).sweep_orphans({"uid-live"}, namespace="ns")
+    deleted = reconciler(pools, api).sweep_orphans(namespace="ns")
 
     assert deleted == ["orphan"]
     assert pools.deleted == ["orphan"]
+    assert api.of("list_tpujob_uids") == [None]  # one list of the namespace's jobs, after the pools
 
 
 # --- the watch's echo of a pass' own pod creates ---------------------------------------------------

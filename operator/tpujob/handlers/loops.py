@@ -4,13 +4,14 @@ notices), and the orphan sweep. A standby replica runs none of the work."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from tpujob import metrics, peering
-from tpujob.handlers.passes import Runtime, reconcile, request_pass
+from tpujob.handlers.passes import Runtime, forget, reconcile, request_pass
 
 log = logging.getLogger(__name__)
 
@@ -19,30 +20,66 @@ RESYNC_CONCURRENCY = 8
 
 async def lead_forever(runtime: Runtime) -> None:
     """Read the peering object a few times per lifetime: this replica works while no live peer outranks
-    it, as kopf's own watches do. Becoming active, it looks at every job at once."""
+    it, as kopf's own watches do. It takes the lead only when two reads in a row say so with its own
+    record in the object (peering.next_lead). Becoming active, it looks at every job the API server has;
+    standing by, it forgets what it knew."""
     name, api = runtime.config.peering, runtime.api
     if name is None or api is None:
         return
     loop = asyncio.get_running_loop()
     period = runtime.config.peering_lifetime_seconds / 5
+    in_a_row = 0  # reads in a row that said this replica leads
     while True:
         try:
             found = await loop.run_in_executor(None, api.get_peering, name, runtime.config.namespace)
             peers = (found or {}).get("status") or {}
-            active = found is not None and peering.leads(
+            says_leads = runtime.identity in peers and peering.leads(
                 peers, runtime.identity, runtime.priority, dt.datetime.now(dt.UTC)
             )
         except Exception:
             log.exception("reading the peering object %s failed; will retry", name)
-            active = runtime.active
+            says_leads = runtime.active
+        active, in_a_row = peering.next_lead(runtime.active, says_leads, in_a_row)
         if active != runtime.active:
             log.warning("replica %s is now %s", runtime.identity, "active" if active else "standby")
             runtime.active = active
             metrics.OPERATOR_ACTIVE.set(1 if active else 0)
             if active:
-                for namespace, job in list(runtime.indexes.jobs):
-                    request_pass(runtime, namespace, job)
+                await take_over(runtime)
+            else:
+                stand_by(runtime)
         await asyncio.sleep(period)
+
+
+async def take_over(runtime: Runtime) -> None:
+    """A pass for every job the API server has now. The watch's cache may still hold jobs deleted while
+    this replica stood by (kopf paused its watches, and a relist drops nothing): those are vanished, and no
+    pass acts on them. If the list fails, each pass still reads its job before creating anything."""
+    assert runtime.api is not None
+    runtime.sweep_requested.set()
+    loop = asyncio.get_running_loop()
+    keys = list(runtime.indexes.jobs)
+    try:
+        live = await loop.run_in_executor(None, runtime.api.list_tpujob_uids, runtime.config.namespace)
+    except Exception:
+        log.exception("listing TPUJobs at takeover failed; each pass checks its job instead")
+        live = None
+    for namespace, job in keys:
+        for body in runtime.indexes.jobs.get((namespace, job), []):
+            uid = body["metadata"]["uid"]
+            if live is not None and uid not in live:
+                runtime.vanished.add(uid)
+                forget(runtime, uid)
+            else:
+                request_pass(runtime, namespace, job)
+
+
+def stand_by(runtime: Runtime) -> None:
+    """Another replica works now: no requeue of ours fires, and what this one remembered goes stale."""
+    for handle in runtime.requeues.values():
+        handle.cancel()
+    runtime.requeues.clear()
+    runtime.reconciler.forget_all()
 
 
 async def resync_forever(runtime: Runtime) -> None:
@@ -99,25 +136,26 @@ async def pass_all(
 
 
 async def sweep_forever(runtime: Runtime) -> None:
-    """Read the cluster (GetCluster), then delete node pools whose TPUJob is gone: at start (after a crash)
-    and then periodically."""
-    loop = asyncio.get_running_loop()
-    jobs = runtime.indexes.jobs
+    """Read the cluster (GetCluster), then delete node pools whose TPUJob is gone: at start, whenever this
+    replica takes over (the active one may have crashed, or jobs gone while it stood by), and then every
+    sweep interval."""
     while True:
-        if not runtime.active:  # a standby sweeps as soon as it takes over: the active one may have crashed
-            await asyncio.sleep(1.0)
-            continue
-        try:
-            await loop.run_in_executor(None, runtime.reconciler.check_cluster)
-        except Exception:
-            log.exception("reading the GKE cluster failed; will retry")
-        live = {body["metadata"]["uid"] for key in list(jobs) for body in jobs.get(key, [])}
-        try:
-            deleted = await loop.run_in_executor(
-                None, runtime.reconciler.sweep_orphans, live, runtime.config.namespace
-            )
-            if deleted:
-                log.warning("orphan sweep deleted node pools: %s", ", ".join(deleted))
-        except Exception:
-            log.exception("orphan sweep failed; will retry")
-        await asyncio.sleep(runtime.config.sweep_seconds)
+        runtime.sweep_requested.clear()
+        if runtime.active:
+            await sweep_once(runtime)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(runtime.sweep_requested.wait(), runtime.config.sweep_seconds)
+
+
+async def sweep_once(runtime: Runtime) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(None, runtime.reconciler.check_cluster)
+    except Exception:
+        log.exception("reading the GKE cluster failed; will retry")
+    try:
+        deleted = await loop.run_in_executor(None, runtime.reconciler.sweep_orphans, runtime.config.namespace)
+        if deleted:
+            log.warning("orphan sweep deleted node pools: %s", ", ".join(deleted))
+    except Exception:
+        log.exception("orphan sweep failed; will retry")

@@ -54,6 +54,11 @@ class Runtime:
         self.queued: set[tuple[str, str]] = set()
         self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
+        # Jobs the watch's cache still holds but the API server no longer has (deleted while this replica
+        # stood by with its watches paused): no pass acts on them again.
+        self.vanished: set[str] = set()
+        # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
+        self.sweep_requested = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
@@ -73,6 +78,9 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
         runtime.queued.discard(key)
         return
     uid = bodies[0]["metadata"]["uid"]
+    if uid in runtime.vanished:
+        runtime.queued.discard(key)
+        return
     lock = runtime.locks.setdefault(uid, asyncio.Lock())
     async with lock:
         runtime.queued.discard(key)  # the pass reads the state from here: a newer event needs a new pass
@@ -91,6 +99,10 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
             # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
             log.exception("%s/%s: reconcile failed; retrying", namespace, name)
             outcome = Outcome(requeue_after=RETRY_SECONDS)
+    if outcome.vanished:
+        runtime.vanished.add(uid)
+        forget(runtime, uid)
+        return
     schedule(runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name))
 
 

@@ -54,11 +54,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # broken connection is noticed; the client timeout is a backstop above the server's.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 30
+    settings.watching.connect_timeout = config.api_connect_timeout_seconds
     # Replicas meet in a peering object: the one of highest priority works, the others stand by and
     # take over when its record in the object goes stale (peering_lifetime_seconds after its last write).
     settings.peering.standalone = config.peering is None
-    priority = peering.new_priority()
+    priority = config.peering_priority or peering.new_priority()
     if config.peering is not None:
         settings.peering.name = config.peering
         settings.peering.clusterwide = config.namespace is None
@@ -77,13 +77,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # cores, too few for passes that wait on the API server most of their time).
     settings.execution.max_workers = config.workers
     asyncio.get_running_loop().set_default_executor(settings.execution.executor)
-    # A slow API server must not hang a pass.
-    settings.networking.request_timeout = 60
+    # A slow API server or a dead connection must not hang kopf's own requests (patches, peering, events).
+    settings.networking.request_timeout = config.api_read_timeout_seconds
+    settings.networking.connect_timeout = config.api_connect_timeout_seconds
     pools = policies = None
     if config.gke_configured:
-        pools = gke.NodePools(config.cluster, gke.make_client(config.gke_endpoint))
+        pools = gke.NodePools(
+            config.cluster, gke.make_client(config.gke_endpoint), timeout=config.gke_timeout_seconds
+        )
         region = gke.region_of(config.cluster.location) or config.cluster.location
-        policies = gke.WorkloadPolicies(config.cluster.project, region, config.gke_endpoint)
+        policies = gke.WorkloadPolicies(
+            config.cluster.project, region, config.gke_endpoint, timeout=config.gke_timeout_seconds
+        )
     else:
         log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
     if config.metrics_port:
@@ -92,7 +97,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     limiter = RequestLimiter(config.api_qps, config.api_burst, on_wait=metrics.record_api_wait)
     # A connection for every thread that may call at once (passes, and each pass' concurrent creates): a
     # full pool discards connections, and every new one costs a TLS handshake.
-    api = kube.Kube.login(max_connections=config.workers + CREATE_CONCURRENCY, limiter=limiter)
+    api = kube.Kube.login(
+        max_connections=config.workers + CREATE_CONCURRENCY,
+        limiter=limiter,
+        timeout=(config.api_connect_timeout_seconds, config.api_read_timeout_seconds),
+    )
     reconciler = Reconciler(
         config.cluster,
         api,

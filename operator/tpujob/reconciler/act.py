@@ -124,6 +124,9 @@ class Actions:
     def delete_job(self, namespace: str, name: str) -> None:
         self.api.delete_tpujob(namespace, name, propagation="Background")
 
+    def live_job_uids(self, namespace: str | None) -> set[str]:
+        return self.api.list_tpujob_uids(namespace)
+
     def job_exists(self, namespace: str, name: str, uid: str) -> bool:
         job = self.api.get_tpujob(namespace, name)
         return job is not None and bool(job["metadata"]["uid"] == uid)

@@ -41,6 +41,17 @@ class JobMemory:
             self._pods_refused.pop(uid, None)
             self._rejections.pop(uid, None)
 
+    def uids(self) -> set[str]:
+        with self._lock:
+            return {
+                *self._written,
+                *self._in_flight,
+                *self._service_in_flight,
+                *self._gke_refused,
+                *self._pods_refused,
+                *self._rejections,
+            }
+
     # --- status writes ---------------------------------------------------------------------------
 
     def current_status(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -198,7 +198,7 @@ class Observer:
         the status of every waiting job, and in the tpujob_gke_cluster_ready gauge."""
         if self.pools is None:
             return None
-        check = gke.check_cluster(self.cluster, self.pools.client)
+        check = gke.check_cluster(self.cluster, self.pools.client, self.pools.timeout)
         if not check.ready:
             log.error("GKE cluster not usable: %s", check.problem)
         elif self.cluster_check is None or not self.cluster_check.ready:

@@ -66,9 +66,11 @@ def with_removals(status: dict[str, Any], stored: list[dict[str, Any]]) -> dict[
 
 @dataclass
 class Outcome:
-    """What a pass did, for the kopf layer: when to look again."""
+    """What a pass did, for the kopf layer: when to look again; or that the job is gone from the API server
+    (the pass acted on a body the watch still held), so nothing is to be done for it again."""
 
     requeue_after: float | None = None
+    vanished: bool = False
 
 
 class Reconciler:
@@ -101,6 +103,12 @@ class Reconciler:
     def forget(self, uid: str) -> None:
         self.memory.forget(uid)
         self.recorder.forget(uid)
+
+    def forget_all(self) -> None:
+        """A replica standing by: what it remembers (its own status writes, pods in flight) goes stale
+        while another one works, and the job gauges it exports are the active replica's to export."""
+        for uid in self.memory.uids() | self.recorder.uids():
+            self.forget(uid)
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
         """The job as this operator's last status write left it: the pass that wrote it saw everything
@@ -143,6 +151,11 @@ class Reconciler:
         now = dt.datetime.now(dt.UTC)
         observed = self.observer.observe(job, pods, service_exists, now)
         decision = s.decide(observed)
+        creates = decision.create_pools or decision.create_pods or decision.create_service
+        if creates and not self.actions.job_exists(meta["namespace"], meta["name"], meta["uid"]):
+            # The body came from the watch's cache, which a replica that stood by may still hold for a job
+            # deleted meanwhile: nothing is created for a job the API server no longer has.
+            return self._vanished(meta)
         if decision.create_pools:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
             self.actions.ensure_finalizer(meta)
@@ -150,8 +163,9 @@ class Reconciler:
         if refused := self._act(job, decision):
             decision = self._pods_refused(observed, decision, refused)
         status_after = decision.status.to_wire()
-        if status_after != status_before:
-            self._write_status(meta, status_after, stored=[status_before, body.get("status") or {}])
+        stored = [status_before, body.get("status") or {}]
+        if status_after != status_before and not self._write_status(meta, status_after, stored):
+            return self._vanished(meta)
         self.actions.post_events(meta, decision.events, now)
         self.recorder.record(job, job.status or TPUJobStatus(), decision.status, now)
         if decision.delete_job:
@@ -286,20 +300,28 @@ class Reconciler:
         )
         status.observed_generation = meta.get("generation")
         wire = status.to_wire()
-        if wire != status_before:
-            self._write_status(meta, wire, stored=[status_before, body.get("status") or {}])
+        stored = [status_before, body.get("status") or {}]
+        if wire != status_before and not self._write_status(meta, wire, stored):
+            return self._vanished(meta)
         if changed:
             self.actions.post_events(meta, [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
         return Outcome()
 
     def _write_status(
         self, meta: dict[str, Any], status: dict[str, Any], stored: list[dict[str, Any]]
-    ) -> None:
+    ) -> bool:
         """A merge patch that also removes what the new status no longer has (startingSince once the
-        workers run, ...): `stored` are the statuses the object may hold now."""
+        workers run, ...): `stored` are the statuses the object may hold now. False: the job is gone."""
         version = self.actions.patch_status(meta, with_removals(status, stored))
-        if version is not None:
-            self.memory.wrote(meta["uid"], status, version)
+        if version is None:
+            return False
+        self.memory.wrote(meta["uid"], status, version)
+        return True
+
+    def _vanished(self, meta: dict[str, Any]) -> Outcome:
+        log.info("%s/%s: gone from the API server; forgotten", meta["namespace"], meta["name"])
+        self.forget(meta["uid"])
+        return Outcome(vanished=True)
 
     # --- deletion and the orphan sweep -----------------------------------------------------------
 
@@ -324,21 +346,25 @@ class Reconciler:
             self.forget(body["metadata"]["uid"])
         return remaining
 
-    def sweep_orphans(self, live_uids: set[str], namespace: str | None = None) -> list[str]:
+    def sweep_orphans(self, namespace: str | None = None) -> list[str]:
         """Delete pools labelled as ours whose TPUJob no longer exists (a crash never leaks TPUs).
 
-        A namespace-scoped operator judges only its namespace's pools: it cannot see other jobs.
+        Judged against the API server, not the watch's cache (a replica that stood by may hold jobs deleted
+        meanwhile): the pools are listed first, then the jobs, so a job whose pool is listed was created
+        before the job list and is in it unless it is gone. A namespace-scoped operator judges only its
+        namespace's pools: it cannot see other jobs.
         """
         if self.pools is None:
             return []
+        owned = [p for p in self.pools.owned() if namespace is None or p.namespace == namespace]
+        # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
+        judged = [p for p in owned if p.job_uid and p.state != s.POOL_STOPPING]
+        if not judged:
+            return []
+        live_uids = self.actions.live_job_uids(namespace)
         deleted = []
-        for pool in self.pools.owned():
-            if namespace is not None and pool.namespace != namespace:
-                continue
-            # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
-            if not pool.job_uid or pool.job_uid in live_uids or pool.state == s.POOL_STOPPING:
-                continue
-            if self.actions.job_exists(pool.namespace, pool.job, pool.job_uid):
+        for pool in judged:
+            if pool.job_uid in live_uids:
                 continue
             log.warning(
                 "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job

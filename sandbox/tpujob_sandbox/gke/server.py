@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from google.cloud import container_v1
@@ -26,6 +28,13 @@ from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
 from tpujob_sandbox.gke.state import ClusterState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _AcceptHook:
+    rpc: str
+    remaining: int
+    action: Callable[[], None]
 
 
 class GkeSimulator:
@@ -52,6 +61,7 @@ class GkeSimulator:
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
         self._clusters: dict[tuple[str, str], ClusterState] = {}
+        self._on_accepted: list[_AcceptHook] = []
         default = self.add_cluster(cluster or SimCluster())
         # The first cluster's parts, which most tests and the operator's default settings use.
         self.cluster_model, self.pools, self.operations = default.model, default.pools, default.operations
@@ -195,8 +205,29 @@ class GkeSimulator:
         state = self._clusters[(location or self.location, cluster or self.cluster)]
         self.maintenance.announce(state.pools, pool, at)
 
+    def on_accepted(self, rpc: str, action: Callable[[], None], *, nth: int = 1) -> None:
+        """Test control, not a GKE behaviour: run `action` when GKE has accepted the `nth` `rpc` call from
+        now, before the caller has GKE's answer (as if the caller died at that instant)."""
+        with self._lock:
+            self._on_accepted.append(_AcceptHook(rpc, nth, action))
+
+    def accepted(self, rpc: str) -> None:
+        """The HTTP layer: GKE accepted a call and is about to answer it."""
+        due = []
+        with self._lock:
+            for hook in list(self._on_accepted):
+                if hook.rpc == rpc:
+                    hook.remaining -= 1
+                    if hook.remaining <= 0:
+                        self._on_accepted.remove(hook)
+                        due.append(hook.action)
+        for action in due:
+            action()
+
     def clear_faults(self) -> None:
-        """Faults, capacity and quota limits, workload policies: back to a healthy project."""
+        """Faults, capacity and quota limits, workload policies, test hooks: back to a healthy project."""
+        with self._lock:
+            self._on_accepted.clear()
         self.faults.clear()
         self.capacity.clear()
         self.quota.clear()
