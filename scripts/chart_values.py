@@ -204,6 +204,12 @@ class Peering(Section):
         description="A replica silent this long counts as dead: the standby takes over within this time "
         "(TPUJOB_PEERING_LIFETIME_SECONDS).",
     )
+    renew_deadline_seconds: Seconds = Field(
+        10,
+        description="The active replica stops every write and GKE call when it has not confirmed its lead "
+        "for this long; shorter than lifetimeSeconds (TPUJOB_PEERING_RENEW_DEADLINE_SECONDS). "
+        f"{SECONDS_NOTE}",
+    )
 
 
 class PodDisruptionBudget(Section):

@@ -4,7 +4,7 @@ with the variable's name."""
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tpujob.render import Cluster
@@ -81,6 +81,13 @@ class OperatorConfig(BaseSettings):
     peering_lifetime_seconds: int = Field(
         15, ge=5, le=600, description="a replica silent this long is dead: a standby takes over after it"
     )
+    peering_renew_deadline_seconds: float = Field(
+        10,
+        gt=0,
+        description="an active replica that has not confirmed its lead in the peering object for this long "
+        "stops every write and GKE call and stands by; shorter than the lifetime, so it stops before a "
+        "standby may take over",
+    )
     peering_priority: int | None = Field(
         None,
         ge=1,
@@ -88,6 +95,16 @@ class OperatorConfig(BaseSettings):
         description="this replica's priority in the peering (kopf's --priority: the highest live one works); "
         "empty: a random one, so no two replicas share it",
     )
+
+    @model_validator(mode="after")
+    def _renew_deadline_within_lifetime(self) -> OperatorConfig:
+        if self.peering_renew_deadline_seconds >= self.peering_lifetime_seconds:
+            raise ValueError(
+                f"{ENV_PREFIX}PEERING_RENEW_DEADLINE_SECONDS={self.peering_renew_deadline_seconds:g} must "
+                f"be shorter than {ENV_PREFIX}PEERING_LIFETIME_SECONDS={self.peering_lifetime_seconds}: a "
+                "replica cut off from the API server must stop before a standby may take over"
+            )
+        return self
 
     @property
     def cluster(self) -> Cluster:
@@ -120,6 +137,7 @@ def from_environment() -> OperatorConfig:
         return OperatorConfig()
     except ValidationError as error:
         problems = [
-            f"{ENV_PREFIX}{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" for e in error.errors()
+            f"{ENV_PREFIX}{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in error.errors()
         ]
         raise InvalidSettings("; ".join(problems)) from None

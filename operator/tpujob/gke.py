@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
 
+from tpujob import peering
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.render import Cluster
@@ -208,6 +210,12 @@ class NodePools:
         self.cluster = cluster
         self.client = client
         self.timeout = timeout  # seconds, per call (TPUJOB_GKE_TIMEOUT_SECONDS)
+        # Whether this replica may call GKE (peering: only the active one).
+        self.may_call: Callable[[], bool] = lambda: True
+
+    def _guard(self) -> None:
+        if not self.may_call():
+            raise peering.NotLeading("GKE call refused: this replica is not the active one")
 
     def _path(self, name: str) -> str:
         return f"{self.cluster.parent}/nodePools/{name}"
@@ -217,6 +225,7 @@ class NodePools:
         return f"projects/{self.cluster.project}/locations/{self.cluster.location}"
 
     def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
+        self._guard()
         try:
             pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:
@@ -264,6 +273,7 @@ class NodePools:
     def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
         """Ask GKE for a pool (rendered REST JSON): (the operation's name, None) when accepted, ("", None)
         when it exists already, ("", the refusal) when refused."""
+        self._guard()
         request = container_v1.NodePool.from_json(json.dumps(pool))
         try:
             operation = self.client.create_node_pool(
@@ -279,6 +289,7 @@ class NodePools:
 
     def delete(self, name: str) -> s.GKEError | None:
         """Start deleting a pool. None when accepted or already gone."""
+        self._guard()
         try:
             self.client.delete_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:
@@ -291,6 +302,7 @@ class NodePools:
 
     def owned(self) -> list[OwnedPool]:
         """Pools labelled as made by this operator, to find the ones whose TPUJob is gone."""
+        self._guard()
         response = self.client.list_node_pools(parent=self.cluster.parent, timeout=self.timeout)
         found = []
         for pool in response.node_pools:
@@ -323,6 +335,7 @@ class WorkloadPolicies:
     ) -> None:
         self.project, self.region, self.endpoint = project, region, endpoint
         self.timeout = timeout
+        self.may_call: Callable[[], bool] = lambda: True  # as NodePools.may_call
         self._client: Any = None
         self._topologies: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -343,6 +356,8 @@ class WorkloadPolicies:
 
     def problem(self, name: str, topology: str) -> s.GKEError | None:
         """Why a pool placed by policy `name` cannot hold a `topology` slice (None: it can)."""
+        if not self.may_call():
+            raise peering.NotLeading("Compute call refused: this replica is not the active one")
         found = self._topologies.get(name)
         if found is None:
             try:

@@ -42,12 +42,16 @@ class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
         super().__init__(configuration)
         self.limiter = limiter
         self.timeout = timeout
+        # Whether this replica may write (peering: only the active one); reads always may.
+        self.may_write: Callable[[], bool] = lambda: True
 
-    def request(self, *args: Any, **kwargs: Any) -> Any:
+    def request(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method != "GET" and not self.may_write():
+            raise peering.NotLeading(f"{method} refused: this replica is not the active one")
         if self.limiter is not None:
             self.limiter.acquire()
         kwargs["_request_timeout"] = kwargs.get("_request_timeout") or self.timeout
-        return super().request(*args, **kwargs)
+        return super().request(method, *args, **kwargs)
 
 
 def login(
@@ -80,8 +84,14 @@ def _answer(response: Any) -> dict[str, Any]:
 
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+
+    def write_only_while(self, gate: Callable[[], bool]) -> None:
+        """Every write (not the reads) raises peering.NotLeading while `gate()` is false."""
+        assert isinstance(self.api_client, LimitedApiClient)
+        self.api_client.may_write = gate
 
     @classmethod
     def login(
@@ -114,16 +124,19 @@ class Kube:
         ]
         return items
 
-    def get_peering(self, name: str, namespace: str | None) -> dict[str, Any] | None:
+    def get_peering(
+        self, name: str, namespace: str | None, timeout: Timeout | None = None
+    ) -> dict[str, Any] | None:
         """kopf's peering object: a ClusterKopfPeering, or a KopfPeering in the namespace."""
+        raw = {**_RAW, "_request_timeout": timeout} if timeout else _RAW
         try:
             if namespace is None:
                 found = self.custom.get_cluster_custom_object(
-                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, name, **_RAW
+                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, name, **raw
                 )
             else:
                 found = self.custom.get_namespaced_custom_object(
-                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, name, **_RAW
+                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, name, **raw
                 )
         except ApiError as error:
             if error.status == 404:

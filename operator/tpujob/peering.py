@@ -10,6 +10,7 @@ import os
 import random
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 GROUP = "kopf.dev"
@@ -42,12 +43,15 @@ def leads(peers: Mapping[str, Any], identity: str, priority: int, now: dt.dateti
     for other, peer in peers.items():
         if other == identity or not isinstance(peer, Mapping):
             continue
-        if int(peer.get("priority", 0)) < priority:
-            continue
-        lastseen = dt.datetime.fromisoformat(str(peer.get("lastseen", "")))
-        if lastseen + dt.timedelta(seconds=int(peer.get("lifetime", 60))) > now:
+        if int(peer.get("priority", 0)) >= priority and is_live(peer, now):
             return False
     return True
+
+
+def is_live(peer: Mapping[str, Any], now: dt.datetime) -> bool:
+    """A peer's record was written less than its lifetime ago."""
+    lastseen = dt.datetime.fromisoformat(str(peer.get("lastseen", "")))
+    return lastseen + dt.timedelta(seconds=int(peer.get("lifetime", 60))) > now
 
 
 # Reads of the peering object in a row, its own record in it, that must say a standby leads before it acts:
@@ -56,12 +60,44 @@ def leads(peers: Mapping[str, Any], identity: str, priority: int, now: dt.dateti
 READS_TO_LEAD = 2
 
 
-def next_lead(active: bool, says_leads: bool, in_a_row: int) -> tuple[bool, int]:
-    """(active now, reads in a row that said it leads) after one more read of the peering object: an
-    active replica lets go at the first read that says another leads; a standby takes over after
-    READS_TO_LEAD reads in a row say it leads."""
-    in_a_row = in_a_row + 1 if says_leads else 0
-    return (says_leads if active else in_a_row >= READS_TO_LEAD), in_a_row
+class NotLeading(RuntimeError):
+    """A write or a GKE call refused inside this process: this replica is not, or no longer, the active
+    one."""
+
+
+@dataclass(frozen=True)
+class Lead:
+    """What one replica knows of its lead between two reads of the peering object."""
+
+    active: bool
+    in_a_row: int = 0  # reads in a row that said it leads
+    confirmed_at: float = 0.0  # monotonic time of the last read that said it leads
+
+
+def next_lead(lead: Lead, says_leads: bool | None, now: float, renew_deadline: float) -> Lead:
+    """The lead after one more attempt to read the peering object (`says_leads` None: the read failed or
+    timed out). An active replica lets go at the first read that says another leads, and when it has not
+    confirmed its lead for `renew_deadline` seconds (shorter than the lifetime after which the others may
+    take over: it stops before they start, as client-go's leader election gives up at its renew deadline).
+    A standby takes over after READS_TO_LEAD reads in a row say it leads."""
+    if says_leads is None:
+        return Lead(lead.active and now - lead.confirmed_at <= renew_deadline, 0, lead.confirmed_at)
+    in_a_row = lead.in_a_row + 1 if says_leads else 0
+    active = says_leads if lead.active else in_a_row >= READS_TO_LEAD
+    return Lead(active, in_a_row, now if says_leads else lead.confirmed_at)
+
+
+def priority_below(peers: Mapping[str, Any], identity: str, now: dt.datetime) -> int | None:
+    """A priority under every other live peer's, for a replica that stood down at its renew deadline: it
+    rejoins as a standby instead of taking the lead back from the one that took over. None: no live peer
+    (or none it can go under)."""
+    others = [
+        int(peer.get("priority", 0))
+        for other, peer in peers.items()
+        if other != identity and isinstance(peer, Mapping) and is_live(peer, now)
+    ]
+    lowest = min(others, default=0)
+    return random.SystemRandom().randint(1, lowest - 1) if lowest > 1 else None
 
 
 def peering_object(name: str, namespace: str | None) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "operator.apiConnectTimeoutSeconds=2,operator.apiReadTimeoutSeconds=15",
         "--set", "operator.gkeTimeoutSeconds=45",
-        "--set", "peering.lifetimeSeconds=20",
+        "--set", "peering.lifetimeSeconds=20,peering.renewDeadlineSeconds=12",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
     container_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -146,6 +146,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_POLL_PROVISIONING_SECONDS": "0.5",
         "TPUJOB_PEERING": "rel-tpujob-operator",
         "TPUJOB_PEERING_LIFETIME_SECONDS": "20",
+        "TPUJOB_PEERING_RENEW_DEADLINE_SECONDS": "12",
         "TPUJOB_API_CONNECT_TIMEOUT_SECONDS": "2",
         "TPUJOB_API_READ_TIMEOUT_SECONDS": "15",
         "TPUJOB_GKE_TIMEOUT_SECONDS": "45",

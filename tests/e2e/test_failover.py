@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from tests.manifests import plain_job
@@ -26,11 +28,14 @@ from tpujob_sandbox import (
     install_crd,
     install_peering_crds,
     operator_env,
+    operator_kubeconfig,
     wait_for,
 )
+from tpujob_sandbox.partition import PartitionProxy
 
 PEERING = "tpujob-operator-test"
 LIFETIME_SECONDS = 6
+RENEW_DEADLINE_SECONDS = 4
 # The standby resumes when the dead replica's record is older than its lifetime; kopf's keepalive
 # writes it every lifetime minus 5-10 s (at least 1 s), and the operator's own loop looks every
 # lifetime / 5. A job then needs one pass.
@@ -45,6 +50,7 @@ class Replicas:
             env = operator_env(sandbox, folder / name) | {
                 "TPUJOB_PEERING": PEERING,
                 "TPUJOB_PEERING_LIFETIME_SECONDS": str(LIFETIME_SECONDS),
+                "TPUJOB_PEERING_RENEW_DEADLINE_SECONDS": str(RENEW_DEADLINE_SECONDS),
                 "POD_ID": name,
                 **settings.get(name, {}),
             }
@@ -271,3 +277,83 @@ def test_killed_right_after_gke_accepts_a_re_requested_pool_the_next_process_lea
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("again", "Succeeded", timeout=60)
     assert gke.calls["CreateNodePool"] == 2
+
+
+class TestPartition:
+    """The high replica reaches the API server through a proxy that black-holes its traffic, then heals;
+    its GKE calls go through a proxy that is never cut, which notes when it sends."""
+
+    @pytest.fixture
+    def proxies(self, sandbox: Sandbox) -> Iterator[tuple[PartitionProxy, PartitionProxy]]:
+        api_host, api_port = urllib.parse.urlsplit(sandbox.api_client.configuration.host).netloc.split(":")
+        gke_host, gke_port = urllib.parse.urlsplit(sandbox.gke.endpoint).netloc.split(":")
+        api = PartitionProxy((api_host, int(api_port))).start()
+        gke = PartitionProxy((gke_host, int(gke_port))).start()
+        yield api, gke
+        api.stop()
+        gke.stop()
+
+    @pytest.fixture
+    def replica_settings(self, sandbox, proxies, tmp_path) -> dict[str, dict[str, str]]:
+        api, gke = proxies
+        kubeconfig = operator_kubeconfig(sandbox, tmp_path / "through-the-proxy")
+        config = yaml.safe_load(kubeconfig.read_text())
+        for cluster in config["clusters"]:  # the same TLS endpoint, reached through the proxy's port
+            server = urllib.parse.urlsplit(cluster["cluster"]["server"])
+            cluster["cluster"]["server"] = f"https://{server.hostname}:{api.port}"
+        kubeconfig.write_text(yaml.safe_dump(config))
+        return {
+            HIGH: {
+                "TPUJOB_PEERING_PRIORITY": "200",
+                "KUBECONFIG": str(kubeconfig),
+                "TPUJOB_GKE_ENDPOINT": f"http://127.0.0.1:{gke.port}",
+            },
+            LOW: {"TPUJOB_PEERING_PRIORITY": "100"},
+        }
+
+    def test_a_partition_stops_the_cut_off_replica_before_the_standby_takes_over_and_it_rejoins_as_standby(
+        self, replicas, proxies, gke, kubelet
+    ):
+        pair, jobs = replicas
+        api, gke_traffic = proxies
+        wait_for(lambda: pair.active(set(pair.processes)) == HIGH, timeout=30, what="the high replica active")
+        jobs.create(plain_job("running", tpu={"type": "v5e", "topology": "2x2"}))
+        (running_pod,) = jobs.wait_pods_running("running", 1, timeout=60)
+        gke.inject_pool_fault("slow", provisioning_seconds=20 / gke.time_scale)  # PROVISIONING at the cut
+        jobs.create(plain_job("provisioning", tpu={"type": "v5p", "topology": "2x2x4"}))
+        jobs.wait_phase("provisioning", "Provisioning", timeout=30)
+        assert gke.calls["CreateNodePool"] == 2
+
+        api.cut()
+        wait_for(
+            lambda: "could not confirm its lead" in pair.log(HIGH),
+            timeout=30,
+            what="the high one standing down",
+        )
+        stood_down_at = time.monotonic()
+        # It stopped before the standby could take over (its record is live for a lifetime after its last
+        # write), and from then on it calls GKE no more, though GKE is still within its reach.
+        assert "is now active" not in pair.log(LOW)
+        wait_for(lambda: "is now active" in pair.log(LOW), timeout=30, what="the standby taking over")
+        kubelet.succeed(jobs.namespace, running_pod.metadata.name)
+        jobs.wait_phase("running", "Succeeded", timeout=60)
+        for pod in jobs.wait_pods_running("provisioning", 4, timeout=90):
+            kubelet.succeed(jobs.namespace, pod.metadata.name)
+        jobs.wait_phase("provisioning", "Succeeded", timeout=60)
+        assert gke_traffic.sent_since(stood_down_at) == 0, (
+            "the cut-off replica called GKE after standing down"
+        )
+        assert gke.calls["CreateNodePool"] == 2  # one create per pool, across the partition
+
+        api.heal()
+        # It rejoins under the replica that took over, and writes nothing to the jobs it left.
+        wait_for(lambda: pair.active({HIGH, LOW}) == LOW, timeout=30, what="both live, the low one leading")
+        versions = {
+            name: jobs.get(name)["metadata"]["resourceVersion"] for name in ("running", "provisioning")
+        }
+        settled = time.monotonic() + 3 * LIFETIME_SECONDS / 5  # three more reads of the peering object
+        wait_for(
+            lambda: time.monotonic() > settled and pair.active({HIGH, LOW}) == LOW, timeout=30, what="reads"
+        )
+        assert pair.log(HIGH).count("is now active") == 1  # once, before the partition
+        assert {n: jobs.get(n)["metadata"]["resourceVersion"] for n in versions} == versions

@@ -33,3 +33,14 @@ def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None
 def test_every_setting_has_a_variable_and_a_description() -> None:
     assert "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS" in ENVIRONMENT
     assert all(description for description in ENVIRONMENT.values())
+
+
+def test_a_renew_deadline_not_shorter_than_the_peering_lifetime_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TPUJOB_PEERING_LIFETIME_SECONDS", "10")
+    monkeypatch.setenv("TPUJOB_PEERING_RENEW_DEADLINE_SECONDS", "10")
+    with pytest.raises(
+        InvalidSettings, match="RENEW_DEADLINE_SECONDS=10 must be shorter than .*LIFETIME_SECONDS=10"
+    ):
+        from_environment()

@@ -46,12 +46,42 @@ def test_each_replica_draws_its_own_priority() -> None:
     assert len(drawn) == 100 and all(1 <= p <= peering.MAX_PRIORITY for p in drawn)
 
 
+def leads_over(reads: list[bool | None], renew_deadline: float = 10.0, period: float = 3.0) -> list[bool]:
+    """Whether the replica is active after each read (one every `period` seconds; None: a failed read)."""
+    lead, seen = peering.Lead(active=False), []
+    for tick, says_leads in enumerate(reads):
+        lead = peering.next_lead(lead, says_leads, tick * period, renew_deadline)
+        seen.append(lead.active)
+    return seen
+
+
 def test_a_standby_takes_the_lead_after_two_reads_in_a_row_and_lets_go_at_once() -> None:
-    reads = [True, False, True, True, True, False, True]
-    active, in_a_row, seen = False, 0, []
-    for says_leads in reads:
-        active, in_a_row = peering.next_lead(active, says_leads, in_a_row)
-        seen.append(active)
     # At start a lone record says "leads": not yet (a peer starting beside it may not have written its own);
     # a read that says another leads resets the count; an active one stands by at the first such read.
-    assert seen == [False, False, False, True, True, False, False]
+    assert leads_over([True, False, True, True, True, False, True]) == [
+        False, False, False, True, True, False, False,
+    ]  # fmt: skip
+
+
+def test_an_active_replica_that_cannot_read_stands_by_at_its_renew_deadline() -> None:
+    # Confirmed at t=3 s; reads fail from t=6 s: still active at 9 and 12 s (within 10 s), not at 15 s.
+    assert leads_over([True, True, None, None, None, None]) == [False, True, True, True, True, False]
+    # A standby that cannot read stays one.
+    assert leads_over([None, None, None]) == [False, False, False]
+    # One failed read within the deadline changes nothing.
+    assert leads_over([True, True, None, True, None, None, True]) == [False, True, True, True, True, True, True]
+
+
+def test_a_replica_that_stood_down_rejoins_under_every_live_peer() -> None:
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    live = {"lastseen": now.isoformat(), "lifetime": 15}
+    dead = {"lastseen": (now - dt.timedelta(seconds=60)).isoformat(), "lifetime": 15}
+    peers = {
+        "me": {**live, "priority": 900},
+        "took-over": {**live, "priority": 500},
+        "gone": {**dead, "priority": 7},
+    }
+    for _ in range(50):
+        assert 1 <= peering.priority_below(peers, "me", now) < 500  # the dead one does not count
+    assert peering.priority_below({"me": peers["me"], "gone": peers["gone"]}, "me", now) is None
+    assert peering.priority_below({**peers, "lowest": {**live, "priority": 1}}, "me", now) is None

@@ -23,6 +23,8 @@ def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:
 async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
     """The finalizer: node pools go first; pods and the Service follow by garbage collection."""
     runtime: Runtime = memo.runtime
+    if not runtime.active:  # kopf may retry a deletion on a replica that has just stood down
+        raise kopf.TemporaryError("this replica stands by", delay=runtime.config.peering_lifetime_seconds)
     handle = runtime.requeues.pop(uid, None)
     if handle:
         handle.cancel()

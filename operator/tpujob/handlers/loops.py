@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tpujob import metrics, peering
 from tpujob.handlers.passes import Runtime, forget, reconcile, request_pass
@@ -20,35 +22,62 @@ RESYNC_CONCURRENCY = 8
 
 async def lead_forever(runtime: Runtime) -> None:
     """Read the peering object a few times per lifetime: this replica works while no live peer outranks
-    it, as kopf's own watches do. It takes the lead only when two reads in a row say so with its own
-    record in the object (peering.next_lead). Becoming active, it looks at every job the API server has;
-    standing by, it forgets what it knew."""
-    name, api = runtime.config.peering, runtime.api
-    if name is None or api is None:
+    it, as kopf's own watches do (peering.next_lead: two reads in a row to take the lead; at the renew
+    deadline without a confirmation, it stands down). Becoming active, it looks at every job the API
+    server has; standing by, it forgets what it knew."""
+    if runtime.config.peering is None or runtime.api is None:
         return
-    loop = asyncio.get_running_loop()
     period = runtime.config.peering_lifetime_seconds / 5
-    in_a_row = 0  # reads in a row that said this replica leads
+    lead = peering.Lead(active=runtime.active)
+    stood_down = False  # at the renew deadline: rejoins under the replica that took over
     while True:
-        try:
-            found = await loop.run_in_executor(None, api.get_peering, name, runtime.config.namespace)
-            peers = (found or {}).get("status") or {}
+        peers = await read_peers(runtime, period)
+        wall = dt.datetime.now(dt.UTC)
+        if peers is not None and stood_down:
+            stood_down = False
+            if (lower := peering.priority_below(peers, runtime.identity, wall)) is not None:
+                runtime.set_priority(lower)
+        says_leads = None
+        if peers is not None:
             says_leads = runtime.identity in peers and peering.leads(
-                peers, runtime.identity, runtime.priority, dt.datetime.now(dt.UTC)
+                peers, runtime.identity, runtime.priority, wall
             )
-        except Exception:
-            log.exception("reading the peering object %s failed; will retry", name)
-            says_leads = runtime.active
-        active, in_a_row = peering.next_lead(runtime.active, says_leads, in_a_row)
-        if active != runtime.active:
-            log.warning("replica %s is now %s", runtime.identity, "active" if active else "standby")
-            runtime.active = active
-            metrics.OPERATOR_ACTIVE.set(1 if active else 0)
-            if active:
+        deadline = runtime.config.peering_renew_deadline_seconds
+        lead = peering.next_lead(lead, says_leads, time.monotonic(), deadline)
+        if lead.active != runtime.active:
+            if says_leads is None:
+                stood_down = True
+                log.warning(
+                    "replica %s could not confirm its lead for %.0f s (renew deadline): it stops writing "
+                    "and calling GKE",
+                    runtime.identity,
+                    deadline,
+                )
+            log.warning("replica %s is now %s", runtime.identity, "active" if lead.active else "standby")
+            runtime.active = lead.active
+            metrics.OPERATOR_ACTIVE.set(1 if lead.active else 0)
+            if lead.active:
                 await take_over(runtime)
             else:
                 stand_by(runtime)
         await asyncio.sleep(period)
+
+
+async def read_peers(runtime: Runtime, timeout: float) -> dict[str, Any] | None:
+    """The peering object's records; None when it cannot be read within `timeout` (the read gives up by
+    then too, so a black-holed connection holds no thread)."""
+    assert runtime.api is not None and runtime.config.peering is not None
+    loop = asyncio.get_running_loop()
+    read = functools.partial(
+        runtime.api.get_peering, runtime.config.peering, runtime.config.namespace, timeout=(timeout, timeout)
+    )
+    try:
+        found = await asyncio.wait_for(loop.run_in_executor(None, read), timeout + 1)
+    except Exception as error:
+        log.warning("reading the peering object %s failed: %r", runtime.config.peering, error)
+        return None
+    peers: dict[str, Any] = (found or {}).get("status") or {}
+    return peers
 
 
 async def take_over(runtime: Runtime) -> None:

@@ -13,6 +13,7 @@ import kopf
 
 from tpujob import kube
 from tpujob.config import OperatorConfig
+from tpujob.peering import NotLeading
 from tpujob.reconciler import Outcome, Reconciler
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,15 @@ class Runtime:
         self.vanished: set[str] = set()
         # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
         self.sweep_requested = asyncio.Event()
+        # kopf's settings, whose peering priority a replica lowers when it stood down (set_priority).
+        self.kopf_settings: kopf.OperatorSettings | None = None
+
+    def set_priority(self, priority: int) -> None:
+        """This replica's priority in the peering, for its own loops and for kopf's (read at each write of
+        its record and each look at the others')."""
+        self.priority = priority
+        if self.kopf_settings is not None:
+            self.kopf_settings.peering.priority = priority
         self.tasks: list[asyncio.Task[None]] = []
         self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
@@ -95,6 +105,8 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
             outcome = await loop.run_in_executor(
                 None, runtime.reconciler.reconcile, body, job_pods, service_exists
             )
+        except NotLeading:
+            return  # stood down mid-pass: the replica that leads now takes it from here
         except Exception:
             # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
             log.exception("%s/%s: reconcile failed; retrying", namespace, name)

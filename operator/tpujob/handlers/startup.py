@@ -116,7 +116,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
         api.create_peering(peering.peering_object(config.peering, config.namespace))
     metrics.OPERATOR_ACTIVE.set(1 if config.peering is None else 0)
-    memo.runtime = Runtime(config, reconciler, peering.own_identity(), priority, api)
+    runtime = memo.runtime = Runtime(config, reconciler, peering.own_identity(), priority, api)
+    if config.peering is not None:
+        # Only the active replica writes or calls GKE, including a pass already running when it stands down.
+        runtime.kopf_settings = settings
+        api.write_only_while(lambda: runtime.active)
+        for edge in (pools, policies):
+            if edge is not None:
+                edge.may_call = lambda: runtime.active
 
 
 @kopf.on.startup()
