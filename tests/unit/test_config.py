@@ -41,6 +41,6 @@ def test_a_renew_deadline_not_shorter_than_the_peering_lifetime_is_refused(
     monkeypatch.setenv("TPUJOB_PEERING_LIFETIME_SECONDS", "10")
     monkeypatch.setenv("TPUJOB_PEERING_RENEW_DEADLINE_SECONDS", "10")
     with pytest.raises(
-        InvalidSettings, match="RENEW_DEADLINE_SECONDS=10 must be shorter than .*LIFETIME_SECONDS=10"
+        InvalidSettings, match=r"RENEW_DEADLINE_SECONDS=10 must be shorter than .*LIFETIME_SECONDS=10"
     ):
         from_environment()

@@ -69,7 +69,8 @@ def test_an_active_replica_that_cannot_read_stands_by_at_its_renew_deadline() ->
     # A standby that cannot read stays one.
     assert leads_over([None, None, None]) == [False, False, False]
     # One failed read within the deadline changes nothing.
-    assert leads_over([True, True, None, True, None, None, True]) == [False, True, True, True, True, True, True]
+    reads = [True, True, None, True, None, None, True]
+    assert leads_over(reads) == [False, True, True, True, True, True, True]
 
 
 def test_a_replica_that_stood_down_rejoins_under_every_live_peer() -> None:
