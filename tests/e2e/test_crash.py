@@ -112,7 +112,7 @@ def test_killed_while_gke_retries_a_stockout(jobs, gke, kubelet, core, operator)
     """Killed right after the create call (the status may not have recorded GKE's operation yet): the new
     process finds the operation and keeps waiting on GKE's retry, with no delete and no second create."""
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
-    gke.pools.retry_window_seconds = 3600
+    gke.pools.retry_window_seconds = 36000  # still retrying when capacity returns, however slow the restart
     jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
     with killed(operator):
