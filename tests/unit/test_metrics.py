@@ -108,3 +108,37 @@ def test_a_start_problem_counts_once_per_problem_and_its_timeout_once_more():
     assert sample("tpujob_worker_start_problems_total", reason="ErrImagePull") == pulls + 1
     assert sample("tpujob_worker_start_problems_total", reason="StartupTimeout") == timeouts + 1
     assert sample("tpujob_worker_start_problems_total", reason="ImagePullBackOff") == 0.0
+
+
+def collected(collector, name, **labels):
+    """A custom collector's sample (they are registered at the operator's start, not in these tests)."""
+    for family in collector.collect():
+        for item in family.samples:
+            if item.name == name and item.labels == labels:
+                return item.value
+    return 0.0
+
+
+def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
+    """The active replica exports the jobs' gauges; one that stood down must not double them on a dashboard
+    summing over replicas (Reconciler.forget_all forgets every recorded job)."""
+    recorder = metrics.PassRecorder()
+    held = TPUJobStatus(phase=s.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
+
+    def chips():
+        return collected(metrics.CHIPS_HELD, "tpujob_tpu_chips", tpu_type="v6e", capacity_mode="onDemand")
+
+    def running():
+        return collected(metrics.JOBS_BY_PHASE, "tpujob_jobs", phase="Running")
+
+    chips_before, running_before = chips(), running()
+    for uid in ("gauge-1", "gauge-2"):
+        recorder.record(job(uid, tpu={"type": "v6e", "topology": "4x4"}), held, held, NOW)
+    assert (chips(), running()) == (chips_before + 32, running_before + 2)
+    assert recorder.uids() == {"gauge-1", "gauge-2"}
+
+    for uid in recorder.uids():
+        recorder.forget(uid)
+
+    assert (chips(), running()) == (chips_before, running_before)
+    assert recorder.uids() == set()
