@@ -111,6 +111,9 @@ class Operator(Section):
     poll_provisioning_seconds: Seconds = Field(
         5, description=f"TPUJOB_POLL_PROVISIONING_SECONDS. {SECONDS_NOTE}"
     )
+    refused_backoff_seconds: Seconds = Field(
+        30, description=f"TPUJOB_REFUSED_BACKOFF_SECONDS. {SECONDS_NOTE}"
+    )
     api_connect_timeout_seconds: Seconds = Field(
         10, description=f"TPUJOB_API_CONNECT_TIMEOUT_SECONDS. {SECONDS_NOTE}"
     )

@@ -43,6 +43,12 @@ class OperatorConfig(BaseSettings):
         description="look at a node pool GKE is still creating or deleting this often (and ask again for "
         "one GKE refused for now)",
     )
+    refused_backoff_seconds: float = Field(
+        30,
+        gt=0,
+        description="first wait before asking GKE again for a pool it refused in a way asking soon cannot "
+        "fix (quota, an invalid request); doubles, at most 20 times this",
+    )
     unschedulable_grace_seconds: float = Field(
         30,
         ge=0,

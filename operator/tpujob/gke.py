@@ -39,6 +39,11 @@ CALL_TIMEOUT = 30.0
 REASON_QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 REASON_RATE_LIMITED = "RATE_LIMIT_EXCEEDED"
 STOCKOUT_REASONS = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "STOCKOUT"})
+# A create refused for quota is a 403 PERMISSION_DENIED marked only by its words, with no ErrorInfo reason
+# in any public body ("Insufficient regional quota to satisfy request: resource ...":
+# GoogleCloudPlatform/k8s-config-connector#321, kubeflow/kubeflow#842; "Insufficient project quota" for
+# the all-regions quotas: kubeflow/examples#597). The words are the only signal GKE gives.
+QUOTA_WORDS = re.compile(r"insufficient (regional|project) quota to satisfy request", re.IGNORECASE)
 
 # Settings named in a configuration error: the environment variable and its chart value.
 SETTING_ZONE = "TPUJOB_GKE_ZONE (chart value gke.zone)"
@@ -74,15 +79,26 @@ def _rpc_status(error: gexc.GoogleAPICallError) -> str:
     return code.name if code is not None else ""
 
 
+def gke_message(error: Exception) -> str:
+    """GKE's own words: the error body's message, without the client's `POST http://...: ` prefix."""
+    response = getattr(error, "response", None)
+    try:
+        found = response.json()["error"]["message"] if response is not None else ""
+    except (ValueError, KeyError, TypeError, AttributeError):
+        found = ""
+    return str(found or getattr(error, "message", None) or error)
+
+
 def classify_error(error: Exception) -> s.GKEError:
     """GKE's refusal of a call -> the reason the status shows, and whether asking again can help."""
-    message = getattr(error, "message", None) or str(error)
+    message = gke_message(error)
     if not isinstance(error, gexc.GoogleAPICallError):
         return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)  # timeouts, connection errors
     reason = getattr(error, "reason", None) or ""
     status = _rpc_status(error)
-    if reason == REASON_QUOTA_EXCEEDED:
-        return s.GKEError(s.REASON_QUOTA, message)
+    if reason == REASON_QUOTA_EXCEEDED or (status == "PERMISSION_DENIED" and QUOTA_WORDS.search(message)):
+        # Not soon: someone must raise the quota or free some (permanent: asked again with a backoff).
+        return s.GKEError(s.REASON_QUOTA, message, permanent=True)
     if reason in STOCKOUT_REASONS:
         return s.GKEError(s.REASON_STOCKOUT, message)
     if reason == REASON_RATE_LIMITED or status == "FAILED_PRECONDITION":  # "incompatible operation"

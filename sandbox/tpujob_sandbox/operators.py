@@ -43,6 +43,7 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_GKE_ZONE": sandbox.default_zone,
         "TPUJOB_RESYNC_SECONDS": "2",
         "TPUJOB_RESTART_BACKOFF_SECONDS": "0.5",
+        "TPUJOB_REFUSED_BACKOFF_SECONDS": "1",
         "TPUJOB_SWEEP_SECONDS": "2",
         "TPUJOB_METRICS_PORT": "0",
         "TPUJOB_HEALTH_PORT": str(free_port()),

@@ -117,7 +117,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.pollProvisioningSeconds=0.5",
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "operator.apiConnectTimeoutSeconds=2,operator.apiReadTimeoutSeconds=15",
-        "--set", "operator.gkeTimeoutSeconds=45",
+        "--set", "operator.gkeTimeoutSeconds=45,operator.refusedBackoffSeconds=40",
         "--set", "peering.lifetimeSeconds=20,peering.renewDeadlineSeconds=12",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
@@ -150,6 +150,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_API_CONNECT_TIMEOUT_SECONDS": "2",
         "TPUJOB_API_READ_TIMEOUT_SECONDS": "15",
         "TPUJOB_GKE_TIMEOUT_SECONDS": "45",
+        "TPUJOB_REFUSED_BACKOFF_SECONDS": "40",
         # Each replica draws its own: one value shared by the Deployment's replicas would pause them all.
         "TPUJOB_PEERING_PRIORITY": "",
     }

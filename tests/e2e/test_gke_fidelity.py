@@ -74,6 +74,28 @@ def test_an_asynchronous_quota_failure_shows_quota_exceeded(jobs, gke, kubelet):
     assert gke.calls["CreateNodePool"] == 1
 
 
+def test_a_quota_refusal_shows_quota_exceeded_in_gkes_words_and_is_asked_again_with_a_backoff(
+    jobs, gke, kubelet
+):
+    """GKE's synchronous quota refusal, as it sends it: 403 PERMISSION_DENIED marked only by its words. The
+    job shows QuotaExceeded quoting GKE (not the client's request line), and the create is asked again
+    after 1, 2, 4 s (TPUJOB_REFUSED_BACKOFF_SECONDS is 1 on the test bed, doubling), not at every poll."""
+    gke.inject_call_fault("quota", times=3)
+    jobs.create(plain_job("quota"))
+    status = wait_for(
+        lambda: (st := jobs.status("quota")).get("reason") == "QuotaExceeded" and st,
+        timeout=30,
+        what="the quota refusal in the status",
+    )
+    refused_at = time.monotonic()
+    assert status["message"].startswith("Insufficient regional quota to satisfy request: resource")
+    wait_for(lambda: gke.calls["CreateNodePool"] == 4, timeout=60, what="three refusals, then the create")
+    waited = time.monotonic() - refused_at
+    print(f"the fourth create came {waited:.1f} s after the first refusal showed (backoff 1 + 2 + 4 s)")
+    assert waited >= 1 + 2 + 4 - 1.5  # at the 0.2 s poll, without a backoff, it would be under a second
+    succeed_all(jobs, kubelet, "quota", 1)
+
+
 def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs_off(jobs, gke):
     # The operator's zone (us-central1-a) does not offer v6e: GKE refuses the request itself (400
     # INVALID_ARGUMENT). (A zone named in the spec is checked at validation; the operator's own is not.)

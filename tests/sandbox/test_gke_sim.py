@@ -184,7 +184,8 @@ def test_unknown_fields_are_refused(gke):
 @pytest.mark.parametrize(
     ("fault", "error", "status", "reason", "fragment"),
     [
-        ("quota", google_errors.Forbidden, 403, "QUOTA_EXCEEDED", "Insufficient regional quota"),
+        # GKE marks quota by its words alone: no ErrorInfo reason (errors.quota_refusal's sources).
+        ("quota", google_errors.Forbidden, 403, None, "Insufficient regional quota to satisfy request"),
         ("too_many_operations", google_errors.TooManyRequests, 429, "RATE_LIMIT_EXCEEDED",
          "Too many operations"),
         # Over REST the class follows the HTTP code: FAILED_PRECONDITION arrives as BadRequest; the reason

@@ -28,7 +28,13 @@ def gke_error(code: int, status: str, message: str, reason: str = "") -> gexc.Go
 
 AUTO_UPGRADE = "Auto_upgrade cannot be false when release_channel REGULAR is set."
 BUSY = "Cluster is running incompatible operation operation-1-a."
-QUOTA = "Insufficient regional quota to satisfy request"
+# As GKE words them (gke.QUOTA_WORDS' sources): the message is the only mark, no ErrorInfo reason.
+QUOTA = (
+    "Insufficient regional quota to satisfy request: resource \"TPU_V5P\": request requires '16.0' and is "
+    "short '16.0'. project has a quota of '0.0' with '0.0' available. View and manage quotas at "
+    "https://console.cloud.google.com/iam-admin/quotas?usage=USED&project=p."
+)
+PROJECT_QUOTA = 'Insufficient project quota to satisfy request: resource "CPUS_ALL_REGIONS": request ...'
 CLASSIFIED = {
     "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), s.REASON_POOL_REJECTED, True),
     "incompatible-operation": (
@@ -41,7 +47,8 @@ CLASSIFIED = {
         s.REASON_GKE_BUSY,
         False,
     ),
-    "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA, "QUOTA_EXCEEDED"), s.REASON_QUOTA, False),
+    "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA), s.REASON_QUOTA, True),
+    "project-quota": (gke_error(403, "PERMISSION_DENIED", PROJECT_QUOTA), s.REASON_QUOTA, True),
     "permission": (gke_error(403, "PERMISSION_DENIED", "Required permission"), s.REASON_POOL_REJECTED, True),
     "not-found": (gke_error(404, "NOT_FOUND", "Not found: projects/p."), s.REASON_POOL_REJECTED, True),
     "rate-limit": (
@@ -61,10 +68,16 @@ CLASSIFIED = {
 
 
 @pytest.mark.parametrize(("error", "reason", "permanent"), CLASSIFIED.values(), ids=CLASSIFIED.keys())
-def test_refusals_are_classified_by_status_and_reason_not_words(error, reason, permanent):
+def test_refusals_are_classified_by_status_and_reason(error, reason, permanent):
     classified = gke.classify_error(error)
     assert (classified.reason, classified.permanent) == (reason, permanent)
     assert classified.message  # GKE's message, verbatim, for the status
+
+
+def test_the_status_quotes_gke_without_the_clients_request_prefix():
+    error = gke_error(403, "PERMISSION_DENIED", QUOTA)
+    assert str(error.message).startswith("POST https://container.googleapis.com")  # what the client adds
+    assert gke.classify_error(error).message == QUOTA
 
 
 def test_words_alone_do_not_make_a_stockout():

@@ -300,6 +300,8 @@ def test_rejected_requests_back_off_exponentially_up_to_a_cap():
     delays = [s.rejected_backoff_seconds(n) for n in range(1, 8)]
     assert delays[:3] == [30.0, 60.0, 120.0]
     assert delays == sorted(delays) and delays[-1] == s.REJECTED_BACKOFF_CAP_SECONDS
+    # TPUJOB_REFUSED_BACKOFF_SECONDS sets the first wait; the cap stays 20 of them.
+    assert [s.rejected_backoff_seconds(n, base=1.0) for n in (1, 2, 3, 6, 9)] == [1.0, 2.0, 4.0, 20.0, 20.0]
 
 
 def test_provisioning_timeout_fails_the_job_and_gives_the_pools_back():

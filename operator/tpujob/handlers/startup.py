@@ -111,6 +111,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         unschedulable_grace_seconds=config.unschedulable_grace_seconds,
         startup_grace_seconds=config.startup_grace_seconds,
         poll_provisioning_seconds=config.poll_provisioning_seconds,
+        refused_backoff_seconds=config.refused_backoff_seconds,
     )
     if config.peering is not None:
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.

@@ -130,13 +130,19 @@ class JobMemory:
                 return {}
             return errors
 
-    def refused(self, uid: str, errors: dict[int, s.GKEError], poll_seconds: float) -> float:
+    def refused(
+        self,
+        uid: str,
+        errors: dict[int, s.GKEError],
+        poll_seconds: float,
+        backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS,
+    ) -> float:
         """Refused creates are not asked again before the delay returned: the polling interval
-        (`poll_seconds`) for transient refusals, a growing one for permanent ones."""
+        (`poll_seconds`) for transient refusals, a growing one from `backoff_seconds` for permanent ones."""
         with self._lock:
             if any(error.permanent for error in errors.values()):
                 self._rejections[uid] = self._rejections.get(uid, 0) + 1
-                delay = s.rejected_backoff_seconds(self._rejections[uid])
+                delay = s.rejected_backoff_seconds(self._rejections[uid], backoff_seconds)
             else:
                 self._rejections.pop(uid, None)
                 delay = poll_seconds

@@ -120,6 +120,7 @@ class Settings:
     unschedulable_grace_seconds: float = 30.0
     startup_grace_seconds: float = 30.0
     poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
+    refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
 
 
 class Observer:

@@ -85,6 +85,7 @@ class Reconciler:
         unschedulable_grace_seconds: float = 30.0,
         startup_grace_seconds: float = 30.0,
         poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS,
+        refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS,
     ) -> None:
         self.cluster = cluster
         self.pools = pools
@@ -95,6 +96,7 @@ class Reconciler:
             unschedulable_grace_seconds=unschedulable_grace_seconds,
             startup_grace_seconds=startup_grace_seconds,
             poll_provisioning_seconds=poll_provisioning_seconds,
+            refused_backoff_seconds=refused_backoff_seconds,
         )
         self.observer = Observer(cluster, api, pools, self.memory, settings)
         self.actions = Actions(api, pools)
@@ -208,7 +210,12 @@ class Reconciler:
         again.events = decision.events + [e for e in again.events if e not in decision.events]
         uid = job.metadata.uid or ""
         if errors:
-            again.requeue(self.memory.refused(uid, errors, observed.poll_provisioning_seconds))
+            settings = self.observer.settings
+            again.requeue(
+                self.memory.refused(
+                    uid, errors, settings.poll_provisioning_seconds, settings.refused_backoff_seconds
+                )
+            )
         else:
             self.memory.accepted(uid)
             again.requeue(FIRST_POLL_SECONDS)

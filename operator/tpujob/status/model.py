@@ -126,10 +126,12 @@ DEFAULT_POLL_PROVISIONING_SECONDS = 5.0
 # GKE retries them itself while the create operation runs.
 CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
 
-# A refused request GKE calls permanent is asked again after 30 s, 60 s, ... up to 10 minutes (an
-# administrator may fix the cluster meanwhile); transient refusals at the polling interval.
+# A refusal that asking again soon cannot fix (an invalid request, quota) is asked again after 30 s, 60 s,
+# ... up to 20 times that, 10 minutes (someone may fix the job, the cluster or the quota meanwhile:
+# TPUJOB_REFUSED_BACKOFF_SECONDS sets the first wait); transient refusals at the polling interval.
 REJECTED_BACKOFF_BASE_SECONDS = 30.0
 REJECTED_BACKOFF_CAP_SECONDS = 600.0
+REJECTED_BACKOFF_CAP_FACTOR = REJECTED_BACKOFF_CAP_SECONDS / REJECTED_BACKOFF_BASE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ class GKEError:
         str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
     )
     message: str
-    permanent: bool = False  # the same request cannot succeed until someone changes the cluster or the job
+    permanent: bool = False  # cannot succeed soon: someone must change the job, the cluster or the quota
 
 
 @dataclass(frozen=True)
@@ -284,9 +286,9 @@ def is_infrastructure_failure(pod: PodView) -> bool:
     return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
 
 
-def rejected_backoff_seconds(refusals: int) -> float:
+def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_SECONDS) -> float:
     """Wait before asking GKE again after the n-th refusal in a row of a permanently refused request."""
-    return min(REJECTED_BACKOFF_BASE_SECONDS * 2.0 ** max(refusals - 1, 0), REJECTED_BACKOFF_CAP_SECONDS)
+    return min(base * 2.0 ** max(refusals - 1, 0), base * REJECTED_BACKOFF_CAP_FACTOR)
 
 
 def pool_error_reason(pool: PoolView) -> str:

@@ -72,15 +72,17 @@ def incompatible_operation(operation: str) -> GkeError:
     return GkeError(400, "FAILED_PRECONDITION", f"Cluster is running incompatible operation {operation}.")
 
 
-def quota_refusal(resource: str, region: str) -> GkeError:
-    """A create refused at once for quota (the synchronous path; the asynchronous one is a pool condition)."""
+def quota_refusal(resource: str, project: str) -> GkeError:
+    """A create refused at once for quota (the synchronous path; the asynchronous one is a pool condition):
+    403 PERMISSION_DENIED whose message is the only mark of quota. No public body carries an ErrorInfo
+    reason (GoogleCloudPlatform/k8s-config-connector#321, kubeflow/kubeflow#842, kubeflow/examples#597,
+    vanvalenlab/kiosk-console#367), so none is sent; the words are theirs."""
     return GkeError(
         403,
         "PERMISSION_DENIED",
         f'Insufficient regional quota to satisfy request: resource "{resource}": request requires '
-        f"'1.0' and is short '1.0'. project has a quota of '0.0' with '0.0' available in region {region}. "
-        "View and manage quotas at https://console.cloud.google.com/iam-admin/quotas.",
-        "QUOTA_EXCEEDED",
+        f"'1.0' and is short '1.0'. project has a quota of '0.0' with '0.0' available. View and manage "
+        f"quotas at https://console.cloud.google.com/iam-admin/quotas?usage=USED&project={project}.",
     )
 
 

@@ -48,10 +48,10 @@ class InjectedPoolFault:
     provisioning_seconds: float | None
 
 
-def call_fault_error(fault: CallFault, cluster: str, region: str, machine_type: str) -> errors.GkeError:
+def call_fault_error(fault: CallFault, cluster: str, project: str, machine_type: str) -> errors.GkeError:
     """The error real GKE answers for each injected call fault."""
     if fault is CallFault.QUOTA:
-        return errors.quota_refusal(machine_type.upper().replace("-", "_") or "CPUS", region)
+        return errors.quota_refusal(machine_type.upper().replace("-", "_") or "CPUS", project)
     if fault is CallFault.TOO_MANY_OPERATIONS:
         return errors.too_many_operations(cluster)
     if fault is CallFault.INCOMPATIBLE_OPERATION:

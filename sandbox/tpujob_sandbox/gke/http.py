@@ -204,7 +204,7 @@ class GkeHttpApi:
             return state.pools.delete(params["np"])
         fault = self.simulator.faults.take_call(rpc, params.get("np"))
         if fault is not None:
-            raise call_fault_error(fault, state.model.name, state.model.region, "")
+            raise call_fault_error(fault, state.model.name, state.model.project, "")
         if rpc == "GetCluster":
             return state.model.resource()
         if rpc == "ListNodePools":
@@ -215,7 +215,7 @@ class GkeHttpApi:
         states = self._in_location(params)
         fault = self.simulator.faults.take_call(rpc, None)
         if fault is not None:
-            raise call_fault_error(fault, states[0].model.name, states[0].model.region, "")
+            raise call_fault_error(fault, states[0].model.name, states[0].model.project, "")
         if rpc == "ListOperations":
             return container_v1.ListOperationsResponse(
                 operations=[op for state in states for op in state.operations.all()]

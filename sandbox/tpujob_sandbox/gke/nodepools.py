@@ -151,7 +151,7 @@ class NodePools:
         machine_type = pool.config.machine_type or "e2-medium"
         fault = self.faults.take_call("CreateNodePool", pool.name)
         if fault is not None:
-            raise call_fault_error(fault, self.cluster.name, self.cluster.region, machine_type)
+            raise call_fault_error(fault, self.cluster.name, self.cluster.project, machine_type)
         shape, pool_zones = self._validate(pool, machine_type, json.loads(text))
         with self._lock:
             if pool.name in self._pools:
@@ -365,7 +365,7 @@ class NodePools:
     def delete(self, name: str) -> container_v1.Operation:
         fault = self.faults.take_call("DeleteNodePool", name)
         if fault is not None:
-            raise call_fault_error(fault, self.cluster.name, self.cluster.region, "")
+            raise call_fault_error(fault, self.cluster.name, self.cluster.project, "")
         with self._lock:
             if name not in self._pools:
                 raise errors.not_found(f"{self.cluster.parent}/nodePools/{name}")
