@@ -87,20 +87,24 @@ async def take_over(runtime: Runtime) -> None:
     assert runtime.api is not None
     runtime.sweep_requested.set()
     loop = asyncio.get_running_loop()
-    keys = list(runtime.indexes.jobs)
+    # Cached before the list: each of these existed before it, so one the list lacks is gone. (A job the
+    # watch adds while the list runs may be newer than the list, and is not judged by it.)
+    cached = [
+        (namespace, job, body["metadata"]["uid"])
+        for namespace, job in list(runtime.indexes.jobs)
+        for body in runtime.indexes.jobs.get((namespace, job), [])
+    ]
     try:
         live = await loop.run_in_executor(None, runtime.api.list_tpujob_uids, runtime.config.namespace)
     except Exception:
         log.exception("listing TPUJobs at takeover failed; each pass checks its job instead")
         live = None
-    for namespace, job in keys:
-        for body in runtime.indexes.jobs.get((namespace, job), []):
-            uid = body["metadata"]["uid"]
-            if live is not None and uid not in live:
-                runtime.vanished.add(uid)
-                forget(runtime, uid)
-            else:
-                request_pass(runtime, namespace, job)
+    for namespace, job, uid in cached:
+        if live is not None and uid not in live:
+            runtime.vanished.add(uid)
+            forget(runtime, uid)
+        else:
+            request_pass(runtime, namespace, job)
 
 
 def stand_by(runtime: Runtime) -> None:
