@@ -11,7 +11,7 @@ from google.cloud import container_v1
 from tests.manifests import plain_job
 from tests.sandbox.helpers import render_cluster
 from tpujob.api import constants as c
-from tpujob_sandbox import wait_for
+from tpujob_sandbox import OperatorProcess, wait_for
 
 MULTI_HOST = {"type": "v5p", "topology": "2x2x4"}
 
@@ -109,14 +109,16 @@ def test_pools_of_vanished_jobs_are_swept_at_startup(jobs, gke, operator):
 
 
 def test_killed_while_gke_retries_a_stockout(jobs, gke, kubelet, core, operator):
-    """Killed right after the create call (the status may not have recorded GKE's operation yet): the new
-    process finds the operation and keeps waiting on GKE's retry, with no delete and no second create."""
+    """Killed the instant GKE accepted the create, before its answer (so the status has no record of GKE's
+    operation): the new process finds the operation and keeps waiting on GKE's retry, with no delete and
+    no second create."""
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", 0)
     gke.pools.retry_window_seconds = 36000  # still retrying when capacity returns, however slow the restart
+    gke.on_accepted("CreateNodePool", operator.kill)
     jobs.create(plain_job("train", tpu=MULTI_HOST))
-    wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
-    with killed(operator):
-        pass
+    wait_for(lambda: gke.calls["CreateNodePool"] == 1 and operator not in OperatorProcess.running,
+             timeout=30, what="the create call and the kill")  # fmt: skip
+    operator.start()
     status = wait_for(
         lambda: (st := jobs.status("train")).get("reason") == "Stockout" and st,
         timeout=30,
@@ -125,4 +127,5 @@ def test_killed_while_gke_retries_a_stockout(jobs, gke, kubelet, core, operator)
     assert status["nodePools"][0]["operation"].startswith("operation-")
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)
     finish(jobs, kubelet, gke, core, "train", 4)
-    assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 1)
+    calls = (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"])
+    assert calls == (1, 1), [line for line in operator.log().splitlines() if "pool" in line.lower()][-25:]
