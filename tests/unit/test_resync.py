@@ -139,3 +139,49 @@ def test_a_namespaced_operator_reads_no_maintenance_and_a_failed_read_does_not_s
     assert order[0] == "maintenance" and len(order) == len(KEYS) + 1
     assert "maintenance notices failed" in caplog.text
     assert gauge("tpujob_resync_round_seconds") == 2.0
+
+
+class TakeoverApi:
+    """The API server at takeover: lists the uids it has. While it lists, the watch delivers a job that
+    was deleted and created again under its name, newer than the list's snapshot."""
+
+    def __init__(self, live: set[str], index: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+        self.live, self.index = live, index
+
+    def list_tpujob_uids(self, namespace: str | None) -> set[str]:
+        self.index[("ns", "recreated")] = [{"metadata": {"uid": "uid-recreated-new"}}]
+        return set(self.live)
+
+
+def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_ones_it_lacks(monkeypatch):
+    index = {
+        ("ns", "kept"): [{"metadata": {"uid": "uid-kept"}}],
+        ("ns", "deleted-while-standing-by"): [{"metadata": {"uid": "uid-gone"}}],
+        ("ns", "recreated"): [{"metadata": {"uid": "uid-recreated-old"}}],
+    }
+    forgotten: list[str] = []
+    runtime = SimpleNamespace(
+        api=TakeoverApi({"uid-kept"}, index),
+        config=SimpleNamespace(namespace=None),
+        indexes=SimpleNamespace(jobs=index),
+        vanished=set(),
+        sweep_requested=asyncio.Event(),
+        requeues={},
+        locks={},
+        reconciler=SimpleNamespace(forget=forgotten.append),
+    )
+    asked: list[tuple[str, str]] = []
+
+    def request_pass(_runtime: Any, namespace: str, name: str) -> None:
+        asked.append((namespace, name))
+
+    monkeypatch.setattr(loops, "request_pass", request_pass)
+
+    asyncio.run(loops.take_over(runtime))
+
+    assert asked == [("ns", "kept")]
+    # The cached jobs the list lacks are gone; the one created again after the list is not judged by it
+    # (its own watch event asks its pass).
+    assert runtime.vanished == {"uid-gone", "uid-recreated-old"}
+    assert sorted(forgotten) == ["uid-gone", "uid-recreated-old"]
+    assert runtime.sweep_requested.is_set()  # the orphan sweep runs now, not at its next interval
