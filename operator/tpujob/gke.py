@@ -169,29 +169,6 @@ def _one_zone_problem(zone: str, region: str | None, found: container_v1.Cluster
     return ""
 
 
-# "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
-FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """1.33.5-gke.1201000 -> (1, 33, 5, 1201000): GKE versions compare by these numbers."""
-    return tuple(int(n) for n in version.replace("-gke.", ".").split(".") if n.isdigit())
-
-
-def flex_start_problem(check: ClusterCheck | None) -> s.GKEError | None:
-    """A cluster too old for flex-start TPU pools (None: fine, or not known yet)."""
-    if check is None or not check.version:
-        return None
-    if version_key(check.version) >= version_key(FLEX_START_TPU_MIN_VERSION):
-        return None
-    return s.GKEError(
-        s.REASON_POOL_REJECTED,
-        f"flex-start TPU node pools need GKE {FLEX_START_TPU_MIN_VERSION} or later and the cluster runs "
-        f"{check.version}: upgrade the cluster, or use spec.capacity.mode spot, reservation or onDemand",
-        permanent=True,
-    )
-
-
 def check_cluster(
     cluster: Cluster, client: container_v1.ClusterManagerClient, timeout: float = CALL_TIMEOUT
 ) -> ClusterCheck:
@@ -370,10 +347,11 @@ class WorkloadPolicies:
                 self._client = ResourcePoliciesClient()
         return self._client
 
-    def problem(self, name: str, topology: str) -> s.GKEError | None:
-        """Why a pool placed by policy `name` cannot hold a `topology` slice (None: it can)."""
+    def fact(self, name: str) -> s.PolicyFact:
+        """Policy `name` as the Compute API describes it (status.placement judges whether it fits a job)."""
         if not self.may_call():
             raise peering.NotLeading("Compute call refused: this replica is not the active one")
+        fact = s.PolicyFact(name, self.project, self.region)
         found = self._topologies.get(name)
         if found is None:
             try:
@@ -384,21 +362,8 @@ class WorkloadPolicies:
                     project=self.project, region=self.region, resource_policy=name, timeout=self.timeout
                 )
             except gexc.NotFound:
-                return s.GKEError(
-                    s.REASON_POOL_REJECTED,
-                    f"workload policy {name} not found in projects/{self.project}/regions/{self.region}; "
-                    f"create it: gcloud compute resource-policies create workload-policy {name} "
-                    f"--type=HIGH_THROUGHPUT --accelerator-topology={topology} --region={self.region}",
-                    permanent=True,
-                )
+                return fact
             except gexc.GoogleAPICallError as error:
-                return classify_error(error)
+                return dataclasses.replace(fact, error=classify_error(error))
             found = self._topologies[name] = policy.workload_policy.accelerator_topology
-        if found != topology:
-            return s.GKEError(
-                s.REASON_POOL_REJECTED,
-                f"workload policy {name} places {found} slices, but spec.tpu.topology is {topology}: name a "
-                f"policy with --accelerator-topology={topology}, or set spec.tpu.topology: {found}",
-                permanent=True,
-            )
-        return None
+        return dataclasses.replace(fact, topology=found)

@@ -9,6 +9,7 @@ catalog and GKE's tpu-provisioner (see shared/reference/gke-tpu.md). Rules used:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Final
@@ -240,6 +241,9 @@ def default_machine_type(generation: Generation, chips: int) -> MachineType:
     return four
 
 
+# A pass asks for the shape in several places (workers expected, pods, pools, metrics): resolved once per
+# spec, since the catalog is fixed and the shape frozen. A bad spec raises each time (errors are not cached).
+@functools.lru_cache(maxsize=1024)
 def resolve_slice(tpu_type: str, topology: str, machine_type: str | None = None) -> SliceShape:
     """The slice GKE would build for this request, or CatalogError naming the field and the fix."""
     generation = GENERATIONS.get(tpu_type)

@@ -157,7 +157,7 @@ REJECTED = s.GKEError(s.REASON_POOL_REJECTED, "Invalid machine type", permanent=
 
 def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> None:
     pools = RecordingPools({"p": "RUNNING"})
-    actions = Actions(RecordingKube(), pools)  # type: ignore[arg-type]
+    actions = Actions(RecordingKube(), pools, JobMemory())  # type: ignore[arg-type]
     accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
     refused = sample(metrics.GKE_ERRORS, reason=s.REASON_GKE_UNAVAILABLE)
 
@@ -173,7 +173,7 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
 def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> None:
     api = RecordingKube()
     api.fail["create_pod"] = kube.ApiError(403, "Forbidden")
-    actions = Actions(api, None)  # type: ignore[arg-type]
+    actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
     pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
 
     with pytest.raises(kube.ApiError, match="Forbidden"):
@@ -185,7 +185,7 @@ def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> No
 
 def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised() -> None:
     api = RecordingKube()
-    actions = Actions(api, None)  # type: ignore[arg-type]
+    actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
     meta = {"name": "j", "namespace": "ns", "uid": "u"}
     assert actions.patch_status(meta, {"phase": "Running"}) == "101"
 
@@ -199,7 +199,7 @@ def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised(
 
 def test_the_finalizer_is_added_once_guarded_by_the_resource_version() -> None:
     api = RecordingKube()
-    actions = Actions(api, None)  # type: ignore[arg-type]
+    actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
     meta = {"name": "j", "namespace": "ns", "resourceVersion": "41", "finalizers": ["other"]}
     actions.ensure_finalizer(meta)
     actions.ensure_finalizer({**meta, "finalizers": ["other", c.FINALIZER]})
@@ -212,7 +212,7 @@ def test_the_finalizer_is_added_once_guarded_by_the_resource_version() -> None:
 def test_a_lost_event_does_not_fail_the_pass() -> None:
     api = RecordingKube()
     api.fail["create_event"] = kube.ApiError(500, "InternalError")
-    actions = Actions(api, None)  # type: ignore[arg-type]
+    actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
     meta = {"name": "j", "namespace": "ns", "uid": "u"}
     actions.post_events(
         meta, [s.Event("Normal", "A", "a"), s.Event("Normal", "B", "b")], dt.datetime.now(dt.UTC)

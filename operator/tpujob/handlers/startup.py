@@ -15,7 +15,7 @@ from tpujob.config import from_environment
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.passes import Indexes, Runtime
 from tpujob.ratelimit import RequestLimiter
-from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler
+from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings
 
 log = logging.getLogger(__name__)
 
@@ -102,17 +102,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         limiter=limiter,
         timeout=(config.api_connect_timeout_seconds, config.api_read_timeout_seconds),
     )
-    reconciler = Reconciler(
-        config.cluster,
-        api,
-        pools,
-        config.restart_backoff_seconds,
-        policies=policies,
+    pass_settings = Settings(
+        restart_backoff_seconds=config.restart_backoff_seconds,
         unschedulable_grace_seconds=config.unschedulable_grace_seconds,
         startup_grace_seconds=config.startup_grace_seconds,
         poll_provisioning_seconds=config.poll_provisioning_seconds,
         refused_backoff_seconds=config.refused_backoff_seconds,
     )
+    reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.peering is not None:
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
         api.create_peering(peering.peering_object(config.peering, config.namespace))

@@ -1,4 +1,4 @@
-"""One reconcile pass for one TPUJob: observe, decide (tpujob.status, pure), act.
+"""One reconcile pass for one TPUJob: observe, decide (tpujob.status, pure), act, settle (pure), write.
 
 Synchronous I/O (Kubernetes and GKE clients), run by the kopf handlers in worker threads, one
 pass per job at a time. Idempotent: creating what exists and deleting what is gone are no-ops, so
@@ -6,12 +6,21 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 
 - observe: what a pass sees (pods, pools while they change, the cluster, maintenance notices);
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
-- act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics;
-- passes: the Reconciler, which runs them in that order, and releases pools on deletion.
+- act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics; returns what happened;
+- passes: the Reconciler, which runs a pass: observe, decide, act, settle, one write;
+- release: a deleted job's pools given back, and the sweep of pools whose job is gone.
 """
 
 from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest
-from tpujob.reconciler.observe import pod_view
+from tpujob.reconciler.observe import Settings, pod_view
 from tpujob.reconciler.passes import Outcome, Reconciler
 
-__all__ = ["CREATE_CONCURRENCY", "EVENT_COMPONENT", "Outcome", "Reconciler", "event_manifest", "pod_view"]
+__all__ = [
+    "CREATE_CONCURRENCY",
+    "EVENT_COMPONENT",
+    "Outcome",
+    "Reconciler",
+    "Settings",
+    "event_manifest",
+    "pod_view",
+]

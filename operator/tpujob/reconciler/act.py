@@ -1,18 +1,24 @@
-"""The writes a pass makes, to Kubernetes and GKE: each a small method, each GKE call counted in the
-metrics the same way. No decisions: what to write comes from tpujob.status."""
+"""The writes a pass makes, to Kubernetes and GKE: `apply` carries a decision out and returns what happened
+(status.Applied); each write a small method, each GKE call counted in the metrics the same way. No decisions:
+what to write comes from tpujob.status, the requests from tpujob.render."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
+import json
 import logging
 import socket
 from typing import Any
 
 from tpujob import kube, metrics
 from tpujob import status as s
+from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.gke import NodePools
+from tpujob.reconciler.memory import JobMemory
+from tpujob.render import Cluster
+from tpujob.render import plan as render
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +27,22 @@ CREATE_CONCURRENCY = 8
 # Events name the operator as their source (kubectl get events: FROM tpujob-operator).
 EVENT_COMPONENT = "tpujob-operator"
 MAX_EVENT_MESSAGE = 1024
+
+
+def is_refusal(error: Exception) -> bool:
+    """A 4xx answer that the same request cannot pass (400 Bad Request, 403 Forbidden, 422 Invalid), as
+    opposed to a conflict, a throttle or a server error, which a retry of the pass handles."""
+    return isinstance(error, kube.ApiError) and error.status in (400, 403, 422)
+
+
+def refusal_message(error: Exception) -> str:
+    """The API server's own words: the Status object's message, else the reason line."""
+    body = getattr(error, "body", None) or ""
+    try:
+        message = json.loads(body).get("message", "") if body else ""
+    except (ValueError, AttributeError):
+        message = ""
+    return str(message or getattr(error, "reason", "") or error)
 
 
 def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, instance: str) -> dict[str, Any]:
@@ -50,11 +72,72 @@ def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, insta
 
 
 class Actions:
-    def __init__(self, api: kube.Kube, pools: NodePools | None) -> None:
+    def __init__(self, api: kube.Kube, pools: NodePools | None, memory: JobMemory) -> None:
         self.api = api
         self.pools = pools
+        # Creates are recorded there until the watch shows them (not created twice, not taken for lost).
+        self.memory = memory
         self.instance = socket.gethostname()  # the pod's name, in Events
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
+
+    def apply(
+        self,
+        meta: dict[str, Any],
+        job: TPUJob | None,
+        decision: s.Decision,
+        cluster: Cluster,
+        now: dt.datetime,
+    ) -> s.Applied:
+        """Carry the decision out: pools (after the finalizer), deletes, then pods and the Service. `job`:
+        None for a spec that does not parse (its decisions only delete)."""
+        applied = s.Applied()
+        if decision.create_pools and job is not None:
+            # The finalizer before any paid resource: a job deleted from now on waits for its pools.
+            self.ensure_finalizer(meta)
+            for slice_index in decision.create_pools:
+                request = render.node_pool(job, cluster, slice_index, zone=decision.status.zone)
+                operation, error = self.create_pool(request)
+                if error is not None:
+                    applied.refused[slice_index] = error
+                else:
+                    applied.operations[slice_index] = operation
+        for name in decision.delete_pods:
+            self.delete_pod(meta["namespace"], name)
+        for name in decision.delete_pools if self.pools is not None else ():
+            if self.delete_pool(name):
+                applied.stopping.add(name)
+            else:
+                applied.delete_refused = True
+        if job is not None and (decision.create_pods or decision.create_service):
+            applied.pods_refused = self._create_workers(job, decision, cluster, now)
+        return applied
+
+    def _create_workers(self, job: TPUJob, decision: s.Decision, cluster: Cluster, now: dt.datetime) -> str:
+        """The decided pods and Service; the API server's words if it refused them, else ""."""
+        namespace, uid = job.metadata.namespace, job.metadata.uid or ""
+        # New pods avoid nodes whose announced maintenance comes before this.
+        avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
+        pods = [
+            render.pod(job, cluster, i, w, decision.status.attempt, avoid_maintenance_before=avoid)
+            for i, w in decision.create_pods
+        ]
+        names = [pod["metadata"]["name"] for pod in pods]
+        self.memory.pods_created(uid, names)
+        service = render.service(job) if decision.create_service else None
+        try:
+            self.create_pods_and_service(namespace, pods, service)
+        except Exception as error:
+            self.memory.pods_not_created(uid, names)
+            if not is_refusal(error):
+                raise
+            # The same pods would be refused again at once: shown as the job's reason, asked again later.
+            refused = refusal_message(error)
+            self.memory.pods_refused(uid, refused)
+            return refused
+        self.memory.pods_refused(uid, None)
+        if service is not None:
+            self.memory.service_created(uid)
+        return ""
 
     # --- GKE -------------------------------------------------------------------------------------
 

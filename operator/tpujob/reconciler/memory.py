@@ -103,10 +103,19 @@ class JobMemory:
         with self._lock:
             return self._pods_refused.get(uid, "")
 
-    def is_created_in_flight(self, uid: str, name: str) -> bool:
-        """Whether the pod is one a pass created and has not seen yet."""
+    def is_own_create(self, pod: Mapping[str, Any]) -> bool:
+        """The watch's first sight of a pod a pass created, as it was created (not yet scheduled): that pass
+        counted it in flight already, so it needs no pass of its own. Its next change does."""
+        meta, status = pod["metadata"], pod.get("status") or {}
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+        if (
+            not owners
+            or status.get("phase", "Pending") != "Pending"
+            or (pod.get("spec") or {}).get("nodeName")
+        ):
+            return False
         with self._lock:
-            return name in self._in_flight.get(uid, ())
+            return meta["name"] in self._in_flight.get(owners[0]["uid"], ())
 
     def service_created(self, uid: str) -> None:
         with self._lock:

@@ -11,10 +11,10 @@ from typing import Any
 
 from tpujob import gke, kube, metrics
 from tpujob import status as s
-from tpujob.api import TPUJob
+from tpujob.api import InvalidTPUJob, TPUJob
 from tpujob.api import constants as c
 from tpujob.api.models import NodePoolPolicy, TPUJobStatus
-from tpujob.gke import ClusterCheck, NodePools
+from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
@@ -125,11 +125,18 @@ class Settings:
 
 class Observer:
     def __init__(
-        self, cluster: Cluster, api: kube.Kube, pools: NodePools | None, memory: JobMemory, settings: Settings
+        self,
+        cluster: Cluster,
+        api: kube.Kube,
+        pools: NodePools | None,
+        memory: JobMemory,
+        settings: Settings,
+        policies: WorkloadPolicies | None = None,
     ) -> None:
         self.cluster = cluster
         self.api = api
         self.pools = pools
+        self.policies = policies
         self.memory = memory
         self.settings = settings
         # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.
@@ -143,13 +150,14 @@ class Observer:
     ) -> s.Observed:
         uid = job.metadata.uid or ""
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
+        looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus())
+        refused = self.memory.refusals(uid)
+        check = self.cluster_check
         observed = s.Observed(
             job=job,
             now=now,
             pods=tuple(pods),
-            pools=self.pool_views(job)
-            if self.pools and needs_gke_look(job, job.status or TPUJobStatus())
-            else None,
+            pools=self.pool_views(job) if looks else None,
             service_exists=self.memory.service_exists(uid, service_exists),
             pods_in_flight=self.memory.pods_in_flight(uid, pods),
             pods_refused=self.memory.pod_refusal(uid),
@@ -159,12 +167,39 @@ class Observer:
             startup_grace_seconds=self.settings.startup_grace_seconds,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
+            cluster_version=check.version if check is not None else "",
+            # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
+            # looked up again when its backoff ends; a found one is cached).
+            workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
         )
         if creates_pools and (config := self.configuration_errors(job)):
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
-        if refused := self.memory.refusals(uid):
+        if refused:
             observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
         return observed
+
+    def observe_invalid(
+        self,
+        body: dict[str, Any],
+        status: TPUJobStatus,
+        invalid: InvalidTPUJob,
+        pods: list[s.PodView],
+        now: dt.datetime,
+    ) -> s.InvalidObserved:
+        return s.InvalidObserved(
+            status=status,
+            problems="; ".join(str(p) for p in invalid.problems),
+            generation=body["metadata"].get("generation"),
+            now=now,
+            pods=tuple(pods),
+        )
+
+    def workload_policy(self, job: TPUJob) -> s.PolicyFact | None:
+        """The workload policy that places the job's pools (tpu7x multi-host), as the Compute API has it."""
+        name = job.spec.node_pool.workload_policy
+        if name is None or self.policies is None:
+            return None
+        return self.policies.fact(name)
 
     def pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
         """Each slice's pool as GKE has it (one GetNodePool per slice)."""

@@ -6,13 +6,28 @@ and when to look again. The handlers execute it. Being pure, every life-cycle ru
 without a cluster, and a crash between any two API calls converges: the next snapshot shows what
 was done, and the same rules pick up from there.
 
+A pass is: observe every fact -> `decide` once -> act (the executor) -> `settle` folds what acting met
+(GKE's operations and refusals, deletes accepted, pods refused) into the status -> one write.
+
 Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
-`pools` (node pools per slice), `capacity` (flex-start, maintenance, zone fallback), `builder` (the
-decision under construction and the steps the others share).
+`pools` (node pools per slice), `placement` (what a pool needs before it is asked for), `capacity`
+(flex-start, maintenance, zone fallback), `builder` (the decision under construction and the steps the
+others share), `invalid` (a spec the operator cannot run), `settle` (the pass' answers, folded in).
 """
 
+from tpujob.status.invalid import InvalidObserved, decide_invalid
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
 from tpujob.status.model import __all__ as _model_names
+from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
 
-__all__ = ["decide", *_model_names]
+__all__ = [
+    "FIRST_POLL_SECONDS",
+    "POD_REFUSED_RETRY_SECONDS",
+    "Applied",
+    "InvalidObserved",
+    "decide",
+    "decide_invalid",
+    "settle",
+    *_model_names,
+]

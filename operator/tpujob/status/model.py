@@ -196,6 +196,18 @@ class GKEError:
 
 
 @dataclass(frozen=True)
+class PolicyFact:
+    """A workload policy as the Compute API answered for it: its accelerator topology, or the call's error;
+    neither: it does not exist."""
+
+    name: str
+    project: str
+    region: str
+    topology: str | None = None
+    error: GKEError | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     job: TPUJob
     now: dt.datetime
@@ -219,6 +231,11 @@ class Observed:
     zones: tuple[str, ...] = ()
     # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
     maintenance: dict[str, int] = field(default_factory=dict)
+    # The cluster's GKE version as GetCluster last said ("" not yet known), and the workload policy that
+    # places the job's pools as the Compute API described it (None: none named, or not looked up): what a
+    # pool needs before it is asked for (placement.py).
+    cluster_version: str = ""
+    workload_policy: PolicyFact | None = None
 
     @property
     def status(self) -> TPUJobStatus:
@@ -243,6 +260,13 @@ class Decision:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
+    # Pool creates withheld for a reason that is a refusal (placement.py): backed off like GKE's refusals.
+    refused: dict[int, GKEError] = field(default_factory=dict)
+
+    @property
+    def creates(self) -> bool:
+        """Whether carrying it out creates anything (a pool, a pod, the Service)."""
+        return bool(self.create_pools or self.create_pods or self.create_service)
 
     def requeue(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
@@ -353,6 +377,7 @@ __all__ = [
     "GKEError",
     "Observed",
     "PodView",
+    "PolicyFact",
     "PoolView",
     "expected_workers",
     "is_infrastructure_failure",

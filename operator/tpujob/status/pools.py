@@ -32,6 +32,7 @@ from tpujob.status.model import (
     pool_error_reason,
     timestamp,
 )
+from tpujob.status.placement import placement_problem
 
 
 def pools_ready(b: Builder) -> bool:
@@ -43,12 +44,13 @@ def pools_ready(b: Builder) -> bool:
         )
         return True
     pools = {p.slice: p for p in known_pools(b)}
+    placement = placement_problem(job, b.observed.cluster_version, b.observed.workload_policy)
     views: list[PoolView] = []
     problems: list[tuple[str, str]] = []
     for slice_index in range(job.spec.tpu.slices):
         name = naming.node_pool_name(job, slice_index)
         pool = pools.get(slice_index, PoolView(slice_index, name, POOL_MISSING))
-        pool, problem = _slice_pool(b, pool, b.observed.gke_errors.get(slice_index))
+        pool, problem = _slice_pool(b, pool, b.observed.gke_errors.get(slice_index), placement)
         if problem is not None:
             problems.append(problem)
         views.append(pool)
@@ -83,15 +85,18 @@ def place(b: Builder) -> None:
 
 
 def _slice_pool(
-    b: Builder, pool: PoolView, error: GKEError | None
+    b: Builder, pool: PoolView, error: GKEError | None, placement: GKEError | None
 ) -> tuple[PoolView, tuple[str, str] | None]:
-    """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show)."""
+    """One slice's pool: what to do about it, and why the job waits for it (None: no problem to show).
+    `placement`: why no pool may be asked for now; a create it withholds is a refusal, backed off as one."""
     gone = pool.state in POOL_RELEASED_STATES
     if not gone and pool.zone and b.status.zone and pool.zone != b.status.zone:
         # In a zone the job has left (a fallback): deleted, again until GKE accepts it.
         b.decision.delete_pools.append(pool.name)
         return pool, (REASON_ZONE_FALLBACK, f"moving to {b.status.zone}: deleting {pool.name} in {pool.zone}")
     if pool.state in (POOL_MISSING, POOL_DELETED):
+        if error is None and placement is not None:
+            error = b.decision.refused[pool.slice] = placement
         if error is None:
             b.decision.create_pools.append(pool.slice)
             fresh = dataclasses.replace(

@@ -1,0 +1,75 @@
+"""Giving TPUs back outside a pass: the finalizer's release of a deleted job's pools, and the sweep of pools
+whose job is gone (a crash or a finalizer removed by hand never leaks a slice)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tpujob import status as s
+from tpujob.api import InvalidTPUJob, parse_tpujob
+from tpujob.api.models import NodePoolPolicy
+from tpujob.gke import NodePools
+from tpujob.reconciler.act import Actions
+from tpujob.reconciler.observe import Observer
+
+log = logging.getLogger(__name__)
+
+
+class Releaser:
+    def __init__(
+        self, pools: NodePools | None, observer: Observer, actions: Actions, forget: Callable[[str], None]
+    ) -> None:
+        self.pools = pools
+        self.observer = observer
+        self.actions = actions
+        self.forget = forget
+
+    def release_pools(self, body: dict[str, Any]) -> list[str]:
+        """Start deleting every pool of a job being deleted; the names GKE still has."""
+        if self.pools is None:
+            return []
+        try:
+            job = parse_tpujob({**body, "status": None})
+        except InvalidTPUJob:
+            return []  # nothing was ever created for it
+        if job.spec.node_pool.policy != NodePoolPolicy.create:
+            return []
+        remaining = []
+        for view in self.observer.pool_views(job):
+            if view.state == s.POOL_MISSING:
+                continue
+            remaining.append(view.name)
+            if view.state != s.POOL_STOPPING:
+                self.actions.delete_pool(view.name)
+        if not remaining:
+            self.forget(body["metadata"]["uid"])
+        return remaining
+
+    def sweep_orphans(self, namespace: str | None = None) -> list[str]:
+        """Delete pools labelled as ours whose TPUJob no longer exists.
+
+        Judged against the API server, not the watch's cache (a replica that stood by may hold jobs deleted
+        meanwhile): the pools are listed first, then the jobs, so a job whose pool is listed was created
+        before the job list and is in it unless it is gone. A namespace-scoped operator judges only its
+        namespace's pools: it cannot see other jobs.
+        """
+        if self.pools is None:
+            return []
+        owned = [p for p in self.pools.owned() if namespace is None or p.namespace == namespace]
+        # No UID label: not made by an operator for a job (e.g. from `tpujob render`); not ours to judge.
+        judged = [p for p in owned if p.job_uid and p.state != s.POOL_STOPPING]
+        if not judged:
+            return []
+        live_uids = self.actions.live_job_uids(namespace)
+        deleted = []
+        for pool in judged:
+            if pool.job_uid in live_uids:
+                continue
+            log.warning(
+                "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
+            )
+            if self.actions.delete_pool(pool.name):
+                deleted.append(pool.name)
+        return deleted
