@@ -7,12 +7,14 @@ without a cluster, and a crash between any two API calls converges: the next sna
 was done, and the same rules pick up from there.
 
 Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
-`pools` (node pools per slice), `capacity` (flex-start, maintenance, zone fallback), `builder` (the
-decision under construction and the steps the others share).
+`pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes, read once), `capacity`
+(flex-start, maintenance, zone fallback), `builder` (the decision under construction and the steps the
+others share).
 """
 
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
 from tpujob.status.model import __all__ as _model_names
+from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
 
-__all__ = ["decide", *_model_names]
+__all__ = ["capacity_shortage", "decide", "pool_error_reason", *_model_names]
