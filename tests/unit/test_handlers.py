@@ -9,7 +9,7 @@ from typing import Any
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import indexed_job
-from tpujob.handlers.passes import Runtime, schedule
+from tpujob.handlers.workqueue import Runtime, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 

@@ -13,7 +13,7 @@ from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import from_environment
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
-from tpujob.handlers.passes import Indexes, Runtime
+from tpujob.handlers.workqueue import Indexes, Runtime
 from tpujob.ratelimit import RequestLimiter
 from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler
 
