@@ -160,8 +160,10 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                 ),
                 _panel(
                     "GKE errors by reason",
-                    "GKE calls refused per second: Stockout (no TPU capacity), QuotaExceeded, "
-                    "IncompatibleOperation (another operation runs), GKEUnavailable (anything else).",
+                    "GKE calls refused and pools gone to ERROR per second: Stockout (no TPU capacity), "
+                    "QuotaExceeded, IncompatibleOperation (another operation runs), NodePoolRejected "
+                    "(a request GKE refuses as sent), NodePoolLost (a pool in ERROR without a capacity "
+                    "condition), GKEUnavailable (anything else).",
                     [(f"sum by (reason) (rate(tpujob_gke_errors_total[{RATE}]))", "{{reason}}")],
                     "ops",
                 ),

@@ -88,8 +88,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf logs every handler call: thousands of lines in a burst of jobs. Its failures still show.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # No standalone=, peering_name= or priority=: kopf's startup handlers run after kopf.run has copied those
+    # into its settings and before kopf reads them, so the peering mode is set there, in one place
+    # (handlers/startup.py, set_peering).
     kopf.run(
-        standalone=True,
         clusterwide=config.namespace is None,
         namespaces=[config.namespace] if config.namespace else [],
         liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",

@@ -228,7 +228,7 @@ class NodePools:
         message = condition.message if condition is not None else pool.status_message
         zone = pool.locations[0] if pool.locations else ""
         view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
-        if code in s.CAPACITY_CONDITIONS:
+        if s.capacity_shortage(code) is not None:
             # GKE retries a stockout while the create operation runs; once it ends, GKE has given up. A
             # recorded operation that ended may belong to an earlier create of a pool by this name (the
             # operator re-requested it after GKE gave up, and died before recording the new one): the

@@ -31,12 +31,15 @@ RESTART_REASONS = (
     s.REASON_RUN_DURATION,
     s.REASON_MAINTENANCE,
 )
+# Calls GKE refused, by the reason the status shows; and pools gone to ERROR, by s.pool_error_reason
+# (Stockout, QuotaExceeded, or NodePoolLost for a broken pool).
 GKE_ERROR_REASONS = (
     s.REASON_STOCKOUT,
     s.REASON_QUOTA,
     s.REASON_GKE_BUSY,
     s.REASON_GKE_UNAVAILABLE,
     s.REASON_POOL_REJECTED,
+    s.REASON_POOL_LOST,
 )
 # The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the
 # startup timeout that ends the wait.
@@ -63,7 +66,9 @@ POOL_OPERATIONS_TOTAL = Counter(
     "GKE node pool calls, by operation and result.",
     ["operation", "result"],
 )
-GKE_ERRORS = Counter("tpujob_gke_errors_total", "GKE calls refused, by reason.", ["reason"])
+GKE_ERRORS = Counter(
+    "tpujob_gke_errors_total", "GKE calls refused, and node pools gone to ERROR, by reason.", ["reason"]
+)
 WORKER_START_PROBLEMS = Counter(
     "tpujob_worker_start_problems_total",
     "TPUJobs whose workers could not start, by the kubelet's reason (ErrImagePull, "
@@ -313,10 +318,9 @@ class PassRecorder:
                     if created is not None:
                         POOL_PROVISIONING.observe((now - created).total_seconds())
                 # The usual stockout is not a refused call: the pool's creation goes to ERROR with GKE's
-                # condition code, GKE retrying meanwhile.
+                # condition code, GKE retrying meanwhile. The reason is the one the status gives.
                 if pool.state == "ERROR" and was != "ERROR":
-                    reason = s.CAPACITY_CONDITIONS.get(pool.condition or "", s.REASON_GKE_UNAVAILABLE)
-                    GKE_ERRORS.labels(reason).inc()
+                    GKE_ERRORS.labels(s.pool_error_reason(pool.condition)).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
         held = chips_held(job, after)

@@ -6,10 +6,17 @@ import asyncio
 import datetime as dt
 from typing import Any
 
+import kopf
+import pytest
+from kopf._cogs.structs import references
+from kopf._core.engines.peering import guess_selectors
+
+from tpujob import cli
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import indexed_job
-from tpujob.handlers.passes import Runtime, schedule
+from tpujob.handlers.startup import set_peering
+from tpujob.handlers.workqueue import Runtime, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 
@@ -90,3 +97,44 @@ def test_events_name_the_job_and_the_operator_and_stay_short() -> None:
     assert event["metadata"] == {"generateName": "train.", "namespace": "ml"}
     assert event["source"] == {"component": "tpujob-operator"}
     assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-11-22T01:02:03Z"
+
+
+@pytest.mark.parametrize("kopf_run_left", [False, True])  # standalone as kopf.run left it, without or with it
+@pytest.mark.parametrize(
+    ("peering_object", "watched", "selectors"),
+    [
+        (None, None, []),
+        (None, "ml", []),
+        ("tpujob", None, [references.CLUSTER_PEERINGS_K, references.CLUSTER_PEERINGS_Z]),
+        ("tpujob", "ml", [references.NAMESPACED_PEERINGS_K, references.NAMESPACED_PEERINGS_Z]),
+    ],
+)
+def test_the_startup_handler_sets_the_peering_mode_kopf_uses(
+    kopf_run_left: bool, peering_object: str | None, watched: str | None, selectors: list[Any]
+) -> None:
+    """Standalone without TPUJOB_PEERING; else mandatory peering in the named object, cluster-wide or in the
+    watched namespace. guess_selectors is what kopf reads once the startup handlers are done."""
+    config = from_environment().model_copy(
+        update={"peering": peering_object, "namespace": watched, "peering_lifetime_seconds": 30}
+    )
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = kopf_run_left
+    settings.peering.clusterwide = watched is None  # kopf.run's clusterwide=, as cli.py passes it
+    set_peering(settings, config, priority=7)
+    assert list(guess_selectors(settings)) == selectors
+    assert settings.peering.standalone is (peering_object is None)
+    assert settings.peering.mandatory is (peering_object is not None)
+    if peering_object is not None:
+        peering = settings.peering
+        assert (peering.name, peering.priority, peering.lifetime) == (peering_object, 7, 30)
+
+
+def test_kopf_run_gets_no_peering_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The startup handler sets the peering mode, after kopf.run would have: kopf.run gets none of it."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setenv("POD_ID", "test-pod")
+    monkeypatch.setattr(kopf, "configure", lambda **_: None)
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append(kwargs))
+    assert cli.main(["operator", "--verbose"]) == 0
+    assert len(calls) == 1
+    assert not {"standalone", "peering_name", "priority"} & set(calls[0])

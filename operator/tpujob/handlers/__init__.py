@@ -11,11 +11,12 @@ annotation (no handler reacts to spec diffs), and the resync is one loop over th
 kopf timer per job (a timer needs a finalizer and holds a task per job). Measured by
 bench/operator_bench.py: a job's whole start costs its pods, its Service, one status write and one event.
 
-Modules by concern: startup (settings, clients, loops), passes (one pass at a time per job, requeues),
-loops (resync, orphan sweep), indexes (the watched state), events (what asks for a pass), deletion
-(the finalizer). Importing this package registers every handler with kopf.
+Modules by concern: startup (settings, clients, loops), workqueue (the jobs waiting for a pass, coalesced
+per job as in client-go's work queue; one pass at a time per job, requeues), loops (resync, orphan sweep),
+indexes (the watched state), events (what asks for a pass), deletion (the finalizer). Importing this
+package registers every handler with kopf.
 """
 
-from tpujob.handlers import deletion, events, indexes, loops, passes, startup
+from tpujob.handlers import deletion, events, indexes, loops, startup, workqueue
 
-__all__ = ["deletion", "events", "indexes", "loops", "passes", "startup"]
+__all__ = ["deletion", "events", "indexes", "loops", "startup", "workqueue"]

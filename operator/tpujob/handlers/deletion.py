@@ -9,7 +9,7 @@ import kopf
 
 from tpujob.api import constants as c
 from tpujob.handlers.events import JOBS
-from tpujob.handlers.passes import Runtime, forget
+from tpujob.handlers.workqueue import Runtime, forget
 
 
 def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:

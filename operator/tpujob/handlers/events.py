@@ -7,7 +7,7 @@ from typing import Any
 import kopf
 
 from tpujob.api import constants as c
-from tpujob.handlers.passes import Runtime, forget, request_pass
+from tpujob.handlers.workqueue import Runtime, forget, request_pass
 
 JOBS = (c.GROUP, c.VERSION, c.PLURAL)
 OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}

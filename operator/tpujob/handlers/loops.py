@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tpujob import metrics, peering
-from tpujob.handlers.passes import Runtime, forget, reconcile, request_pass
+from tpujob.handlers.workqueue import Runtime, forget, reconcile, request_pass
 
 log = logging.getLogger(__name__)
 

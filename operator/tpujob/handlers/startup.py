@@ -11,9 +11,9 @@ from prometheus_client import start_http_server
 
 from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
-from tpujob.config import from_environment
+from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
-from tpujob.handlers.passes import Indexes, Runtime
+from tpujob.handlers.workqueue import Indexes, Runtime
 from tpujob.ratelimit import RequestLimiter
 from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings
 
@@ -41,6 +41,27 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_via_client(**kwargs)
 
 
+def set_peering(settings: kopf.OperatorSettings, config: OperatorConfig, priority: int) -> None:
+    """kopf's peering mode, set here and nowhere else: cli.py's kopf.run passes no standalone=, peering_name=
+    or priority=. kopf.run copies those into these same settings before any startup handler runs, and kopf
+    reads them only once every startup handler has finished (kopf 1.45: _core/reactor/running.py
+    spawn_tasks maps them, then runs the startup handlers and only then sets the flag its watch and peering
+    tasks wait for; orchestration.adjust_tasks reads peering.guess_selectors there). So what is set here is
+    what kopf uses. (kopf.run's clusterwide=, what it watches, also sets peering.clusterwide; a peering
+    replica sets the same value here, beside the peering's name.)
+
+    Replicas meet in a peering object: the one of highest priority works, the others stand by and take over
+    when its record in the object goes stale (peering_lifetime_seconds after its last write). Without
+    TPUJOB_PEERING the operator runs standalone, even if a kopf peering object named "default" exists."""
+    settings.peering.standalone = config.peering is None
+    if config.peering is not None:
+        settings.peering.name = config.peering
+        settings.peering.clusterwide = config.namespace is None
+        settings.peering.mandatory = True
+        settings.peering.priority = priority
+        settings.peering.lifetime = config.peering_lifetime_seconds
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
@@ -55,16 +76,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = config.api_connect_timeout_seconds
-    # Replicas meet in a peering object: the one of highest priority works, the others stand by and
-    # take over when its record in the object goes stale (peering_lifetime_seconds after its last write).
-    settings.peering.standalone = config.peering is None
     priority = config.peering_priority or peering.new_priority()
-    if config.peering is not None:
-        settings.peering.name = config.peering
-        settings.peering.clusterwide = config.namespace is None
-        settings.peering.mandatory = True
-        settings.peering.priority = priority
-        settings.peering.lifetime = config.peering_lifetime_seconds
+    set_peering(settings, config, priority)
     # The CRD exists before the operator starts (the chart installs it first): discover resources once
     # instead of watching CRDs and namespaces cluster-wide, which the least-privilege RBAC does not allow
     # (kopf would retry those 403s at every start, and a namespace-scoped operator has no cluster scope).

@@ -122,10 +122,6 @@ POOL_ERROR_GRACE = dt.timedelta(seconds=60)
 # TPUJOB_POLL_PROVISIONING_SECONDS, passed in as Observed.poll_provisioning_seconds).
 DEFAULT_POLL_PROVISIONING_SECONDS = 5.0
 
-# GKE's pool condition codes (container_v1.StatusCondition.Code) that mean "no capacity or quota now":
-# GKE retries them itself while the create operation runs.
-CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
-
 # A refusal that asking again soon cannot fix (an invalid request, quota) is asked again after 30 s, 60 s,
 # ... up to 20 times that, 10 minutes (someone may fix the job, the cluster or the quota meanwhile:
 # TPUJOB_REFUSED_BACKOFF_SECONDS sets the first wait); transient refusals at the polling interval.
@@ -315,13 +311,7 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
     return min(base * 2.0 ** max(refusals - 1, 0), base * REJECTED_BACKOFF_CAP_FACTOR)
 
 
-def pool_error_reason(pool: PoolView) -> str:
-    """Why a pool is in ERROR, from GKE's condition code: capacity or quota, else the pool is broken."""
-    return CAPACITY_CONDITIONS.get(pool.condition, REASON_POOL_LOST)
-
-
 __all__ = [
-    "CAPACITY_CONDITIONS",
     "CONTAINER_START_PROBLEMS",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
     "FAILED",
@@ -382,7 +372,6 @@ __all__ = [
     "expected_workers",
     "is_infrastructure_failure",
     "parse_timestamp",
-    "pool_error_reason",
     "rejected_backoff_seconds",
     "set_condition",
     "timestamp",

@@ -9,7 +9,6 @@ from tpujob.render import naming
 from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, record_pools
 from tpujob.status.capacity import fall_back_if_due
 from tpujob.status.model import (
-    CAPACITY_CONDITIONS,
     POOL_DELETED,
     POOL_ERROR_GRACE,
     POOL_MISSING,
@@ -29,10 +28,10 @@ from tpujob.status.model import (
     GKEError,
     PoolView,
     parse_timestamp,
-    pool_error_reason,
     timestamp,
 )
 from tpujob.status.placement import placement_problem
+from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
 
 
 def pools_ready(b: Builder) -> bool:
@@ -107,13 +106,13 @@ def _slice_pool(
             error.reason,
             error.message,
         )
-    capacity = CAPACITY_CONDITIONS.get(pool.condition)
+    capacity = capacity_shortage(pool.condition)
     if capacity is not None and pool.retrying is not False and pool.state in ("ERROR", "PROVISIONING"):
         # GKE retries a stockout or a quota shortfall itself while the create operation runs: wait for it
         # (deleting would throw its place away, and GKE refuses the delete anyway).
         return pool, (capacity, pool.message)
     if pool.state == "ERROR":
-        reason = pool_error_reason(pool)
+        reason = pool_error_reason(pool.condition)
         if capacity is not None or _error_outlived_grace(b, pool):
             b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
         return pool, (reason, pool.message)

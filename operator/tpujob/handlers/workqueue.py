@@ -1,5 +1,6 @@
-"""The pass engine: one reconcile pass at a time per job, read from kopf's watch-fed indexes; requeues, the
-queue of jobs waiting for a pass, and forgetting a deleted job. No kopf handler lives here."""
+"""The work queue, as client-go's: the jobs waiting for a reconcile pass, each queued once however many
+events ask; one pass at a time per job, read from kopf's watch-fed indexes; requeues, and forgetting a
+deleted job. No kopf handler lives here; the pass itself is reconciler.Reconciler."""
 
 from __future__ import annotations
 
