@@ -88,12 +88,14 @@ def trainer_image() -> str:
     return TRAINER_IMAGE
 
 
-def real_trainers(containers: LocalContainers, since: int = 0) -> list[str]:
-    """The images of the processes the kubelet started (from the `since`-th on) that were a real trainer:
-    the trainer image's own program (not a test's `python -c`) or a bring-your-own image such as the JAX
-    example's."""
+def real_trainers(containers: LocalContainers, since: int = 0, namespace: str | None = None) -> list[str]:
+    """The images of the processes the kubelet started (from the `since`-th on, in `namespace` if given) that
+    were a real trainer: the trainer image's own program (not a test's `python -c`) or a bring-your-own image
+    such as the JAX example's."""
     found = []
-    for image, argv in containers.started[since:]:
+    for started_in, image, argv in containers.started[since:]:
+        if namespace is not None and started_in != namespace:
+            continue
         if is_trainer_image(image, containers.trainer_images):
             if "tpujob_trainer" in argv:
                 found.append(image)
@@ -111,8 +113,10 @@ def _trainers_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None
         return
     bed: Sandbox = request.getfixturevalue("sandbox")
     before = len(bed.kubelet.containers.started)
+    # The test's own namespace when it has one: an earlier test's pod that starts late is not this test's.
+    namespace = request.getfixturevalue("namespace") if "namespace" in request.fixturenames else None
     yield
-    if started := real_trainers(bed.kubelet.containers, before):
+    if started := real_trainers(bed.kubelet.containers, before, namespace):
         pytest.fail(
             f"this test ran the real trainer ({', '.join(sorted(set(started)))}) without the `trainer` "
             "marker: give its jobs tests/manifests.py's plain image and end their pods with kubelet.succeed/"

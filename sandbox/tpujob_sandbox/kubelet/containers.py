@@ -76,8 +76,9 @@ class LocalContainers:
         self.python = python
         # Passed to local processes on top of PATH/HOME/LANG and the pod's env (e.g. PYTHONPATH).
         self.extra_env = dict(extra_env or {})
-        # Every process started: (image, argv). The test bed's pytest plugin tells real trainers by it.
-        self.started: list[tuple[str, list[str]]] = []
+        # Every process started: (namespace, image, argv). The test bed's pytest plugin tells real trainers by
+        # it, per test namespace (a pod of an earlier test may start late, while the next test runs).
+        self.started: list[tuple[str, str, list[str]]] = []
 
     def trainer_container(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """The pod's first container with the trainer image or a local image: the one that runs as a local
@@ -167,7 +168,7 @@ class LocalContainers:
         workdir.mkdir(parents=True, exist_ok=True)
         cwd = Path(working_dir) if working_dir else workdir
         log_path = self.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"])
-        self.started.append((container["image"], argv))
+        self.started.append((pod["metadata"]["namespace"], container["image"], argv))
         return start_process(
             argv,
             log_path,
