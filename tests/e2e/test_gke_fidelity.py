@@ -64,6 +64,9 @@ def test_a_stockout_gke_retries_shows_stockout_throughout_without_churn_and_succ
 
 def test_an_asynchronous_quota_failure_shows_quota_exceeded(jobs, gke, kubelet):
     gke.set_quota("us-central1", "ct5p-hightpu-4t", 4)  # the slice needs 8 chips
+    gke.pools.retry_window_seconds = (
+        36000  # still retrying when the quota is raised, however loaded the machine
+    )
     jobs.create(plain_job(tpu=V5P_MULTI_HOST))
     status = wait_for(
         lambda: (st := jobs.status("train")).get("reason") == "QuotaExceeded" and st,

@@ -112,16 +112,20 @@ class NodePools:
         self.capacity = capacity
         self.quota = quota
         self.time_scale = time_scale
-        self.retry_window_seconds = RETRY_WINDOW_SECONDS
-        # Real GKE refuses a second node pool operation while one runs on the cluster in some cases (see
-        # operations.py); off by default, the exclusive retrying create always applies.
-        self.serialize_operations = False
+        self.reset_controls()
         self._later = later  # (gke_seconds, function, *args)
         self._clock = clock  # real (monotonic) seconds
         self._pools: dict[str, _Pool] = {}
         # Times GKE asked for each pool's VMs (the first try and every retry), for tests to wait on.
         self.attempts: Counter[str] = Counter()
         self._lock = threading.RLock()
+
+    def reset_controls(self) -> None:
+        """The tests' settings of this part of GKE, back to GKE's own."""
+        self.retry_window_seconds = RETRY_WINDOW_SECONDS
+        # Real GKE refuses a second node pool operation while one runs on the cluster in some cases (see
+        # operations.py); off by default, the exclusive retrying create always applies.
+        self.serialize_operations = False
 
     # --- reads ------------------------------------------------------------------------------------------
 

@@ -225,9 +225,11 @@ class GkeSimulator:
             action()
 
     def clear_faults(self) -> None:
-        """Faults, capacity and quota limits, workload policies, test hooks: back to a healthy project."""
+        """Faults, capacity and quota limits, workload policies, test hooks and GKE's retry window: back to a
+        healthy project (a test's setting must not reach the next test)."""
         with self._lock:
             self._on_accepted.clear()
+        self.pools.reset_controls()
         self.faults.clear()
         self.capacity.clear()
         self.quota.clear()
