@@ -100,7 +100,9 @@ def test_goodput_accounts_two_spot_reclaims_of_the_real_trainer(
     )
 
 
-OOM_STEPS = 3000
+# Enough steps that a resumed attempt still trains past its first interval checkpoint on a quiet machine
+# (about 290 steps/s here: with 3000, attempt 1 finished 1454 steps in 5.3 s, before its first checkpoint).
+OOM_STEPS = 6000
 # The trainer checkpoints every CHECKPOINT_SECONDS; each kill lands between two checkpoints, at least
 # KILL_AFTER_SECONDS after the last (so some steps are lost) and well before the next.
 CHECKPOINT_SECONDS = 6
