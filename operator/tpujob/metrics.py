@@ -18,7 +18,9 @@ from prometheus_client.registry import Collector
 
 from tpujob import __version__, tpu
 from tpujob import status as s
-from tpujob.api.models import CapacityMode, TPUJob, TPUJobStatus
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import CapacityMode
+from tpujob.api.status import TPUJobStatus
 from tpujob.status import goodput
 
 PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)

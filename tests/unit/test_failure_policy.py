@@ -9,7 +9,8 @@ import pytest
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, parse_tpujob
-from tpujob.api.models import DEFAULT_FAILURE_RULES, TPUJobStatus
+from tpujob.api.run_policy import DEFAULT_FAILURE_RULES
+from tpujob.api.status import TPUJobStatus
 from tpujob.reconciler import pod_view
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render

@@ -9,7 +9,7 @@ from tests.manifests import base_job
 from tpujob import metrics
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import NodePoolStatus, TPUJobStatus
+from tpujob.api.status import NodePoolStatus, TPUJobStatus
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 

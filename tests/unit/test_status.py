@@ -8,7 +8,7 @@ import pytest
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import TPUJobStatus
+from tpujob.api.status import TPUJobStatus
 from tpujob.render import naming
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.UTC)

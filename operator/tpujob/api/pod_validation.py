@@ -11,7 +11,6 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from tpujob.api import constants as c
 from tpujob.api.base import QUALIFIED_NAME_PATTERN, ApiModel, Problem
-from tpujob.api.models import TPUJobSpec, TrainerSpec
 from tpujob.api.pod import (
     Container,
     ContainerSecurityContext,
@@ -22,6 +21,7 @@ from tpujob.api.pod import (
     VolumeMount,
     WorkerPodSpec,
 )
+from tpujob.api.spec import TPUJobSpec, TrainerSpec
 
 # The worker env: the slice's identity and wiring under TPU_ and MEGASCALE_ (render/plan.py worker_env), both
 # prefixes reserved whole, as libtpu reads more of them (TPU_ACCELERATOR_TYPE, TPU_SKIP_MDS_QUERY, ...) ...

@@ -13,7 +13,8 @@ from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
-from tpujob.api.models import NodePoolPolicy, TPUJobStatus
+from tpujob.api.spec import NodePoolPolicy
+from tpujob.api.status import TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming

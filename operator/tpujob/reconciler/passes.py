@@ -15,7 +15,8 @@ from typing import Any
 from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
-from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJobStatus
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
+from tpujob.api.status import TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory

@@ -12,7 +12,8 @@ from typing import Any
 
 from tpujob import tpu
 from tpujob.api import constants as c
-from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJob
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.render import naming
 from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.models import NodePoolStatus, WorkerCounts
+from tpujob.api.status import NodePoolStatus, WorkerCounts
 from tpujob.status import goodput
 from tpujob.status.model import (
     FAILED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.models import FLEX_START_MAX_RUN_SECONDS, CapacityMode
+from tpujob.api.spec import FLEX_START_MAX_RUN_SECONDS, CapacityMode
 from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
 from tpujob.status.model import (
     POOL_RELEASED_STATES,

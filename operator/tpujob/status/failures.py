@@ -21,12 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import (
-    ExitCodeOperator,
-    FailureAction,
-    FailurePolicyRule,
-    TPUJob,
-)
+from tpujob.api.job import TPUJob
+from tpujob.api.run_policy import ExitCodeOperator, FailureAction, FailurePolicyRule
 from tpujob.status.model import (
     REASON_FAILED_BY_POLICY,
     REASON_IGNORED_BY_POLICY,

@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import Goodput, GoodputRun, TPUJobStatus
+from tpujob.api.status import Goodput, GoodputRun, TPUJobStatus
 from tpujob.status.model import (
     PENDING,
     PROVISIONING,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from tpujob.api.models import CapacityMode, WorkerCounts
+from tpujob.api.spec import CapacityMode
+from tpujob.api.status import WorkerCounts
 from tpujob.render import naming
 from tpujob.status import failures
 from tpujob.status.builder import (

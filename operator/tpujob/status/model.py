@@ -8,12 +8,8 @@ from dataclasses import dataclass, field
 
 from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
-from tpujob.api.models import (
-    Condition,
-    ConditionStatus,
-    TPUJob,
-    TPUJobStatus,
-)
+from tpujob.api.job import TPUJob
+from tpujob.api.status import Condition, ConditionStatus, TPUJobStatus
 
 # Phases (status.phase).
 PENDING = "Pending"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tpujob.api.models import CapacityMode, ConditionStatus, NodePoolPolicy
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
+from tpujob.api.status import ConditionStatus
 from tpujob.render import naming
 from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, record_pools
 from tpujob.status.capacity import fall_back_if_due
