@@ -20,10 +20,9 @@ from tpujob import __version__, tpu
 from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
-from tpujob.api.status import TPUJobStatus
+from tpujob.api.status import Phase, TPUJobStatus
 from tpujob.status import goodput
 
-PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)
 RESTART_REASONS = (
     s.REASON_WORKER_FAILED,
     s.REASON_IGNORED_BY_POLICY,
@@ -170,7 +169,7 @@ class JobsByPhase(Collector):
         now = self._clock()
         with self._lock:
             entries = list(self._phases.values())
-        for phase in PHASES:
+        for phase in Phase:
             family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
             oldest.add_metric([phase], max((now - since for p, since in entries if p == phase), default=0.0))
         yield family
@@ -240,14 +239,14 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     registry.register(CHIPS_HELD)
     registry.register(NEXT_MAINTENANCE)
     BUILD_INFO.info({"version": __version__})
-    for phase in PHASES:
+    for phase in Phase:
         PHASE_TRANSITIONS.labels(phase)
     for reason in RESTART_REASONS:
         RESTARTS.labels(reason)
     for reason in GKE_ERROR_REASONS:
         GKE_ERRORS.labels(reason)
-    for reason in START_PROBLEMS:
-        WORKER_START_PROBLEMS.labels(reason)
+    for problem in START_PROBLEMS:
+        WORKER_START_PROBLEMS.labels(problem)
     for operation in POOL_OPERATIONS:
         for result in POOL_RESULTS:
             POOL_OPERATIONS_TOTAL.labels(operation, result)

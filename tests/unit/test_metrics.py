@@ -9,7 +9,7 @@ from tests.manifests import base_job
 from tpujob import metrics
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.status import NodePoolStatus, TPUJobStatus
+from tpujob.api.status import NodePoolStatus, Phase, TPUJobStatus
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 
@@ -142,3 +142,9 @@ def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
 
     assert (chips(), running()) == (chips_before, running_before)
     assert recorder.uids() == set()
+
+
+def test_every_phase_has_its_jobs_series_from_phase_itself():
+    """The phase gauges iterate api.status.Phase: a new phase gets its series (0) with no second list."""
+    phases = {item.labels["phase"] for family in metrics.JOBS_BY_PHASE.collect() for item in family.samples}
+    assert phases == {phase.value for phase in Phase}

@@ -10,6 +10,58 @@ from pydantic import ConfigDict, Field
 from tpujob.api.base import ApiModel
 
 
+class Phase(enum.StrEnum):
+    """status.phase: a readable summary of where the job is in its life cycle (the CRD's enum)."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Reason(enum.StrEnum):
+    """The operator's own reasons: in status.reason, condition reasons, event reasons and restart reasons.
+
+    status.reason stays a string: it also carries the kubelet's reasons for a worker that cannot start
+    (ErrImagePull, CreateContainerConfigError, ...), which are the kubelet's words, not these.
+    """
+
+    INVALID_SPEC = "InvalidSpec"
+    BACKOFF_LIMIT = "BackoffLimitExceeded"
+    DEADLINE = "DeadlineExceeded"
+    WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
+    FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
+    IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
+    PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
+    NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
+    POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
+    STOCKOUT = "Stockout"
+    QUOTA = "QuotaExceeded"
+    GKE_BUSY = "IncompatibleOperation"
+    GKE_UNAVAILABLE = "GKEUnavailable"
+    POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
+    GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
+    PROVISIONING = "Provisioning"
+    PROVISIONING_TIMEOUT = "ProvisioningTimeout"
+    UNSCHEDULABLE = "Unschedulable"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
+    RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
+    MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
+    MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
+    ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
+    STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
+    POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
+
+
+def _one_of(values: list[str]) -> str:
+    """The values of an enum as "A, B or C" in a description, so the list is written once."""
+    return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else "".join(values)
+
+
 class ConditionStatus(enum.StrEnum):
     true = "True"
     false = "False"
@@ -114,10 +166,7 @@ class TPUJobStatus(ApiModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    phase: str | None = Field(
-        default=None,
-        description="Pending, Provisioning, Starting, Running, Restarting, Succeeded, Failed or Suspended.",
-    )
+    phase: Phase | None = Field(default=None, description=f"{_one_of([p.value for p in Phase])}.")
     reason: str | None = Field(default=None, description="Why the job is in this phase.")
     message: str | None = Field(default=None, description="Details for a human.")
     conditions: list[Condition] = Field(default_factory=list, description="Latest observations.")

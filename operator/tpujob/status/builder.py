@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.status import NodePoolStatus, WorkerCounts
+from tpujob.api.status import NodePoolStatus, Phase, WorkerCounts
 from tpujob.status import goodput
 from tpujob.status.model import (
     FAILED,
@@ -44,7 +44,7 @@ class Builder:
     def event(self, type_: str, reason: str, message: str) -> None:
         self.decision.events.append(Event(type_, reason, message))
 
-    def set_phase(self, phase: str, reason: str, message: str) -> None:
+    def set_phase(self, phase: Phase, reason: str, message: str) -> None:
         """One phase event per pass, for the phase the pass ends in: a phase passed through within the
         pass (Pending on the way to Starting) never reaches the status, so it gets no event either."""
         self.status.phase, self.status.reason, self.status.message = phase, reason, message

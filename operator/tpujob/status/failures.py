@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.job import TPUJob
 from tpujob.api.run_policy import ExitCodeOperator, FailureAction, FailurePolicyRule
+from tpujob.api.status import Reason
 from tpujob.status.model import (
     REASON_FAILED_BY_POLICY,
     REASON_IGNORED_BY_POLICY,
@@ -42,7 +43,7 @@ RULES_PATH = "spec.runPolicy.failurePolicy.rules"
 class Outcome:
     """What the failed pods of an attempt do to the job."""
 
-    reason: str  # REASON_FAILED_BY_POLICY, _PREEMPTED, _WORKER_FAILED or _IGNORED_BY_POLICY
+    reason: Reason  # FAILED_BY_POLICY, PREEMPTED, WORKER_FAILED or IGNORED_BY_POLICY
     detail: str  # for the status message and the event: which worker, its exit, its message, the rule
     fail: bool = False  # FailJob: end the job now
     counted: bool = False  # the restart spends maxRestarts

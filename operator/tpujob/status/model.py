@@ -9,45 +9,46 @@ from dataclasses import dataclass, field
 from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.job import TPUJob
-from tpujob.api.status import Condition, ConditionStatus, TPUJobStatus
+from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 
-# Phases (status.phase).
-PENDING = "Pending"
-PROVISIONING = "Provisioning"
-STARTING = "Starting"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED = "Suspended"
+# The names phases and reasons had before api.status' Phase and Reason: aliases of their members until
+# the rename that follows (a script) moves every use to the enums and removes them.
+PENDING = Phase.PENDING
+PROVISIONING = Phase.PROVISIONING
+STARTING = Phase.STARTING
+RUNNING = Phase.RUNNING
+RESTARTING = Phase.RESTARTING
+SUCCEEDED = Phase.SUCCEEDED
+FAILED = Phase.FAILED
+SUSPENDED = Phase.SUSPENDED
+REASON_INVALID_SPEC = Reason.INVALID_SPEC
+REASON_BACKOFF_LIMIT = Reason.BACKOFF_LIMIT
+REASON_DEADLINE = Reason.DEADLINE
+REASON_WORKER_FAILED = Reason.WORKER_FAILED
+REASON_FAILED_BY_POLICY = Reason.FAILED_BY_POLICY
+REASON_IGNORED_BY_POLICY = Reason.IGNORED_BY_POLICY
+REASON_PREEMPTED = Reason.PREEMPTED
+REASON_NODE_LOST = Reason.NODE_LOST
+REASON_POOL_LOST = Reason.POOL_LOST
+REASON_STOCKOUT = Reason.STOCKOUT
+REASON_QUOTA = Reason.QUOTA
+REASON_GKE_BUSY = Reason.GKE_BUSY
+REASON_GKE_UNAVAILABLE = Reason.GKE_UNAVAILABLE
+REASON_POOL_REJECTED = Reason.POOL_REJECTED
+REASON_GKE_CONFIG = Reason.GKE_CONFIG
+REASON_PROVISIONING = Reason.PROVISIONING
+REASON_PROVISIONING_TIMEOUT = Reason.PROVISIONING_TIMEOUT
+REASON_UNSCHEDULABLE = Reason.UNSCHEDULABLE
+REASON_WAITING_FOR_CAPACITY = Reason.WAITING_FOR_CAPACITY
+REASON_RUN_DURATION = Reason.RUN_DURATION
+REASON_MAINTENANCE = Reason.MAINTENANCE
+REASON_MAINTENANCE_SCHEDULED = Reason.MAINTENANCE_SCHEDULED
+REASON_ZONE_FALLBACK = Reason.ZONE_FALLBACK
+REASON_STARTUP_TIMEOUT = Reason.STARTUP_TIMEOUT
+REASON_POD_REJECTED = Reason.POD_REJECTED
+
+# Phases a job never leaves.
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
-
-# Reasons (status.reason, condition reasons, event reasons, restart reasons).
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
-REASON_DEADLINE = "DeadlineExceeded"
-REASON_WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
-REASON_FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
-REASON_IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
-REASON_PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
-REASON_NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
-REASON_POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
-REASON_STOCKOUT = "Stockout"
-REASON_QUOTA = "QuotaExceeded"
-REASON_GKE_BUSY = "IncompatibleOperation"
-REASON_GKE_UNAVAILABLE = "GKEUnavailable"
-REASON_POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
-REASON_GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
-REASON_PROVISIONING = "Provisioning"
-REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
-REASON_UNSCHEDULABLE = "Unschedulable"
-REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
-REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
-REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
-REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
-REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
-REASON_STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
-REASON_POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
 
 # Why a container cannot start, in the kubelet's own words: its waiting reasons that need someone to act,
 # as opposed to ContainerCreating or PodInitializing, which pass by themselves. Sources: kubelet
