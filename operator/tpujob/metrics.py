@@ -20,31 +20,31 @@ from tpujob import __version__, tpu
 from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
-from tpujob.api.status import Phase, TPUJobStatus
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.status import goodput
 
 RESTART_REASONS = (
-    s.REASON_WORKER_FAILED,
-    s.REASON_IGNORED_BY_POLICY,
-    s.REASON_PREEMPTED,
-    s.REASON_NODE_LOST,
-    s.REASON_POOL_LOST,
-    s.REASON_RUN_DURATION,
-    s.REASON_MAINTENANCE,
+    Reason.WORKER_FAILED,
+    Reason.IGNORED_BY_POLICY,
+    Reason.PREEMPTED,
+    Reason.NODE_LOST,
+    Reason.POOL_LOST,
+    Reason.RUN_DURATION,
+    Reason.MAINTENANCE,
 )
 GKE_ERROR_REASONS = (
-    s.REASON_STOCKOUT,
-    s.REASON_QUOTA,
-    s.REASON_GKE_BUSY,
-    s.REASON_GKE_UNAVAILABLE,
-    s.REASON_POOL_REJECTED,
+    Reason.STOCKOUT,
+    Reason.QUOTA,
+    Reason.GKE_BUSY,
+    Reason.GKE_UNAVAILABLE,
+    Reason.POOL_REJECTED,
 )
 # The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the
 # startup timeout that ends the wait.
 START_PROBLEMS = (
     *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS}),
-    s.REASON_POD_REJECTED,
-    s.REASON_STARTUP_TIMEOUT,
+    Reason.POD_REJECTED,
+    Reason.STARTUP_TIMEOUT,
 )
 POOL_OPERATIONS = ("create", "delete")
 POOL_RESULTS = ("accepted", "error")
@@ -316,7 +316,7 @@ class PassRecorder:
                 # The usual stockout is not a refused call: the pool's creation goes to ERROR with GKE's
                 # condition code, GKE retrying meanwhile.
                 if pool.state == "ERROR" and was != "ERROR":
-                    reason = s.CAPACITY_CONDITIONS.get(pool.condition or "", s.REASON_GKE_UNAVAILABLE)
+                    reason = s.CAPACITY_CONDITIONS.get(pool.condition or "", Reason.GKE_UNAVAILABLE)
                     GKE_ERRORS.labels(reason).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:

@@ -16,7 +16,7 @@ from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
-from tpujob.api.status import TPUJobStatus
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
@@ -301,10 +301,10 @@ class Reconciler:
         for pool in releasable if self.pools is not None else []:
             if self.actions.delete_pool(pool.name):
                 pool.state = s.POOL_STOPPING
-        changed = status.reason != s.REASON_INVALID_SPEC or status.message != message
-        status.phase, status.reason, status.message = s.FAILED, s.REASON_INVALID_SPEC, message
+        changed = status.reason != Reason.INVALID_SPEC or status.message != message
+        status.phase, status.reason, status.message = Phase.FAILED, Reason.INVALID_SPEC, message
         status.conditions = s.set_condition(
-            status.conditions, "Failed", True, s.REASON_INVALID_SPEC, message, now
+            status.conditions, "Failed", True, Reason.INVALID_SPEC, message, now
         )
         status.observed_generation = meta.get("generation")
         wire = status.to_wire()
@@ -312,7 +312,7 @@ class Reconciler:
         if wire != status_before and not self._write_status(meta, wire, stored):
             return self._vanished(meta)
         if changed:
-            self.actions.post_events(meta, [s.Event("Warning", s.REASON_INVALID_SPEC, message)], now)
+            self.actions.post_events(meta, [s.Event("Warning", Reason.INVALID_SPEC, message)], now)
         return Outcome()
 
     def _write_status(

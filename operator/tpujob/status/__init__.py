@@ -6,13 +6,13 @@ and when to look again. The handlers execute it. Being pure, every life-cycle ru
 without a cluster, and a crash between any two API calls converges: the next snapshot shows what
 was done, and the same rules pick up from there.
 
-Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
+Parts: `model` (sets of phases and reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
 `pools` (node pools per slice), `capacity` (flex-start, maintenance, zone fallback), `builder` (the
 decision under construction and the steps the others share).
 """
 
 from tpujob.status.lifecycle import decide
-from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
+from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.TERMINAL_PHASES, ...)
 from tpujob.status.model import __all__ as _model_names
 
 __all__ = ["decide", *_model_names]

@@ -1,5 +1,6 @@
-"""What a decision is made from and of: phases, reasons, the views of pods and pools, Observed and
-Decision, and small helpers. Pure data."""
+"""What a decision is made from and of: the sets of phases and reasons it reads (the phases and reasons
+themselves are tpujob.api.status' Phase and Reason), the views of pods and pools, Observed and Decision,
+and small helpers. Pure data."""
 
 from __future__ import annotations
 
@@ -11,44 +12,8 @@ from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 
-# The names phases and reasons had before api.status' Phase and Reason: aliases of their members until
-# the rename that follows (a script) moves every use to the enums and removes them.
-PENDING = Phase.PENDING
-PROVISIONING = Phase.PROVISIONING
-STARTING = Phase.STARTING
-RUNNING = Phase.RUNNING
-RESTARTING = Phase.RESTARTING
-SUCCEEDED = Phase.SUCCEEDED
-FAILED = Phase.FAILED
-SUSPENDED = Phase.SUSPENDED
-REASON_INVALID_SPEC = Reason.INVALID_SPEC
-REASON_BACKOFF_LIMIT = Reason.BACKOFF_LIMIT
-REASON_DEADLINE = Reason.DEADLINE
-REASON_WORKER_FAILED = Reason.WORKER_FAILED
-REASON_FAILED_BY_POLICY = Reason.FAILED_BY_POLICY
-REASON_IGNORED_BY_POLICY = Reason.IGNORED_BY_POLICY
-REASON_PREEMPTED = Reason.PREEMPTED
-REASON_NODE_LOST = Reason.NODE_LOST
-REASON_POOL_LOST = Reason.POOL_LOST
-REASON_STOCKOUT = Reason.STOCKOUT
-REASON_QUOTA = Reason.QUOTA
-REASON_GKE_BUSY = Reason.GKE_BUSY
-REASON_GKE_UNAVAILABLE = Reason.GKE_UNAVAILABLE
-REASON_POOL_REJECTED = Reason.POOL_REJECTED
-REASON_GKE_CONFIG = Reason.GKE_CONFIG
-REASON_PROVISIONING = Reason.PROVISIONING
-REASON_PROVISIONING_TIMEOUT = Reason.PROVISIONING_TIMEOUT
-REASON_UNSCHEDULABLE = Reason.UNSCHEDULABLE
-REASON_WAITING_FOR_CAPACITY = Reason.WAITING_FOR_CAPACITY
-REASON_RUN_DURATION = Reason.RUN_DURATION
-REASON_MAINTENANCE = Reason.MAINTENANCE
-REASON_MAINTENANCE_SCHEDULED = Reason.MAINTENANCE_SCHEDULED
-REASON_ZONE_FALLBACK = Reason.ZONE_FALLBACK
-REASON_STARTUP_TIMEOUT = Reason.STARTUP_TIMEOUT
-REASON_POD_REJECTED = Reason.POD_REJECTED
-
 # Phases a job never leaves.
-TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 # Why a container cannot start, in the kubelet's own words: its waiting reasons that need someone to act,
 # as opposed to ContainerCreating or PodInitializing, which pass by themselves. Sources: kubelet
@@ -77,19 +42,19 @@ CONTAINER_START_PROBLEMS = frozenset(
 SAME_PROBLEM = {"ImagePullBackOff": "ErrImagePull"}
 
 INFRASTRUCTURE_REASONS = frozenset(
-    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION, REASON_MAINTENANCE}
+    {Reason.PREEMPTED, Reason.NODE_LOST, Reason.POOL_LOST, Reason.RUN_DURATION, Reason.MAINTENANCE}
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
     {
-        REASON_STOCKOUT,
-        REASON_QUOTA,
-        REASON_POOL_REJECTED,
-        REASON_GKE_CONFIG,
-        REASON_UNSCHEDULABLE,
-        REASON_ZONE_FALLBACK,
-        REASON_STARTUP_TIMEOUT,
-        REASON_POD_REJECTED,
+        Reason.STOCKOUT,
+        Reason.QUOTA,
+        Reason.POOL_REJECTED,
+        Reason.GKE_CONFIG,
+        Reason.UNSCHEDULABLE,
+        Reason.ZONE_FALLBACK,
+        Reason.STARTUP_TIMEOUT,
+        Reason.POD_REJECTED,
         *CONTAINER_START_PROBLEMS,
     }
 )
@@ -121,7 +86,7 @@ DEFAULT_POLL_PROVISIONING_SECONDS = 5.0
 
 # GKE's pool condition codes (container_v1.StatusCondition.Code) that mean "no capacity or quota now":
 # GKE retries them itself while the create operation runs.
-CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
+CAPACITY_CONDITIONS = {"GCE_STOCKOUT": Reason.STOCKOUT, "GCE_QUOTA_EXCEEDED": Reason.QUOTA}
 
 # A refusal that asking again soon cannot fix (an invalid request, quota) is asked again after 30 s, 60 s,
 # ... up to 20 times that, 10 minutes (someone may fix the job, the cluster or the quota meanwhile:
@@ -186,7 +151,7 @@ class GKEError:
     """The last failed GKE call for a slice, classified (see gke.classify_error)."""
 
     reason: (
-        str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
+        str  # Reason.STOCKOUT, Reason.QUOTA, Reason.GKE_BUSY, Reason.GKE_UNAVAILABLE, Reason.POOL_REJECTED
     )
     message: str
     permanent: bool = False  # cannot succeed soon: someone must change the job, the cluster or the quota
@@ -290,17 +255,15 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
 
 def pool_error_reason(pool: PoolView) -> str:
     """Why a pool is in ERROR, from GKE's condition code: capacity or quota, else the pool is broken."""
-    return CAPACITY_CONDITIONS.get(pool.condition, REASON_POOL_LOST)
+    return CAPACITY_CONDITIONS.get(pool.condition, Reason.POOL_LOST)
 
 
 __all__ = [
     "CAPACITY_CONDITIONS",
     "CONTAINER_START_PROBLEMS",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
-    "FAILED",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
-    "PENDING",
     "POOL_DELETED",
     "POOL_ERROR_GRACE",
     "POOL_MISSING",
@@ -308,41 +271,10 @@ __all__ = [
     "POOL_RELEASED_STATES",
     "POOL_STOPPING",
     "POOL_WAIT_STATES",
-    "PROVISIONING",
-    "REASON_BACKOFF_LIMIT",
-    "REASON_DEADLINE",
-    "REASON_FAILED_BY_POLICY",
-    "REASON_GKE_BUSY",
-    "REASON_GKE_CONFIG",
-    "REASON_GKE_UNAVAILABLE",
-    "REASON_IGNORED_BY_POLICY",
-    "REASON_INVALID_SPEC",
-    "REASON_MAINTENANCE",
-    "REASON_MAINTENANCE_SCHEDULED",
-    "REASON_NODE_LOST",
-    "REASON_POD_REJECTED",
-    "REASON_POOL_LOST",
-    "REASON_POOL_REJECTED",
-    "REASON_PREEMPTED",
-    "REASON_PROVISIONING",
-    "REASON_PROVISIONING_TIMEOUT",
-    "REASON_QUOTA",
-    "REASON_RUN_DURATION",
-    "REASON_STARTUP_TIMEOUT",
-    "REASON_STOCKOUT",
-    "REASON_UNSCHEDULABLE",
-    "REASON_WAITING_FOR_CAPACITY",
-    "REASON_WORKER_FAILED",
-    "REASON_ZONE_FALLBACK",
     "REJECTED_BACKOFF_BASE_SECONDS",
     "REJECTED_BACKOFF_CAP_SECONDS",
-    "RESTARTING",
     "RESTART_BACKOFF_CAP_SECONDS",
-    "RUNNING",
     "SAME_PROBLEM",
-    "STARTING",
-    "SUCCEEDED",
-    "SUSPENDED",
     "TERMINAL_PHASES",
     "WARNING_REASONS",
     "Decision",
