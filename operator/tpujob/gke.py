@@ -28,6 +28,7 @@ from google.cloud import container_v1
 from tpujob import peering
 from tpujob import status as s
 from tpujob.api import constants as c
+from tpujob.api.status import Reason
 from tpujob.render import Cluster
 
 log = logging.getLogger(__name__)
@@ -93,22 +94,22 @@ def classify_error(error: Exception) -> s.GKEError:
     """GKE's refusal of a call -> the reason the status shows, and whether asking again can help."""
     message = gke_message(error)
     if not isinstance(error, gexc.GoogleAPICallError):
-        return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)  # timeouts, connection errors
+        return s.GKEError(Reason.GKE_UNAVAILABLE, message)  # timeouts, connection errors
     reason = getattr(error, "reason", None) or ""
     status = _rpc_status(error)
     if reason == REASON_QUOTA_EXCEEDED or (status == "PERMISSION_DENIED" and QUOTA_WORDS.search(message)):
         # Not soon: someone must raise the quota or free some (permanent: asked again with a backoff).
-        return s.GKEError(s.REASON_QUOTA, message, permanent=True)
+        return s.GKEError(Reason.QUOTA, message, permanent=True)
     if reason in STOCKOUT_REASONS:
-        return s.GKEError(s.REASON_STOCKOUT, message)
+        return s.GKEError(Reason.STOCKOUT, message)
     if reason == REASON_RATE_LIMITED or status == "FAILED_PRECONDITION":  # "incompatible operation"
-        return s.GKEError(s.REASON_GKE_BUSY, message)
+        return s.GKEError(Reason.GKE_BUSY, message)
     if status == "RESOURCE_EXHAUSTED":  # 429 without a reason: GKE's rate limits
-        return s.GKEError(s.REASON_GKE_BUSY, message)
+        return s.GKEError(Reason.GKE_BUSY, message)
     if status in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "OUT_OF_RANGE", "UNAUTHENTICATED"):
         # The request (or the cluster it names) is wrong: the same call fails until someone changes it.
-        return s.GKEError(s.REASON_POOL_REJECTED, message, permanent=True)
-    return s.GKEError(s.REASON_GKE_UNAVAILABLE, message)  # INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED ...
+        return s.GKEError(Reason.POOL_REJECTED, message, permanent=True)
+    return s.GKEError(Reason.GKE_UNAVAILABLE, message)  # INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED ...
 
 
 def make_client(endpoint: str | None) -> container_v1.ClusterManagerClient:

@@ -29,12 +29,17 @@ from typing import IO, Any
 
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
+from tpujob.api.trainer_contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_EXPORT_DIR,
+    ENV_METRICS_PORT,
+    ENV_PROGRESS,
+    ENV_SUMMARY_FILE,
+)
 from tpujob.manifests import load_one_job
 from tpujob.render import Cluster, pod, worker_env
-from tpujob.render.plan import ENV_CHECKPOINT_DIR, ENV_EXPORT_DIR, ENV_METRICS_PORT, slice_shape
+from tpujob.render.plan import slice_shape
 
-ENV_SUMMARY_FILE = "TPUJOB_SUMMARY_FILE"
-ENV_PROGRESS = "TPUJOB_PROGRESS"
 DEFAULT_WORK_DIR = Path(".state/local")
 # Like the pod's terminationGracePeriodSeconds: time to save a checkpoint after SIGTERM.
 STOP_GRACE_SECONDS = 30.0

@@ -18,35 +18,36 @@ from prometheus_client.registry import Collector
 
 from tpujob import __version__, tpu
 from tpujob import status as s
-from tpujob.api.models import CapacityMode, TPUJob, TPUJobStatus
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import CapacityMode
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.status import goodput
 
-PHASES = (s.PENDING, s.PROVISIONING, s.STARTING, s.RUNNING, s.RESTARTING, s.SUCCEEDED, s.FAILED, s.SUSPENDED)
 RESTART_REASONS = (
-    s.REASON_WORKER_FAILED,
-    s.REASON_IGNORED_BY_POLICY,
-    s.REASON_PREEMPTED,
-    s.REASON_NODE_LOST,
-    s.REASON_POOL_LOST,
-    s.REASON_RUN_DURATION,
-    s.REASON_MAINTENANCE,
+    Reason.WORKER_FAILED,
+    Reason.IGNORED_BY_POLICY,
+    Reason.PREEMPTED,
+    Reason.NODE_LOST,
+    Reason.POOL_LOST,
+    Reason.RUN_DURATION,
+    Reason.MAINTENANCE,
 )
 # Calls GKE refused, by the reason the status shows; and pools gone to ERROR, by s.pool_error_reason
 # (Stockout, QuotaExceeded, or NodePoolLost for a broken pool).
 GKE_ERROR_REASONS = (
-    s.REASON_STOCKOUT,
-    s.REASON_QUOTA,
-    s.REASON_GKE_BUSY,
-    s.REASON_GKE_UNAVAILABLE,
-    s.REASON_POOL_REJECTED,
-    s.REASON_POOL_LOST,
+    Reason.STOCKOUT,
+    Reason.QUOTA,
+    Reason.GKE_BUSY,
+    Reason.GKE_UNAVAILABLE,
+    Reason.POOL_REJECTED,
+    Reason.POOL_LOST,
 )
 # The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the
 # startup timeout that ends the wait.
 START_PROBLEMS = (
     *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS}),
-    s.REASON_POD_REJECTED,
-    s.REASON_STARTUP_TIMEOUT,
+    Reason.POD_REJECTED,
+    Reason.STARTUP_TIMEOUT,
 )
 POOL_OPERATIONS = ("create", "delete")
 POOL_RESULTS = ("accepted", "error")
@@ -173,7 +174,7 @@ class JobsByPhase(Collector):
         now = self._clock()
         with self._lock:
             entries = list(self._phases.values())
-        for phase in PHASES:
+        for phase in Phase:
             family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
             oldest.add_metric([phase], max((now - since for p, since in entries if p == phase), default=0.0))
         yield family
@@ -243,14 +244,14 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     registry.register(CHIPS_HELD)
     registry.register(NEXT_MAINTENANCE)
     BUILD_INFO.info({"version": __version__})
-    for phase in PHASES:
+    for phase in Phase:
         PHASE_TRANSITIONS.labels(phase)
     for reason in RESTART_REASONS:
         RESTARTS.labels(reason)
     for reason in GKE_ERROR_REASONS:
         GKE_ERRORS.labels(reason)
-    for reason in START_PROBLEMS:
-        WORKER_START_PROBLEMS.labels(reason)
+    for problem in START_PROBLEMS:
+        WORKER_START_PROBLEMS.labels(problem)
     for operation in POOL_OPERATIONS:
         for result in POOL_RESULTS:
             POOL_OPERATIONS_TOTAL.labels(operation, result)

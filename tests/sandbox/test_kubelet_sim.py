@@ -362,12 +362,6 @@ def test_with_fallback_to_logs_on_error_a_failure_without_a_message_gives_the_en
         assert said.endswith(message) and said.count("\n") == 80 and said.startswith("line 21\n")
 
 
-def test_the_sandbox_and_the_trainer_agree_on_the_termination_log_variable():
-    from tpujob_trainer import constants as trainer_constants
-
-    assert kubelet_sim.podstatus.TERMINATION_LOG_ENV == trainer_constants.ENV_TERMINATION_LOG
-
-
 def test_the_message_is_the_file_else_the_end_of_the_log_within_kubernetes_limits():
     message = kubelet_sim.podstatus.termination_message
     fallback = {"name": "t", "image": "i", "terminationMessagePolicy": "FallbackToLogsOnError"}

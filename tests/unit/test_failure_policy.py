@@ -9,7 +9,8 @@ import pytest
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, parse_tpujob
-from tpujob.api.models import DEFAULT_FAILURE_RULES, TPUJobStatus
+from tpujob.api.run_policy import DEFAULT_FAILURE_RULES
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.reconciler import pod_view
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
@@ -35,7 +36,7 @@ def make_job(rules=None, status=None, **spec):
 def running(job):
     """The job after a pass that saw all its pods of attempt 0 running."""
     decision = step(job, pods=pods(job, 0, "Running"))
-    assert decision.status.phase == s.RUNNING
+    assert decision.status.phase == Phase.RUNNING
     return job.model_copy(update={"status": decision.status})
 
 
@@ -71,14 +72,14 @@ def test_the_trainer_bad_config_exit_fails_the_job_at_once_quoting_its_message()
     name = naming.pod_name(job, 0, 0, 0)
     decision = step(job, pods=with_failed(job, 0, reason="Error", exit_code=2, message=CONFIG_ERROR + "\n"))
     status = decision.status
-    assert (status.phase, status.reason) == (s.FAILED, s.REASON_FAILED_BY_POLICY)
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.FAILED_BY_POLICY)
     assert status.message.startswith(f"worker 0 (pod {name}) failed with exit code 2: {CONFIG_ERROR}; ")
     assert "the default failurePolicy (onExitCodes In [2] -> FailJob) fails the job" in status.message
     assert (status.restarts, status.application_restarts, status.attempt) == (0, 0, 0)
     assert status.completion_time
     failed = next(c for c in status.conditions if c.type == "Failed")
-    assert (failed.reason, failed.message) == (s.REASON_FAILED_BY_POLICY, status.message)
-    assert decision.events == [s.Event("Warning", s.REASON_FAILED_BY_POLICY, status.message)]
+    assert (failed.reason, failed.message) == (Reason.FAILED_BY_POLICY, status.message)
+    assert decision.events == [s.Event("Warning", Reason.FAILED_BY_POLICY, status.message)]
     assert decision.delete_pools == [naming.node_pool_name(job, 0)]  # the TPUs go back at once
 
 
@@ -97,9 +98,9 @@ def test_preemption_stays_an_uncounted_restart_under_the_default_rules(reason, e
     job = running(make_job(runPolicy={"maxRestarts": 0}))
     failed = with_failed(job, 0, reason=reason, exit_code=exit_code, conditions=conditions)
     decision = step(job, pods=failed)
-    assert (decision.status.phase, decision.status.reason) == (s.RESTARTING, s.REASON_PREEMPTED)
+    assert (decision.status.phase, decision.status.reason) == (Phase.RESTARTING, Reason.PREEMPTED)
     assert decision.status.application_restarts == 0
-    assert decision.status.restarts_by_reason == {s.REASON_PREEMPTED: 1}
+    assert decision.status.restarts_by_reason == {Reason.PREEMPTED: 1}
 
 
 def test_an_application_failure_no_rule_matches_counts_and_quotes_the_message():
@@ -108,8 +109,8 @@ def test_an_application_failure_no_rule_matches_counts_and_quotes_the_message():
     decision = step(job, pods=with_failed(job, 2, reason="Error", exit_code=1, message=trace))
     status = decision.status
     assert (status.phase, status.reason, status.application_restarts) == (
-        s.RESTARTING,
-        s.REASON_WORKER_FAILED,
+        Phase.RESTARTING,
+        Reason.WORKER_FAILED,
         1,
     )
     name = naming.pod_name(job, 0, 2, 0)
@@ -122,10 +123,10 @@ def test_an_application_failure_no_rule_matches_counts_and_quotes_the_message():
 def test_spent_budget_quotes_the_last_failure():
     job = make_job(
         runPolicy={"maxRestarts": 0},
-        status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:59:00Z"),
+        status=TPUJobStatus(phase=Phase.RUNNING, start_time="2026-11-21T11:59:00Z"),
     )
     decision = step(job, pods=with_failed(job, 0, exit_code=1, message="RuntimeError: out of memory"))
-    assert decision.status.reason == s.REASON_BACKOFF_LIMIT
+    assert decision.status.reason == Reason.BACKOFF_LIMIT
     assert "exit code 1: RuntimeError: out of memory; maxRestarts (0) spent" in decision.status.message
 
 
@@ -142,22 +143,22 @@ def test_an_ignore_rule_restarts_without_spending_max_restarts():
     job = running(make_job(rules, runPolicy={"maxRestarts": 0}))
     decision = step(job, pods=with_failed(job, 0, exit_code=42, message="lost the coordinator"))
     status = decision.status
-    assert (status.phase, status.reason) == (s.RESTARTING, s.REASON_IGNORED_BY_POLICY)
+    assert (status.phase, status.reason) == (Phase.RESTARTING, Reason.IGNORED_BY_POLICY)
     assert (status.restarts, status.application_restarts, status.attempt) == (1, 0, 1)
-    assert status.restarts_by_reason == {s.REASON_IGNORED_BY_POLICY: 1}
+    assert status.restarts_by_reason == {Reason.IGNORED_BY_POLICY: 1}
     assert "exit code 42: lost the coordinator; spec.runPolicy.failurePolicy.rules[0]" in status.message
     assert "(onExitCodes In [42] -> Ignore) ignores it" in status.message
-    assert [(e.type, e.reason) for e in decision.events] == [("Warning", s.REASON_IGNORED_BY_POLICY)]
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", Reason.IGNORED_BY_POLICY)]
 
 
 def test_ignored_restarts_back_off_by_their_own_count():
     rules = [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}]
     restarting = TPUJobStatus(
-        phase=s.RESTARTING,
-        reason=s.REASON_IGNORED_BY_POLICY,
+        phase=Phase.RESTARTING,
+        reason=Reason.IGNORED_BY_POLICY,
         attempt=3,
         restarts=3,
-        restarts_by_reason={s.REASON_IGNORED_BY_POLICY: 3},
+        restarts_by_reason={Reason.IGNORED_BY_POLICY: 3},
         last_restart_time="2026-11-21T12:00:00Z",
         start_time="2026-11-21T11:00:00Z",
     )
@@ -171,7 +172,7 @@ def test_rules_given_replace_the_defaults_and_an_empty_list_means_none():
     for rules in ([{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}], []):
         job = running(make_job(rules))
         decision = step(job, pods=with_failed(job, 0, exit_code=2, message=CONFIG_ERROR))
-        assert (decision.status.reason, decision.status.application_restarts) == (s.REASON_WORKER_FAILED, 1)
+        assert (decision.status.reason, decision.status.application_restarts) == (Reason.WORKER_FAILED, 1)
 
 
 def test_the_first_matching_rule_wins():
@@ -181,9 +182,9 @@ def test_the_first_matching_rule_wins():
         {"action": "Count", "onExitCodes": {"operator": "In", "values": [4]}},
     ]
     job = running(make_job(rules))
-    assert step(job, pods=with_failed(job, 0, exit_code=3)).status.reason == s.REASON_IGNORED_BY_POLICY
+    assert step(job, pods=with_failed(job, 0, exit_code=3)).status.reason == Reason.IGNORED_BY_POLICY
     failed = step(job, pods=with_failed(job, 0, exit_code=4)).status
-    assert (failed.phase, failed.reason) == (s.FAILED, s.REASON_FAILED_BY_POLICY)
+    assert (failed.phase, failed.reason) == (Phase.FAILED, Reason.FAILED_BY_POLICY)
     assert "spec.runPolicy.failurePolicy.rules[1] (onExitCodes NotIn [0] -> FailJob)" in failed.message
 
 
@@ -192,8 +193,8 @@ def test_a_count_rule_restarts_and_counts():
     job = running(make_job(rules))
     status = step(job, pods=with_failed(job, 0, exit_code=2)).status
     assert (status.phase, status.reason, status.application_restarts) == (
-        s.RESTARTING,
-        s.REASON_WORKER_FAILED,
+        Phase.RESTARTING,
+        Reason.WORKER_FAILED,
         1,
     )
     assert "(onExitCodes In [2] -> Count) counts it" in status.message
@@ -203,7 +204,7 @@ def test_an_exit_code_catch_all_leaves_preemption_alone():
     rules = [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}]
     job = running(make_job(rules, runPolicy={"maxRestarts": 0}))
     decision = step(job, pods=with_failed(job, 0, reason="Terminated", exit_code=143, conditions=SHUTDOWN))
-    assert (decision.status.phase, decision.status.reason) == (s.RESTARTING, s.REASON_PREEMPTED)
+    assert (decision.status.phase, decision.status.reason) == (Phase.RESTARTING, Reason.PREEMPTED)
     assert decision.status.application_restarts == 0
 
 
@@ -215,7 +216,7 @@ def test_an_exit_code_catch_all_leaves_preemption_alone():
 def test_disruption_target_matches_what_the_infrastructure_stopped(reason, exit_code, conditions):
     job = running(make_job([{"action": "FailJob", "onPodConditions": DISRUPTION}]))
     decision = step(job, pods=with_failed(job, 0, reason=reason, exit_code=exit_code, conditions=conditions))
-    assert (decision.status.phase, decision.status.reason) == (s.FAILED, s.REASON_FAILED_BY_POLICY)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.FAILED_BY_POLICY)
     assert "(onPodConditions [DisruptionTarget] -> FailJob)" in decision.status.message
 
 
@@ -224,16 +225,16 @@ def test_a_count_rule_on_disruptions_spends_the_budget():
         make_job([{"action": "Count", "onPodConditions": DISRUPTION}], runPolicy={"maxRestarts": 0})
     )
     decision = step(job, pods=with_failed(job, 0, reason="Terminated", exit_code=143, conditions=SHUTDOWN))
-    assert (decision.status.phase, decision.status.reason) == (s.FAILED, s.REASON_BACKOFF_LIMIT)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.BACKOFF_LIMIT)
 
 
 def test_a_pod_condition_rule_matches_the_status_it_names():
     rules = [{"action": "Ignore", "onPodConditions": [{"type": "ConfigLoaded", "status": "False"}]}]
     job = running(make_job(rules, runPolicy={"maxRestarts": 0}))
     ignored = step(job, pods=with_failed(job, 0, exit_code=1, conditions=(("ConfigLoaded", "False"),)))
-    assert ignored.status.reason == s.REASON_IGNORED_BY_POLICY
+    assert ignored.status.reason == Reason.IGNORED_BY_POLICY
     counted = step(job, pods=with_failed(job, 0, exit_code=1, conditions=(("ConfigLoaded", "True"),)))
-    assert counted.status.reason == s.REASON_BACKOFF_LIMIT
+    assert counted.status.reason == Reason.BACKOFF_LIMIT
 
 
 def test_exit_code_zero_and_no_exit_code_match_no_exit_code_rule():
@@ -264,7 +265,7 @@ def test_a_fail_job_match_on_any_worker_wins():
         job, (0, {"exit_code": 1}), (1, {"reason": "Terminated", "exit_code": 143}), (3, {"exit_code": 2})
     )
     status = step(job, pods=views).status
-    assert (status.phase, status.reason) == (s.FAILED, s.REASON_FAILED_BY_POLICY)
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.FAILED_BY_POLICY)
     assert status.message.startswith(
         f"worker 3 (pod {naming.pod_name(job, 0, 3, 0)}) failed with exit code 2"
     )
@@ -274,7 +275,11 @@ def test_a_preempted_worker_makes_its_peers_failures_a_preemption_as_before():
     job = running(make_job(runPolicy={"maxRestarts": 0}, **MULTI_HOST))
     views = failing(job, (0, {"exit_code": 1}), (2, {"reason": "Terminated", "exit_code": 143}))
     status = step(job, pods=views).status
-    assert (status.phase, status.reason, status.application_restarts) == (s.RESTARTING, s.REASON_PREEMPTED, 0)
+    assert (status.phase, status.reason, status.application_restarts) == (
+        Phase.RESTARTING,
+        Reason.PREEMPTED,
+        0,
+    )
 
 
 def test_a_counted_failure_outweighs_an_ignored_one():
@@ -282,10 +287,10 @@ def test_a_counted_failure_outweighs_an_ignored_one():
     job = running(make_job(rules, **MULTI_HOST))
     views = failing(job, (0, {"exit_code": 42}), (1, {"exit_code": 1, "message": "boom"}))
     status = step(job, pods=views).status
-    assert (status.reason, status.application_restarts) == (s.REASON_WORKER_FAILED, 1)
+    assert (status.reason, status.application_restarts) == (Reason.WORKER_FAILED, 1)
     assert "worker 1" in status.message and "boom" in status.message
     only_ignored = step(job, pods=failing(job, (0, {"exit_code": 42}), (1, {"exit_code": 42}))).status
-    assert (only_ignored.reason, only_ignored.application_restarts) == (s.REASON_IGNORED_BY_POLICY, 0)
+    assert (only_ignored.reason, only_ignored.application_restarts) == (Reason.IGNORED_BY_POLICY, 0)
 
 
 def test_multislice_failures_name_the_slice():

@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from tpujob.api.crd import crd, crd_yaml
+from tpujob.api.status import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = [
@@ -70,6 +71,14 @@ def test_crd_carries_the_node_pool_hygiene_fields_with_their_bounds_and_defaults
     assert timeout["minimum"] == 1 and "default" not in timeout
     assert "provisioningSince" in schema["status"]["properties"]
     assert {"operation", "zone"} <= schema["status"]["properties"]["nodePools"]["items"]["properties"].keys()
+
+
+def test_status_phase_is_an_enum_of_phase_and_its_description_names_them_all():
+    phase = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "phase"
+    ]
+    assert phase["enum"] == [p.value for p in Phase]
+    assert all(p.value in phase["description"] for p in Phase)
 
 
 # The keywords of Kubernetes' JSONSchemaProps (apiextensions.k8s.io/v1) this generator may emit; anything else

@@ -10,7 +10,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import container_v1
 
 from tpujob import gke
-from tpujob import status as s
+from tpujob.api.status import Reason
 from tpujob.render import Cluster
 
 
@@ -36,34 +36,34 @@ QUOTA = (
 )
 PROJECT_QUOTA = 'Insufficient project quota to satisfy request: resource "CPUS_ALL_REGIONS": request ...'
 CLASSIFIED = {
-    "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), s.REASON_POOL_REJECTED, True),
+    "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), Reason.POOL_REJECTED, True),
     "incompatible-operation": (
         gke_error(400, "FAILED_PRECONDITION", BUSY),  # as GKE sends it: no ErrorInfo
-        s.REASON_GKE_BUSY,
+        Reason.GKE_BUSY,
         False,
     ),
     "failed-precondition": (
         gke_error(400, "FAILED_PRECONDITION", "Cluster is busy."),
-        s.REASON_GKE_BUSY,
+        Reason.GKE_BUSY,
         False,
     ),
-    "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA), s.REASON_QUOTA, True),
-    "project-quota": (gke_error(403, "PERMISSION_DENIED", PROJECT_QUOTA), s.REASON_QUOTA, True),
-    "permission": (gke_error(403, "PERMISSION_DENIED", "Required permission"), s.REASON_POOL_REJECTED, True),
-    "not-found": (gke_error(404, "NOT_FOUND", "Not found: projects/p."), s.REASON_POOL_REJECTED, True),
+    "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA), Reason.QUOTA, True),
+    "project-quota": (gke_error(403, "PERMISSION_DENIED", PROJECT_QUOTA), Reason.QUOTA, True),
+    "permission": (gke_error(403, "PERMISSION_DENIED", "Required permission"), Reason.POOL_REJECTED, True),
+    "not-found": (gke_error(404, "NOT_FOUND", "Not found: projects/p."), Reason.POOL_REJECTED, True),
     "rate-limit": (
         gke_error(429, "RESOURCE_EXHAUSTED", "Too many operations", "RATE_LIMIT_EXCEEDED"),
-        s.REASON_GKE_BUSY,
+        Reason.GKE_BUSY,
         False,
     ),
     "stockout": (
         gke_error(429, "RESOURCE_EXHAUSTED", "zone exhausted", "ZONE_RESOURCE_POOL_EXHAUSTED"),
-        s.REASON_STOCKOUT,
+        Reason.STOCKOUT,
         False,
     ),
-    "internal": (gke_error(500, "INTERNAL", "Internal error."), s.REASON_GKE_UNAVAILABLE, False),
-    "unavailable": (gke_error(503, "UNAVAILABLE", "Unavailable."), s.REASON_GKE_UNAVAILABLE, False),
-    "timeout": (TimeoutError("timed out"), s.REASON_GKE_UNAVAILABLE, False),
+    "internal": (gke_error(500, "INTERNAL", "Internal error."), Reason.GKE_UNAVAILABLE, False),
+    "unavailable": (gke_error(503, "UNAVAILABLE", "Unavailable."), Reason.GKE_UNAVAILABLE, False),
+    "timeout": (TimeoutError("timed out"), Reason.GKE_UNAVAILABLE, False),
 }
 
 
@@ -82,7 +82,7 @@ def test_the_status_quotes_gke_without_the_clients_request_prefix():
 
 def test_words_alone_do_not_make_a_stockout():
     error = gke_error(400, "INVALID_ARGUMENT", "the zone does not have enough resources (lack of capacity)")
-    assert gke.classify_error(error).reason == s.REASON_POOL_REJECTED
+    assert gke.classify_error(error).reason == Reason.POOL_REJECTED
 
 
 def cluster_resource(location: str, zones: list[str]) -> container_v1.Cluster:

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import Goodput, TPUJobStatus
+from tpujob.api.status import Goodput, TPUJobStatus
 from tpujob.reconciler.observe import pod_view
 from tpujob.status import goodput as g
 from tpujob.status.failures import describe, quote

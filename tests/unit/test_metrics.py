@@ -9,7 +9,7 @@ from tests.manifests import base_job
 from tpujob import metrics
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import NodePoolStatus, TPUJobStatus
+from tpujob.api.status import NodePoolStatus, Phase, Reason, TPUJobStatus
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 
@@ -27,12 +27,12 @@ def job(uid, **spec):
 def test_transitions_restarts_and_time_to_running():
     recorder = metrics.PassRecorder()
     j = job("metrics-1")
-    before = TPUJobStatus(phase=s.STARTING, start_time="2026-11-21T11:58:00Z")
+    before = TPUJobStatus(phase=Phase.STARTING, start_time="2026-11-21T11:58:00Z")
     after = TPUJobStatus(
-        phase=s.RUNNING,
+        phase=Phase.RUNNING,
         start_time="2026-11-21T11:58:00Z",
         running_time="2026-11-21T12:00:00Z",
-        restarts_by_reason={s.REASON_PREEMPTED: 1},
+        restarts_by_reason={Reason.PREEMPTED: 1},
     )
     transitions = sample("tpujob_phase_transitions_total", phase="Running")
     restarts = sample("tpujob_restarts_total", reason="Preempted")
@@ -46,7 +46,7 @@ def test_transitions_restarts_and_time_to_running():
 def test_chip_seconds_accrue_while_pools_are_alive():
     recorder = metrics.PassRecorder()
     j = job("metrics-2", tpu={"type": "v5p", "topology": "2x2x4"}, capacity={"mode": "spot"})
-    alive = TPUJobStatus(phase=s.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
+    alive = TPUJobStatus(phase=Phase.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
     start = sample("tpujob_tpu_chip_seconds_total", tpu_type="v5p", capacity_mode="spot")
     recorder.record(j, alive, alive, NOW)
     recorder.record(j, alive, alive, NOW + dt.timedelta(seconds=10))
@@ -70,7 +70,7 @@ def test_provisioning_time_is_measured_from_create_to_running():
 def test_pool_calls_and_gke_errors_are_counted_by_reason():
     before = sample("tpujob_gke_errors_total", reason="Stockout")
     errors = sample("tpujob_node_pool_operations_total", operation="create", result="error")
-    metrics.record_pool_call("create", s.GKEError(s.REASON_STOCKOUT, "lack of capacity"))
+    metrics.record_pool_call("create", s.GKEError(Reason.STOCKOUT, "lack of capacity"))
     assert sample("tpujob_gke_errors_total", reason="Stockout") == before + 1
     assert sample("tpujob_node_pool_operations_total", operation="create", result="error") == errors + 1
 
@@ -97,11 +97,13 @@ def test_a_start_problem_counts_once_per_problem_and_its_timeout_once_more():
         sample("tpujob_worker_start_problems_total", reason=r) for r in ("ErrImagePull", "StartupTimeout")
     )
     statuses = [
-        TPUJobStatus(phase=s.STARTING, reason="Starting"),
-        TPUJobStatus(phase=s.STARTING, reason="ErrImagePull"),
-        TPUJobStatus(phase=s.STARTING, reason="ImagePullBackOff"),  # the kubelet's retry: the same problem
-        TPUJobStatus(phase=s.STARTING, reason="ErrImagePull"),
-        TPUJobStatus(phase=s.FAILED, reason=s.REASON_STARTUP_TIMEOUT),
+        TPUJobStatus(phase=Phase.STARTING, reason="Starting"),
+        TPUJobStatus(phase=Phase.STARTING, reason="ErrImagePull"),
+        TPUJobStatus(
+            phase=Phase.STARTING, reason="ImagePullBackOff"
+        ),  # the kubelet's retry: the same problem
+        TPUJobStatus(phase=Phase.STARTING, reason="ErrImagePull"),
+        TPUJobStatus(phase=Phase.FAILED, reason=Reason.STARTUP_TIMEOUT),
     ]
     for before, after in itertools.pairwise(statuses):
         recorder.record(j, before, after, NOW)
@@ -123,7 +125,7 @@ def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
     """The active replica exports the jobs' gauges; one that stood down must not double them on a dashboard
     summing over replicas (Reconciler.forget_all forgets every recorded job)."""
     recorder = metrics.PassRecorder()
-    held = TPUJobStatus(phase=s.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
+    held = TPUJobStatus(phase=Phase.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
 
     def chips():
         return collected(metrics.CHIPS_HELD, "tpujob_tpu_chips", tpu_type="v6e", capacity_mode="onDemand")
@@ -142,3 +144,9 @@ def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
 
     assert (chips(), running()) == (chips_before, running_before)
     assert recorder.uids() == set()
+
+
+def test_every_phase_has_its_jobs_series_from_phase_itself():
+    """The phase gauges iterate api.status.Phase: a new phase gets its series (0) with no second list."""
+    phases = {item.labels["phase"] for family in metrics.JOBS_BY_PHASE.collect() for item in family.samples}
+    assert phases == {phase.value for phase in Phase}

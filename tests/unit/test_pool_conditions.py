@@ -11,11 +11,11 @@ from tests.manifests import base_job
 from tpujob import metrics
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import NodePoolStatus, TPUJobStatus
+from tpujob.api.status import NodePoolStatus, Reason, TPUJobStatus
 from tpujob.render import naming
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
-CAPACITY = {"GCE_STOCKOUT": s.REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": s.REASON_QUOTA}
+CAPACITY = {"GCE_STOCKOUT": Reason.STOCKOUT, "GCE_QUOTA_EXCEEDED": Reason.QUOTA}
 # Every code the GKE client knows, none (a pool in ERROR with no condition), and one it does not know yet.
 CODES = [*(code.name for code in container_v1.StatusCondition.Code), "", None, "SOME_FUTURE_CODE"]
 
@@ -27,7 +27,7 @@ def test_only_stockout_and_quota_codes_are_a_capacity_shortage(code):
 
 @pytest.mark.parametrize("code", CODES)
 def test_a_pool_in_error_is_short_of_capacity_or_quota_else_lost(code):
-    assert s.pool_error_reason(code) == CAPACITY.get(code or "", s.REASON_POOL_LOST)
+    assert s.pool_error_reason(code) == CAPACITY.get(code or "", Reason.POOL_LOST)
 
 
 def gke_errors() -> dict[str, float]:

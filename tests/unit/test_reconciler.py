@@ -14,6 +14,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
+from tpujob.api.status import Phase, Reason
 from tpujob.gke import OwnedPool
 from tpujob.reconciler import Reconciler
 from tpujob.reconciler import memory as memory_module
@@ -148,8 +149,8 @@ def pool_name(body: dict[str, Any], slice_index: int) -> str:
     return naming.node_pool_name(parse_tpujob({**body, "status": None}), slice_index)
 
 
-STOCKOUT = s.GKEError(s.REASON_STOCKOUT, "no capacity", permanent=False)
-REJECTED = s.GKEError(s.REASON_POOL_REJECTED, "Invalid machine type", permanent=True)
+STOCKOUT = s.GKEError(Reason.STOCKOUT, "no capacity", permanent=False)
+REJECTED = s.GKEError(Reason.POOL_REJECTED, "Invalid machine type", permanent=True)
 
 
 # --- act: each write alone -------------------------------------------------------------------------
@@ -159,14 +160,14 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
     pools = RecordingPools({"p": "RUNNING"})
     actions = Actions(RecordingKube(), pools, JobMemory())  # type: ignore[arg-type]
     accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
-    refused = sample(metrics.GKE_ERRORS, reason=s.REASON_GKE_UNAVAILABLE)
+    refused = sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE)
 
     assert actions.delete_pool("p") is True
-    pools.delete_error = s.GKEError(s.REASON_GKE_UNAVAILABLE, "503", permanent=False)
+    pools.delete_error = s.GKEError(Reason.GKE_UNAVAILABLE, "503", permanent=False)
     assert actions.delete_pool("p") is False
 
     assert sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted") == accepted + 1
-    assert sample(metrics.GKE_ERRORS, reason=s.REASON_GKE_UNAVAILABLE) == refused + 1
+    assert sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE) == refused + 1
     assert pools.deleted == ["p", "p"]
 
 
@@ -277,7 +278,7 @@ def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status(
     assert [p["name"] for p in pools.created] == [pool_name(job_body(), 0)]
     ((name, status_patch),) = api.of("patch_tpujob_status")
     assert name == "train"
-    assert status_patch["status"]["phase"] == s.PROVISIONING
+    assert status_patch["status"]["phase"] == Phase.PROVISIONING
     assert outcome.requeue_after is not None and outcome.requeue_after <= 1
 
 
@@ -331,9 +332,9 @@ def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
     assert pools.deleted == [name]
     assert api.of("delete_pod") == ["train-0-0"]
     (_, patch) = api.of("patch_tpujob_status")[-1]
-    assert (patch["status"]["phase"], patch["status"]["reason"]) == (s.FAILED, s.REASON_INVALID_SPEC)
+    assert (patch["status"]["phase"], patch["status"]["reason"]) == (Phase.FAILED, Reason.INVALID_SPEC)
     assert patch["status"]["nodePools"][0]["state"] == s.POOL_STOPPING
-    assert [e["reason"] for e in api.of("create_event")] == [s.REASON_INVALID_SPEC]
+    assert [e["reason"] for e in api.of("create_event")] == [Reason.INVALID_SPEC]
 
     # The next pass reads its own write: nothing more to release, no second event.
     passes.reconcile(body, [], True)
@@ -424,11 +425,11 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and
     passes = reconciler(None, api)
     outcome = passes.reconcile(existing_job_body(), [], False)  # not raised: retrying at once cannot help
     ((_, status),) = api.of("patch_tpujob_status")
-    assert status["status"]["reason"] == s.REASON_POD_REJECTED
+    assert status["status"]["reason"] == Reason.POD_REJECTED
     assert "no PriorityClass with name team-high was found" in status["status"]["message"]
     assert outcome.requeue_after == pytest.approx(10.0)
     reasons = [event["reason"] for event in api.of("create_event")]
-    assert reasons == [s.REASON_POD_REJECTED]
+    assert reasons == [Reason.POD_REJECTED]
 
     del api.fail["create_pod"]
     api.calls.clear()

@@ -8,12 +8,12 @@ import pytest
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import NodePoolStatus, TPUJobStatus
+from tpujob.api.status import NodePoolStatus, Phase, Reason, TPUJobStatus
 from tpujob.render import naming
 from tpujob.status import placement
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
-QUOTA = s.GKEError(s.REASON_QUOTA, "Insufficient regional quota to satisfy request", permanent=True)
+QUOTA = s.GKEError(Reason.QUOTA, "Insufficient regional quota to satisfy request", permanent=True)
 
 
 def job(**spec):
@@ -49,7 +49,7 @@ def test_flex_start_needs_a_recent_enough_cluster(version, words):
         assert problem is None
     else:
         assert problem is not None and words in problem.message
-        assert problem.reason == s.REASON_POOL_REJECTED and problem.permanent
+        assert problem.reason == Reason.POOL_REJECTED and problem.permanent
 
 
 def test_the_cluster_version_concerns_only_flex_start():
@@ -83,7 +83,7 @@ def test_a_placement_problem_withholds_every_create_as_a_refusal_with_the_reason
     decision = s.decide(s.Observed(job=flex_job(), now=NOW, pools=(), cluster_version="1.32.0-gke.1"))
     assert decision.create_pools == []
     assert list(decision.refused) == [0]
-    assert decision.status.reason == s.REASON_POOL_REJECTED
+    assert decision.status.reason == Reason.POOL_REJECTED
     assert "1.33.0-gke.1712000" in (decision.status.message or "")
     assert [p.state for p in decision.status.node_pools] == [s.POOL_MISSING]
 
@@ -102,7 +102,7 @@ def invalid(status, pods=(), problems="spec.tpu.topology: '3x3' is not a v5e top
 
 def test_an_invalid_spec_fails_once_with_one_event_and_releases_live_pods_and_pools():
     held = TPUJobStatus(
-        phase=s.RUNNING,
+        phase=Phase.RUNNING,
         node_pools=[
             NodePoolStatus(name="a", slice=0, state="RUNNING"),
             NodePoolStatus(name="b", slice=1, state=s.POOL_STOPPING),
@@ -114,19 +114,17 @@ def test_an_invalid_spec_fails_once_with_one_event_and_releases_live_pods_and_po
         s.PodView("w1", 0, 1, 0, "Running", deleting=True),
     )
     first = invalid(held, pods)
-    assert (first.status.phase, first.status.reason) == (s.FAILED, s.REASON_INVALID_SPEC)
+    assert (first.status.phase, first.status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
     assert first.status.observed_generation == 4
     assert first.delete_pods == ["w0"] and first.delete_pools == ["a"]
-    assert [(e.type, e.reason) for e in first.events] == [("Warning", s.REASON_INVALID_SPEC)]
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", Reason.INVALID_SPEC)]
     assert first.create_pools == [] and not first.creates
     failed = next(c for c in first.status.conditions if c.type == "Failed")
-    assert (failed.status, failed.reason) == ("True", s.REASON_INVALID_SPEC)
+    assert (failed.status, failed.reason) == ("True", Reason.INVALID_SPEC)
 
     again = invalid(first.status)
     assert again.events == []  # the same problems: no second event
-    assert (
-        invalid(first.status, problems="spec.tpu.slices: too many").events[0].reason == s.REASON_INVALID_SPEC
-    )
+    assert invalid(first.status, problems="spec.tpu.slices: too many").events[0].reason == Reason.INVALID_SPEC
 
 
 # --- settle ------------------------------------------------------------------------------------------------
@@ -152,12 +150,12 @@ def test_accepted_creates_record_their_operation_and_are_looked_at_again_soon():
 def test_a_refused_create_shows_gkes_reason_and_waits_for_the_backoff():
     observed, decision = provisioning_pass()
     settled = s.settle(observed, decision, s.Applied(refused={0: QUOTA}, retry_refused_after=30.0))
-    assert (settled.status.phase, settled.status.reason) == (s.PROVISIONING, s.REASON_QUOTA)
+    assert (settled.status.phase, settled.status.reason) == (Phase.PROVISIONING, Reason.QUOTA)
     assert settled.status.message == QUOTA.message
     assert [(p.state, p.message) for p in settled.status.node_pools] == [(s.POOL_MISSING, QUOTA.message)]
     assert settled.requeue_after == observed.poll_provisioning_seconds  # the poll comes first; ...
     assert settled.create_pools == []  # ... and nothing is asked for again in it (memory's backoff)
-    assert [e.reason for e in settled.events] == [s.REASON_QUOTA]  # one phase event, for where it ends
+    assert [e.reason for e in settled.events] == [Reason.QUOTA]  # one phase event, for where it ends
 
 
 def test_one_refused_slice_of_two_keeps_the_others_operation():
@@ -167,13 +165,15 @@ def test_one_refused_slice_of_two_keeps_the_others_operation():
         (0, s.POOL_MISSING, None),
         (1, "PROVISIONING", "op-1"),
     ]
-    assert settled.status.reason == s.REASON_QUOTA
+    assert settled.status.reason == Reason.QUOTA
 
 
 def test_deletes_gke_accepted_are_stopping_and_a_refused_one_is_asked_again_at_the_poll():
     the_job = job()
     name = naming.node_pool_name(the_job, 0)
-    status = TPUJobStatus(phase=s.SUCCEEDED, node_pools=[NodePoolStatus(name=name, slice=0, state="RUNNING")])
+    status = TPUJobStatus(
+        phase=Phase.SUCCEEDED, node_pools=[NodePoolStatus(name=name, slice=0, state="RUNNING")]
+    )
     observed = s.Observed(job=the_job.model_copy(update={"status": status}), now=NOW)
     decision = s.decide(observed)
     assert decision.delete_pools == [name]
@@ -191,7 +191,7 @@ def test_refused_pods_show_the_api_servers_words_and_are_asked_again_later():
     assert decision.create_pods
     words = 'pods "train-0-0" is forbidden: no PriorityClass with name urgent was found'
     settled = s.settle(observed, decision, s.Applied(pods_refused=words))
-    assert settled.status.reason == s.REASON_POD_REJECTED
+    assert settled.status.reason == Reason.POD_REJECTED
     assert words in (settled.status.message or "")
     assert settled.status.workers.pending == 0  # refused pods do not exist
     assert settled.requeue_after == s.POD_REFUSED_RETRY_SECONDS

@@ -7,6 +7,7 @@ import datetime as dt
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
+from tpujob.api.status import Phase, Reason
 from tpujob.reconciler import pod_view
 from tpujob.render import naming
 
@@ -69,11 +70,11 @@ def started(job):
 def test_a_pull_error_shows_the_kubelets_reason_and_words_after_the_grace_with_one_warning():
     job = started(make_job())
     early = step(job, at=10, pods=worker_pods(job, **stuck("ErrImagePull", PULL_ERROR)))
-    assert (early.status.phase, early.status.reason) == (s.STARTING, "Starting")
+    assert (early.status.phase, early.status.reason) == (Phase.STARTING, "Starting")
     assert early.requeue_after == 20  # when the grace ends
 
     shown = step(advance(job, early), at=30, pods=worker_pods(job, **stuck("ErrImagePull", PULL_ERROR)))
-    assert (shown.status.phase, shown.status.reason) == (s.STARTING, "ErrImagePull")
+    assert (shown.status.phase, shown.status.reason) == (Phase.STARTING, "ErrImagePull")
     assert (
         shown.status.message
         == f"pod {naming.pod_name(job, 0, 0, 0)} cannot start container trainer: {PULL_ERROR}"
@@ -118,11 +119,11 @@ def test_the_startup_timeout_fails_the_job_and_gives_the_slice_back():
     job = started(make_job(startupTimeoutSeconds=120))
     pods = worker_pods(job, **stuck("ImagePullBackOff", BACK_OFF))
     before = step(job, at=119, pods=pods)
-    assert before.status.phase == s.STARTING
+    assert before.status.phase == Phase.STARTING
     assert before.requeue_after == 1
 
     after = step(advance(job, before), at=120, pods=pods)
-    assert (after.status.phase, after.status.reason) == (s.FAILED, s.REASON_STARTUP_TIMEOUT)
+    assert (after.status.phase, after.status.reason) == (Phase.FAILED, Reason.STARTUP_TIMEOUT)
     assert after.status.message == (
         "workers not all running 120 s after attempt 0 began starting them (startupTimeoutSeconds; last: "
         f"ImagePullBackOff: pod {pods[0].name} cannot start container trainer: {BACK_OFF})"
@@ -130,31 +131,31 @@ def test_the_startup_timeout_fails_the_job_and_gives_the_slice_back():
     assert after.delete_pools == [naming.node_pool_name(job, 0)]
     assert sorted(after.delete_pods) == sorted(p.name for p in pods)
     assert after.create_pods == []
-    assert ("Warning", s.REASON_STARTUP_TIMEOUT) in [(e.type, e.reason) for e in after.events]
+    assert ("Warning", Reason.STARTUP_TIMEOUT) in [(e.type, e.reason) for e in after.events]
 
 
 def test_the_startup_clock_is_in_the_status_so_a_new_operator_keeps_it():
     """An operator that restarts reads starting_since from the status: the timeout is not reset."""
     job = started(make_job(startupTimeoutSeconds=120))
     fresh_operator = step(job, at=125, pods=worker_pods(job))
-    assert fresh_operator.status.reason == s.REASON_STARTUP_TIMEOUT
+    assert fresh_operator.status.reason == Reason.STARTUP_TIMEOUT
 
 
 def test_zero_means_no_startup_timeout():
     job = started(make_job(startupTimeoutSeconds=0))
     decision = step(job, at=86400, pods=worker_pods(job, **stuck("ImagePullBackOff", BACK_OFF)))
-    assert decision.status.phase == s.STARTING
+    assert decision.status.phase == Phase.STARTING
 
 
 def test_running_clears_the_clock_and_a_restart_starts_a_new_one():
     job = started(make_job(startupTimeoutSeconds=120))
     running = tuple(dataclasses.replace(p, phase="Running") for p in worker_pods(job))
     ran = step(job, at=60, pods=running)
-    assert (ran.status.phase, ran.status.starting_since) == (s.RUNNING, None)
+    assert (ran.status.phase, ran.status.starting_since) == (Phase.RUNNING, None)
 
     failed = (dataclasses.replace(running[0], phase="Failed", exit_code=1), running[1])
     restarted = step(advance(job, ran), at=500, pods=failed)
-    assert (restarted.status.phase, restarted.status.starting_since) == (s.RESTARTING, None)
+    assert (restarted.status.phase, restarted.status.starting_since) == (Phase.RESTARTING, None)
     job = advance(job, restarted)
     new_pods = step(job, at=600, pods=failed, restart_backoff_seconds=0)
     assert new_pods.create_pods == [(0, 0), (0, 1)]
@@ -172,7 +173,7 @@ def test_flex_start_queued_for_capacity_holds_no_clock():
         for p in worker_pods(job)[:1]
     )
     decision = step(job, at=3600, pods=(dataclasses.replace(queued[0], name=naming.pod_name(job, 0, 0, 0)),))
-    assert decision.status.reason == s.REASON_WAITING_FOR_CAPACITY
+    assert decision.status.reason == Reason.WAITING_FOR_CAPACITY
     assert decision.status.starting_since is None
 
 
@@ -216,15 +217,15 @@ def test_pods_the_api_server_refuses_show_its_words_and_are_asked_again():
     job = make_job()
     refusal = 'pods "train-s0-w0-a0" is forbidden: no PriorityClass with name team-high was found'
     refused = step(job, service_exists=False, pods_refused=refusal)
-    assert (refused.status.phase, refused.status.reason) == (s.STARTING, s.REASON_POD_REJECTED)
+    assert (refused.status.phase, refused.status.reason) == (Phase.STARTING, Reason.POD_REJECTED)
     assert refused.status.message == f"the API server refused the worker pods: {refusal}"
     assert refused.status.workers.pending == 0
-    assert [(e.type, e.reason) for e in refused.events] == [("Warning", s.REASON_POD_REJECTED)]
+    assert [(e.type, e.reason) for e in refused.events] == [("Warning", Reason.POD_REJECTED)]
     again = step(advance(job, refused), at=10, pods_refused=refusal)
     assert again.create_pods == [(0, 0), (0, 1)]  # asked again: someone may create the PriorityClass
-    assert (again.status.reason, again.events) == (s.REASON_POD_REJECTED, [])
+    assert (again.status.reason, again.events) == (Reason.POD_REJECTED, [])
     timed_out = step(advance(job, again), at=600, pods_refused=refusal)
-    assert timed_out.status.reason == s.REASON_STARTUP_TIMEOUT
+    assert timed_out.status.reason == Reason.STARTUP_TIMEOUT
     assert timed_out.create_pods == []
 
 
@@ -252,5 +253,5 @@ def test_a_sidecar_that_outlives_the_trainer_leaves_the_trainers_outcome_and_the
         dataclasses.replace(p, phase="Succeeded", exit_code=0, lingering=True) for p in worker_pods(job)
     )
     decision = step(job, at=60, pods=done)
-    assert decision.status.phase == s.SUCCEEDED
+    assert decision.status.phase == Phase.SUCCEEDED
     assert sorted(decision.delete_pods) == sorted(p.name for p in done)  # a sidecar would hold the node

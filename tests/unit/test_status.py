@@ -8,7 +8,7 @@ import pytest
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.models import TPUJobStatus
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.render import naming
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.UTC)
@@ -46,7 +46,7 @@ def test_new_job_creates_one_pool_per_slice_and_waits():
     decision = step(job, pools=(s.PoolView(0, naming.node_pool_name(job, 0), s.POOL_MISSING),))
     assert decision.create_pools == [0, 1]
     assert decision.create_pods == []
-    assert decision.status.phase == s.PROVISIONING
+    assert decision.status.phase == Phase.PROVISIONING
     assert decision.requeue_after == s.DEFAULT_POLL_PROVISIONING_SECONDS
     assert [p.state for p in decision.status.node_pools] == ["PROVISIONING", "PROVISIONING"]
     assert decision.status.start_time == "2026-11-21T12:00:00Z"
@@ -57,7 +57,7 @@ def test_a_new_job_starts_in_one_pass_with_one_event_and_no_rewrite_when_its_pod
     created count as pending, so their first watch events leave the status as it is (no second write)."""
     job = make_job(tpu={"type": "v5p", "topology": "2x2x4"}, nodePool={"policy": "existing"})
     first = step(job)
-    assert first.status.phase == s.STARTING
+    assert first.status.phase == Phase.STARTING
     assert [e.reason for e in first.events] == ["Starting"]
     assert first.status.workers.pending == 4
     names = frozenset(naming.pod_name(job, sl, w, 0) for sl, w in first.create_pods)
@@ -73,7 +73,7 @@ def test_pools_running_creates_service_and_every_pod():
     decision = step(job, pools=ready_pools(job))
     assert decision.create_service
     assert decision.create_pods == [(0, 0), (0, 1), (0, 2), (0, 3)]
-    assert decision.status.phase == s.STARTING
+    assert decision.status.phase == Phase.STARTING
 
 
 def test_pods_in_flight_are_not_created_twice():
@@ -87,11 +87,11 @@ def test_pods_in_flight_are_not_created_twice():
 def test_all_running_then_all_succeeded_releases_the_pools():
     job = make_job()
     running = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
-    assert running.status.phase == s.RUNNING
+    assert running.status.phase == Phase.RUNNING
     assert running.status.running_time
     job = advance(job, running)
     done = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Succeeded"))
-    assert done.status.phase == s.SUCCEEDED
+    assert done.status.phase == Phase.SUCCEEDED
     assert done.delete_pools == [naming.node_pool_name(job, 0)]
     assert done.delete_pods == []  # finished pods stay for their logs
     assert any(e.reason == "Succeeded" for e in done.events)
@@ -99,7 +99,7 @@ def test_all_running_then_all_succeeded_releases_the_pools():
     gone = step(job, pools=(s.PoolView(0, naming.node_pool_name(job, 0), s.POOL_MISSING),))
     assert gone.delete_pools == []
     assert gone.status.node_pools[0].state == s.POOL_DELETED
-    assert gone.status.phase == s.SUCCEEDED
+    assert gone.status.phase == Phase.SUCCEEDED
 
 
 def test_application_failure_restarts_the_whole_group_and_counts():
@@ -108,8 +108,8 @@ def test_application_failure_restarts_the_whole_group_and_counts():
     observed = list(pods(job, 0, "Running"))
     observed[2] = s.PodView(observed[2].name, 0, 2, 0, "Failed", reason="Error", exit_code=1)
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=tuple(observed))
-    assert decision.status.phase == s.RESTARTING
-    assert decision.status.reason == s.REASON_WORKER_FAILED
+    assert decision.status.phase == Phase.RESTARTING
+    assert decision.status.reason == Reason.WORKER_FAILED
     # live pods go; the failed one stays for its logs
     assert sorted(decision.delete_pods) == sorted(p.name for p in observed if p.phase == "Running")
     assert (decision.status.attempt, decision.status.restarts, decision.status.application_restarts) == (
@@ -117,8 +117,8 @@ def test_application_failure_restarts_the_whole_group_and_counts():
         1,
         1,
     )
-    assert decision.status.restarts_by_reason == {s.REASON_WORKER_FAILED: 1}
-    assert any(e.type == "Warning" and e.reason == s.REASON_WORKER_FAILED for e in decision.events)
+    assert decision.status.restarts_by_reason == {Reason.WORKER_FAILED: 1}
+    assert any(e.type == "Warning" and e.reason == Reason.WORKER_FAILED for e in decision.events)
     # next passes: old pods terminating; the new attempt waits out the backoff, then starts
     job = advance(job, decision)
     terminating = tuple(s.PodView(p.name, p.slice, p.worker, 0, p.phase, deleting=True) for p in observed)
@@ -131,13 +131,13 @@ def test_application_failure_restarts_the_whole_group_and_counts():
         job, pools=ready_pools(job), service_exists=True, pods=terminating, now=NOW + dt.timedelta(seconds=10)
     )
     assert again.create_pods == [(0, 0), (0, 1), (0, 2), (0, 3)]
-    assert again.status.phase == s.STARTING
+    assert again.status.phase == Phase.STARTING
 
 
 def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
     restarting = TPUJobStatus(
-        phase=s.RESTARTING,
-        reason=s.REASON_WORKER_FAILED,
+        phase=Phase.RESTARTING,
+        reason=Reason.WORKER_FAILED,
         attempt=3,
         application_restarts=3,
         last_restart_time="2026-11-21T12:00:00Z",
@@ -146,7 +146,7 @@ def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
     job = make_job(status=restarting)
     waiting = step(job, pools=ready_pools(job), service_exists=True, now=NOW + dt.timedelta(seconds=39))
     assert waiting.create_pods == [] and waiting.requeue_after == 1  # 10 s x 2^2
-    preempted = make_job(status=restarting.model_copy(update={"reason": s.REASON_PREEMPTED}))
+    preempted = make_job(status=restarting.model_copy(update={"reason": Reason.PREEMPTED}))
     assert step(preempted, pools=ready_pools(job), service_exists=True).create_pods == [(0, 0)]
 
 
@@ -159,17 +159,17 @@ def test_preemption_restarts_without_spending_the_budget(reason, exit_code):
     job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
     failed = pods(job, 0, "Failed", reason=reason, exit_code=exit_code)
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=failed)
-    assert decision.status.phase == s.RESTARTING
-    assert decision.status.reason == s.REASON_PREEMPTED
+    assert decision.status.phase == Phase.RESTARTING
+    assert decision.status.reason == Reason.PREEMPTED
     assert decision.status.application_restarts == 0
-    assert decision.status.restarts_by_reason == {s.REASON_PREEMPTED: 1}
+    assert decision.status.restarts_by_reason == {Reason.PREEMPTED: 1}
 
 
 def test_vanished_pods_are_a_node_loss_restart():
     job = make_job(tpu={"type": "v5p", "topology": "2x2x4"}, runPolicy={"maxRestarts": 0})
     job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running", n=3))
-    assert decision.status.reason == s.REASON_NODE_LOST
+    assert decision.status.reason == Reason.NODE_LOST
     assert decision.status.application_restarts == 0
 
 
@@ -177,13 +177,13 @@ def test_spent_budget_fails_with_backoff_limit_exceeded():
     job = make_job(
         runPolicy={"maxRestarts": 1},
         status=TPUJobStatus(
-            phase=s.RUNNING, attempt=1, application_restarts=1, start_time="2026-11-21T11:59:00Z"
+            phase=Phase.RUNNING, attempt=1, application_restarts=1, start_time="2026-11-21T11:59:00Z"
         ),
     )
     failed = pods(job, 1, "Failed", exit_code=1)  # not 2: the default failurePolicy fails that at once
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=failed)
-    assert decision.status.phase == s.FAILED
-    assert decision.status.reason == s.REASON_BACKOFF_LIMIT
+    assert decision.status.phase == Phase.FAILED
+    assert decision.status.reason == Reason.BACKOFF_LIMIT
     assert decision.delete_pools == [naming.node_pool_name(job, 0)]
     assert decision.status.completion_time
 
@@ -191,10 +191,10 @@ def test_spent_budget_fails_with_backoff_limit_exceeded():
 def test_deadline_fails_the_job_and_releases_everything():
     job = make_job(
         runPolicy={"activeDeadlineSeconds": 60},
-        status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:58:00Z"),
+        status=TPUJobStatus(phase=Phase.RUNNING, start_time="2026-11-21T11:58:00Z"),
     )
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
-    assert (decision.status.phase, decision.status.reason) == (s.FAILED, s.REASON_DEADLINE)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.DEADLINE)
     assert decision.delete_pods == [naming.pod_name(job, 0, 0, 0)]
     assert decision.delete_pools
 
@@ -202,25 +202,25 @@ def test_deadline_fails_the_job_and_releases_everything():
 def test_deadline_not_reached_requeues_for_it():
     job = make_job(
         runPolicy={"activeDeadlineSeconds": 600},
-        status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:58:00Z"),
+        status=TPUJobStatus(phase=Phase.RUNNING, start_time="2026-11-21T11:58:00Z"),
     )
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
-    assert decision.status.phase == s.RUNNING
+    assert decision.status.phase == Phase.RUNNING
     assert decision.requeue_after == 480
 
 
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (s.GKEError(s.REASON_QUOTA, "Quota 'TPU_V5P' exceeded"), s.REASON_QUOTA),
-        (s.GKEError(s.REASON_GKE_BUSY, "Cluster is running incompatible operation"), s.REASON_GKE_BUSY),
+        (s.GKEError(Reason.QUOTA, "Quota 'TPU_V5P' exceeded"), Reason.QUOTA),
+        (s.GKEError(Reason.GKE_BUSY, "Cluster is running incompatible operation"), Reason.GKE_BUSY),
     ],
 )
 def test_create_errors_show_their_reason_while_retrying(error, reason):
     job = make_job()
     decision = step(job, pools=(), gke_errors={0: error})
     assert decision.create_pools == []
-    assert decision.status.phase == s.PROVISIONING
+    assert decision.status.phase == Phase.PROVISIONING
     assert decision.status.reason == reason
     assert decision.requeue_after is not None
 
@@ -229,14 +229,14 @@ STOCKOUT_MESSAGE = "[GCE_STOCKOUT]: The zone does not have enough resources avai
 
 
 @pytest.mark.parametrize(
-    ("condition", "reason"), [("GCE_STOCKOUT", s.REASON_STOCKOUT), ("GCE_QUOTA_EXCEEDED", s.REASON_QUOTA)]
+    ("condition", "reason"), [("GCE_STOCKOUT", Reason.STOCKOUT), ("GCE_QUOTA_EXCEEDED", Reason.QUOTA)]
 )
 def test_a_pool_gke_retries_for_capacity_or_quota_is_waited_for_not_recreated(condition, reason):
     job = make_job()
     pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", STOCKOUT_MESSAGE, condition, retrying=True)
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == [] and decision.create_pools == []
-    assert (decision.status.phase, decision.status.reason) == (s.PROVISIONING, reason)
+    assert (decision.status.phase, decision.status.reason) == (Phase.PROVISIONING, reason)
     assert decision.status.message == STOCKOUT_MESSAGE  # GKE's own words
     assert decision.events[-1].type == "Warning"
     assert decision.status.node_pools[0].condition == condition
@@ -252,14 +252,14 @@ def test_a_stockout_gke_gave_up_on_is_deleted_and_asked_for_again():
     )
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == [pool.name]
-    assert decision.status.reason == s.REASON_STOCKOUT
+    assert decision.status.reason == Reason.STOCKOUT
     # While GKE removes it, the stockout is still why the job waits; then the pool is asked for again.
     stopping = dataclasses.replace(pool, state=s.POOL_STOPPING, retrying=None)
     waiting = step(advance(job, decision), pools=(stopping,))
-    assert (waiting.status.reason, waiting.delete_pools, waiting.events) == (s.REASON_STOCKOUT, [], [])
+    assert (waiting.status.reason, waiting.delete_pools, waiting.events) == (Reason.STOCKOUT, [], [])
     gone = step(advance(job, waiting), pools=(dataclasses.replace(pool, state=s.POOL_MISSING),))
     assert gone.create_pools == [0]
-    assert gone.status.reason == s.REASON_PROVISIONING
+    assert gone.status.reason == Reason.PROVISIONING
 
 
 def test_an_error_message_alone_is_not_read_as_a_stockout():
@@ -268,32 +268,32 @@ def test_an_error_message_alone_is_not_read_as_a_stockout():
     pool = s.PoolView(0, naming.node_pool_name(job, 0), "ERROR", "Requested resource is exhausted")
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == []
-    assert decision.status.reason == s.REASON_POOL_LOST
+    assert decision.status.reason == Reason.POOL_LOST
 
 
 def test_a_permanent_refusal_shows_gke_message_and_names_no_retry_storm():
     job = make_job()
     refusal = s.GKEError(
-        s.REASON_POOL_REJECTED,
+        Reason.POOL_REJECTED,
         "Auto_upgrade cannot be false when release_channel REGULAR is set.",
         permanent=True,
     )
     decision = step(job, pools=(), gke_errors={0: refusal})
     assert decision.create_pools == []
-    assert (decision.status.phase, decision.status.reason) == (s.PROVISIONING, s.REASON_POOL_REJECTED)
+    assert (decision.status.phase, decision.status.reason) == (Phase.PROVISIONING, Reason.POOL_REJECTED)
     assert decision.status.message == refusal.message
     condition = next(c for c in decision.status.conditions if c.type == "NodePoolsReady")
-    assert (condition.reason, condition.message) == (s.REASON_POOL_REJECTED, refusal.message)
+    assert (condition.reason, condition.message) == (Reason.POOL_REJECTED, refusal.message)
     assert decision.events[-1].type == "Warning"
 
 
 def test_a_permanent_refusal_outranks_a_transient_one_in_the_status():
     job = make_job(tpu={"type": "v6e", "topology": "4x4", "slices": 2})
     errors = {
-        0: s.GKEError(s.REASON_GKE_BUSY, "Cluster is running incompatible operation"),
-        1: s.GKEError(s.REASON_POOL_REJECTED, "bad request", permanent=True),
+        0: s.GKEError(Reason.GKE_BUSY, "Cluster is running incompatible operation"),
+        1: s.GKEError(Reason.POOL_REJECTED, "bad request", permanent=True),
     }
-    assert step(job, pools=(), gke_errors=errors).status.reason == s.REASON_POOL_REJECTED
+    assert step(job, pools=(), gke_errors=errors).status.reason == Reason.POOL_REJECTED
 
 
 def test_rejected_requests_back_off_exponentially_up_to_a_cap():
@@ -315,9 +315,9 @@ def test_provisioning_timeout_fails_the_job_and_gives_the_pools_back():
     # The cadence is the operator's setting (TPUJOB_POLL_PROVISIONING_SECONDS), passed in with the facts.
     assert step(job, pools=(pool,), poll_provisioning_seconds=0.2).requeue_after == 0.2
     still = step(advance(job, waiting), pools=(pool,), now=NOW + dt.timedelta(seconds=599))
-    assert still.status.phase == s.PROVISIONING
+    assert still.status.phase == Phase.PROVISIONING
     timed_out = step(advance(job, still), pools=(pool,), now=NOW + dt.timedelta(seconds=600))
-    assert (timed_out.status.phase, timed_out.status.reason) == (s.FAILED, s.REASON_PROVISIONING_TIMEOUT)
+    assert (timed_out.status.phase, timed_out.status.reason) == (Phase.FAILED, Reason.PROVISIONING_TIMEOUT)
     assert "GCE_STOCKOUT" in timed_out.status.message
     assert timed_out.delete_pools == [pool.name]
     assert timed_out.create_pools == []
@@ -330,7 +330,7 @@ def test_without_a_provisioning_timeout_the_job_waits_as_long_as_it_takes():
     )
     first = step(job, pools=(pool,))
     days = step(advance(job, first), pools=(pool,), now=NOW + dt.timedelta(days=3))
-    assert days.status.phase == s.PROVISIONING
+    assert days.status.phase == Phase.PROVISIONING
 
 
 def test_unschedulable_pods_show_the_scheduler_reason_after_the_grace():
@@ -345,7 +345,7 @@ def test_unschedulable_pods_show_the_scheduler_reason_after_the_grace():
         advance(job, early), pods=pending, service_exists=True, unschedulable_grace_seconds=30,
         now=NOW + dt.timedelta(seconds=30),
     )  # fmt: skip
-    assert (late.status.phase, late.status.reason) == (s.STARTING, s.REASON_UNSCHEDULABLE)
+    assert (late.status.phase, late.status.reason) == (Phase.STARTING, Reason.UNSCHEDULABLE)
     assert message in late.status.message
     assert late.events[-1].type == "Warning"
 
@@ -357,7 +357,7 @@ def test_transient_error_state_is_tolerated_within_the_grace():
     assert first.delete_pools == []
     later = step(advance(job, first), pools=(pool,), now=NOW + s.POOL_ERROR_GRACE)
     assert later.delete_pools == [pool.name]
-    assert later.status.reason == s.REASON_POOL_LOST
+    assert later.status.reason == Reason.POOL_LOST
 
 
 def test_existing_policy_skips_pools():
@@ -369,10 +369,11 @@ def test_existing_policy_skips_pools():
 
 def test_suspend_releases_and_resume_starts_a_fresh_attempt():
     job = make_job(
-        runPolicy={"suspend": True}, status=TPUJobStatus(phase=s.RUNNING, start_time="2026-11-21T11:00:00Z")
+        runPolicy={"suspend": True},
+        status=TPUJobStatus(phase=Phase.RUNNING, start_time="2026-11-21T11:00:00Z"),
     )
     suspended = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running"))
-    assert suspended.status.phase == s.SUSPENDED
+    assert suspended.status.phase == Phase.SUSPENDED
     assert suspended.delete_pods and suspended.delete_pools
     resumed_job = make_job(status=suspended.status)
     resumed = step(resumed_job, pools=(), service_exists=True)
@@ -383,7 +384,7 @@ def test_suspend_releases_and_resume_starts_a_fresh_attempt():
 
 
 def test_ttl_deletes_the_finished_job_when_due():
-    done = TPUJobStatus(phase=s.SUCCEEDED, completion_time="2026-11-21T11:59:30Z")
+    done = TPUJobStatus(phase=Phase.SUCCEEDED, completion_time="2026-11-21T11:59:30Z")
     job = make_job(runPolicy={"ttlSecondsAfterFinished": 60}, status=done)
     early = step(job, pools=())
     assert not early.delete_job and early.requeue_after == 30
@@ -391,16 +392,16 @@ def test_ttl_deletes_the_finished_job_when_due():
 
 
 def test_a_newer_attempt_found_on_the_cluster_is_adopted():
-    job = make_job(status=TPUJobStatus(phase=s.RESTARTING, attempt=0, start_time="2026-11-21T11:00:00Z"))
+    job = make_job(status=TPUJobStatus(phase=Phase.RESTARTING, attempt=0, start_time="2026-11-21T11:00:00Z"))
     decision = step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 1, "Pending"))
     assert decision.status.attempt == 1
     assert decision.create_pods == []
 
 
 def test_fixed_invalid_spec_starts_over():
-    job = make_job(status=TPUJobStatus(phase=s.FAILED, reason=s.REASON_INVALID_SPEC))
+    job = make_job(status=TPUJobStatus(phase=Phase.FAILED, reason=Reason.INVALID_SPEC))
     decision = step(job, pools=())
-    assert decision.status.phase == s.PROVISIONING
+    assert decision.status.phase == Phase.PROVISIONING
     assert decision.create_pools == [0]
 
 
@@ -427,7 +428,7 @@ def test_flex_start_pods_waiting_on_the_empty_pool_are_queued_for_capacity_not_u
     assert started.create_pods == [(0, 0), (0, 1)]
     waiting_pods = pods(job, 0, "Pending", unschedulable="0/3 nodes are available", unschedulable_since="x")
     queued = step(advance(job, started), pools=ready_pools(job), pods=waiting_pods, service_exists=True)
-    assert (queued.status.phase, queued.status.reason) == (s.PROVISIONING, s.REASON_WAITING_FOR_CAPACITY)
+    assert (queued.status.phase, queued.status.reason) == (Phase.PROVISIONING, Reason.WAITING_FOR_CAPACITY)
     assert queued.status.provisioning_since == "2026-11-21T12:00:00Z"
     assert queued.events[-1].type == "Normal"  # waiting is what flex-start is
     later = step(
@@ -441,14 +442,14 @@ def test_flex_start_pods_waiting_on_the_empty_pool_are_queued_for_capacity_not_u
 def test_flex_start_restarts_on_a_new_slice_before_the_run_duration_ends():
     job = flex_job()
     running = step(job, pools=ready_pools(job), pods=pods(job, 0, "Running"), service_exists=True)
-    assert running.status.phase == s.RUNNING
+    assert running.status.phase == Phase.RUNNING
     assert running.status.run_deadline == "2026-11-21T13:00:00Z"  # an hour from now
     assert running.requeue_after == 3600 - 300  # checkpoint 5 minutes ahead
     at_lead = step(
         advance(job, running), pools=ready_pools(job), pods=pods(job, 0, "Running"), service_exists=True,
         now=NOW + dt.timedelta(seconds=3300),
     )  # fmt: skip
-    assert (at_lead.status.phase, at_lead.status.reason) == (s.RESTARTING, s.REASON_RUN_DURATION)
+    assert (at_lead.status.phase, at_lead.status.reason) == (Phase.RESTARTING, Reason.RUN_DURATION)
     assert sorted(at_lead.delete_pods) == sorted(
         p.name for p in pods(job, 0, "Running")
     )  # SIGTERM: checkpoint
@@ -474,7 +475,7 @@ def test_a_stockout_past_the_fallback_time_moves_the_slices_to_the_next_zone():
     moved = step(advance(job, waiting), pools=(stocked,), zones=zones, now=NOW + dt.timedelta(seconds=600))
     assert moved.status.zone == "us-east5-b"
     assert moved.delete_pools == [name] and moved.create_pools == []
-    assert any(e.reason == s.REASON_ZONE_FALLBACK and e.type == "Warning" for e in moved.events)
+    assert any(e.reason == Reason.ZONE_FALLBACK and e.type == "Warning" for e in moved.events)
     # GKE refuses the delete while it retries: asked again each pass, nothing made in the new zone meanwhile.
     again = step(advance(job, moved), pools=(stocked,), zones=zones, now=NOW + dt.timedelta(seconds=605))
     assert (again.delete_pools, again.create_pools) == ([name], [])
@@ -490,15 +491,15 @@ def test_announced_maintenance_shows_then_restarts_the_job_ahead_of_time_without
     )
     running = pods(job, 0, "Running", node="node-a")
     first = step(job, pools=ready_pools(job), pods=running, service_exists=True)
-    assert first.status.phase == s.RUNNING and first.status.maintenance_time is None
+    assert first.status.phase == Phase.RUNNING and first.status.maintenance_time is None
     at = int((NOW + dt.timedelta(hours=2)).timestamp())
     noticed = step(advance(job, first), pools=ready_pools(job), pods=running, service_exists=True,
                    maintenance={"node-a": at})  # fmt: skip
     assert noticed.status.maintenance_time == "2026-11-21T14:00:00Z"
-    assert [e.reason for e in noticed.events] == [s.REASON_MAINTENANCE_SCHEDULED]
+    assert [e.reason for e in noticed.events] == [Reason.MAINTENANCE_SCHEDULED]
     assert noticed.requeue_after == 2 * 3600 - 300
     due = step(advance(job, noticed), pools=ready_pools(job), pods=running, service_exists=True,
                maintenance={"node-a": at}, now=NOW + dt.timedelta(seconds=2 * 3600 - 300))  # fmt: skip
-    assert (due.status.phase, due.status.reason) == (s.RESTARTING, s.REASON_MAINTENANCE)
+    assert (due.status.phase, due.status.reason) == (Phase.RESTARTING, Reason.MAINTENANCE)
     assert due.status.restarts_by_reason == {"Maintenance": 1} and due.status.application_restarts == 0
     assert due.delete_pools == []  # the hosts come back after the maintenance

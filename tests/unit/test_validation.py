@@ -6,7 +6,7 @@ import pytest
 
 from tests.manifests import MALFORMED, base_job
 from tpujob.api import InvalidTPUJob, parse_tpujob
-from tpujob.api.models import TPUJobStatus
+from tpujob.api.status import TPUJobStatus
 from tpujob.render import Cluster, render_plan
 
 

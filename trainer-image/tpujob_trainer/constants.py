@@ -1,7 +1,7 @@
 """Names the trainer shares with the operator.
 
-The image ships only this package, so these are copies of `tpujob.api.constants`;
-tests/trainer/test_contract.py fails when the two drift apart.
+The image ships only this package, so these are copies of `tpujob.api.trainer_contract` (the env) and
+`tpujob.api.constants`; tests/unit/test_trainer_contract.py fails when the two drift apart.
 """
 
 from typing import Final

@@ -1,6 +1,8 @@
 """The TPUJob API: models, validation, constants and the generated CRD. Pure: no I/O."""
 
-from tpujob.api.models import TPUJob, TPUJobSpec, TPUJobStatus
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import TPUJobSpec
+from tpujob.api.status import TPUJobStatus
 from tpujob.api.validation import InvalidTPUJob, Problem, parse_tpujob
 
 __all__ = ["InvalidTPUJob", "Problem", "TPUJob", "TPUJobSpec", "TPUJobStatus", "parse_tpujob"]

@@ -1,7 +1,7 @@
 """What every part of the TPUJob API shares: the model base class, Kubernetes' name patterns, a Problem.
 
-models.py (the job) and pod.py (what a team adds to its worker pods) both build on these; validation.py and
-pod_validation.py report Problems.
+spec.py, run_policy.py and status.py (the job) and pod.py (what a team adds to its worker pods) build on
+these; validation.py and pod_validation.py report Problems.
 """
 
 from __future__ import annotations

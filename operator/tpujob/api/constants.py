@@ -65,24 +65,3 @@ TRAINER_CONTAINER: Final = "trainer"
 # cloud-storage-fuse-csi-driver-ephemeral; GoogleCloudPlatform/gcs-fuse-csi-driver docs/usage.md).
 GCSFUSE_CSI_DRIVER: Final = "gcsfuse.csi.storage.gke.io"
 GCSFUSE_VOLUMES_ANNOTATION: Final = "gke-gcsfuse/volumes"
-
-# The worker env the operator sets under TPUJOB_ (render/plan.py worker_env), reserved by name: the default
-# trainer's own settings share the prefix (TPUJOB_BATCH_SIZE, TPUJOB_EPOCHS, ...: trainer-image/README.md).
-ENV_JOB_NAME: Final = "TPUJOB_NAME"
-ENV_NAMESPACE: Final = "TPUJOB_NAMESPACE"
-ENV_ATTEMPT: Final = "TPUJOB_ATTEMPT"
-ENV_NUM_SLICES: Final = "TPUJOB_NUM_SLICES"
-ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"
-ENV_EXPORT_DIR: Final = "TPUJOB_EXPORT_DIR"
-ENV_METRICS_PORT: Final = "TPUJOB_METRICS_PORT"
-OPERATOR_TPUJOB_ENV: Final = frozenset(
-    {
-        ENV_JOB_NAME,
-        ENV_NAMESPACE,
-        ENV_ATTEMPT,
-        ENV_NUM_SLICES,
-        ENV_CHECKPOINT_DIR,
-        ENV_EXPORT_DIR,
-        ENV_METRICS_PORT,
-    }
-)

@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from tpujob.api import constants as c
+from tpujob.api import trainer_contract as contract
 from tpujob.api.base import QUALIFIED_NAME_PATTERN, ApiModel, Problem
-from tpujob.api.models import TPUJobSpec, TrainerSpec
 from tpujob.api.pod import (
     Container,
     ContainerSecurityContext,
@@ -22,6 +22,7 @@ from tpujob.api.pod import (
     VolumeMount,
     WorkerPodSpec,
 )
+from tpujob.api.spec import TPUJobSpec, TrainerSpec
 
 # The worker env: the slice's identity and wiring under TPU_ and MEGASCALE_ (render/plan.py worker_env), both
 # prefixes reserved whole, as libtpu reads more of them (TPU_ACCELERATOR_TYPE, TPU_SKIP_MDS_QUERY, ...) ...
@@ -32,8 +33,8 @@ RESERVED_ENV_PREFIXES = ("TPU_", "MEGASCALE_")
 USER_TPU_ENV = frozenset({"TPU_STDERR_LOG_LEVEL", "TPU_MIN_LOG_LEVEL", "TPU_VMODULE"})
 # Where a job says what some of the reserved variables carry.
 ENV_SETTINGS = {
-    c.ENV_CHECKPOINT_DIR: "spec.trainer.checkpointDir",
-    c.ENV_EXPORT_DIR: "spec.trainer.exportDir",
+    contract.ENV_CHECKPOINT_DIR: "spec.trainer.checkpointDir",
+    contract.ENV_EXPORT_DIR: "spec.trainer.exportDir",
 }
 
 OPERATOR_PORTS = {
@@ -94,7 +95,7 @@ OPERATOR_FIELDS: dict[tuple[type[ApiModel], str], str] = {
 def env_reserved(name: str) -> bool:
     """TPU_* and MEGASCALE_* (bar libtpu's log levels), and the TPUJOB_* names the operator sets; the other
     TPUJOB_* are the default trainer's settings."""
-    if name in c.OPERATOR_TPUJOB_ENV:
+    if name in contract.OPERATOR_TPUJOB_ENV:
         return True
     return name.startswith(RESERVED_ENV_PREFIXES) and name not in USER_TPU_ENV
 

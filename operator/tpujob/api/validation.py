@@ -9,16 +9,10 @@ import pydantic
 
 from tpujob import tpu
 from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN, ApiModel, Problem
-from tpujob.api.models import (
-    GCE_NAME_PATTERN,
-    MAX_JOB_NAME_LENGTH,
-    RESERVATION_PATTERN,
-    CapacityMode,
-    ExitCodeOperator,
-    NodePoolPolicy,
-    TPUJob,
-)
+from tpujob.api.job import MAX_JOB_NAME_LENGTH, TPUJob
 from tpujob.api.pod_validation import OPERATOR_FIELDS, pod_problems
+from tpujob.api.run_policy import ExitCodeOperator
+from tpujob.api.spec import GCE_NAME_PATTERN, RESERVATION_PATTERN, CapacityMode, NodePoolPolicy
 
 __all__ = ["InvalidTPUJob", "Problem", "is_default_trainer_image", "parse_tpujob", "semantic_problems"]
 

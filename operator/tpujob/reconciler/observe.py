@@ -13,7 +13,8 @@ from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob
 from tpujob.api import constants as c
-from tpujob.api.models import NodePoolPolicy, TPUJobStatus
+from tpujob.api.spec import NodePoolPolicy
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
@@ -106,8 +107,10 @@ def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
     if job.spec.node_pool.policy != NodePoolPolicy.create:
         return False
     states = {p.state for p in status.node_pools}
-    settled_running = status.phase in (s.STARTING, s.RUNNING) and states <= s.POOL_READY_STATES and states
-    settled_gone = status.phase in (*s.TERMINAL_PHASES, s.SUSPENDED) and states <= {s.POOL_DELETED}
+    settled_running = (
+        status.phase in (Phase.STARTING, Phase.RUNNING) and states <= s.POOL_READY_STATES and states
+    )
+    settled_gone = status.phase in (*s.TERMINAL_PHASES, Phase.SUSPENDED) and states <= {s.POOL_DELETED}
     return not (settled_running or settled_gone)
 
 
@@ -226,7 +229,7 @@ class Observer:
             problem = self.cluster_check.problem
         else:
             return {}
-        error = s.GKEError(s.REASON_GKE_CONFIG, problem, permanent=True)
+        error = s.GKEError(Reason.GKE_CONFIG, problem, permanent=True)
         return dict.fromkeys(range(job.spec.tpu.slices), error)
 
     def check_cluster(self) -> ClusterCheck | None:

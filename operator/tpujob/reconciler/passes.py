@@ -12,7 +12,7 @@ from typing import Any
 from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
-from tpujob.api.models import TPUJobStatus
+from tpujob.api.status import TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory

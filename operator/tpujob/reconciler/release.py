@@ -9,7 +9,7 @@ from typing import Any
 
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, parse_tpujob
-from tpujob.api.models import NodePoolPolicy
+from tpujob.api.spec import NodePoolPolicy
 from tpujob.gke import NodePools
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.observe import Observer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tpujob.api.models import TPUJob
+from tpujob.api.job import TPUJob
 
 # GKE node pool names: at most 40 characters, RFC 1035 label.
 MAX_POOL_NAME = 40

@@ -12,18 +12,11 @@ from typing import Any
 
 from tpujob import tpu
 from tpujob.api import constants as c
-from tpujob.api.models import CapacityMode, NodePoolPolicy, TPUJob
+from tpujob.api import trainer_contract as contract
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.render import naming
 from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
-
-# Env the trainer reads besides the TPU/Megascale variables (see trainer-image/README).
-ENV_JOB_NAME = c.ENV_JOB_NAME
-ENV_NAMESPACE = c.ENV_NAMESPACE
-ENV_ATTEMPT = c.ENV_ATTEMPT
-ENV_NUM_SLICES = c.ENV_NUM_SLICES
-ENV_CHECKPOINT_DIR = c.ENV_CHECKPOINT_DIR
-ENV_EXPORT_DIR = c.ENV_EXPORT_DIR
-ENV_METRICS_PORT = c.ENV_METRICS_PORT
 
 # Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
 TERMINATION_GRACE_SECONDS = 30
@@ -235,8 +228,8 @@ def worker_env(
     """
     slices = job.spec.tpu.slices
     env: list[dict[str, Any]] = [
-        {"name": "TPU_WORKER_ID", "value": str(worker_index)},
-        {"name": "TPU_WORKER_HOSTNAMES", "value": ",".join(worker_hostnames)},
+        {"name": contract.ENV_WORKER_ID, "value": str(worker_index)},
+        {"name": contract.ENV_WORKER_HOSTNAMES, "value": ",".join(worker_hostnames)},
     ]
     # TPU7x multi-host runtimes find each other by TPU_PROCESS_ADDRESSES (host:port by worker id), as
     # KubeRay's TPU webhook injects them; their multislice coordinator address carries a port.
@@ -244,32 +237,32 @@ def worker_env(
     if process_addresses:
         env += [
             {
-                "name": "TPU_PROCESS_ADDRESSES",
+                "name": contract.ENV_PROCESS_ADDRESSES,
                 "value": ",".join(with_port(host, c.PORT_TPU_ICI) for host in worker_hostnames),
             },
-            {"name": "TPU_PROCESS_PORT", "value": str(c.PORT_TPU_ICI)},
+            {"name": contract.ENV_PROCESS_PORT, "value": str(c.PORT_TPU_ICI)},
         ]
         if slices > 1:
             coordinator_address = with_port(coordinator_address, c.PORT_MEGASCALE)
     if slices > 1:
         env += [
-            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_address},
-            {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
-            {"name": "MEGASCALE_SLICE_ID", "value": str(slice_index)},
-            {"name": "MEGASCALE_PORT", "value": str(c.PORT_MEGASCALE)},
+            {"name": contract.ENV_MEGASCALE_COORDINATOR_ADDRESS, "value": coordinator_address},
+            {"name": contract.ENV_MEGASCALE_NUM_SLICES, "value": str(slices)},
+            {"name": contract.ENV_MEGASCALE_SLICE_ID, "value": str(slice_index)},
+            {"name": contract.ENV_MEGASCALE_PORT, "value": str(c.PORT_MEGASCALE)},
         ]
     env += [
-        {"name": ENV_JOB_NAME, "value": job.metadata.name},
-        {"name": ENV_NAMESPACE, "value": job.metadata.namespace},
-        {"name": ENV_NUM_SLICES, "value": str(slices)},
-        {"name": ENV_ATTEMPT, "value": str(attempt)},
-        {"name": ENV_METRICS_PORT, "value": str(c.PORT_TRAINER_METRICS)},
+        {"name": contract.ENV_JOB_NAME, "value": job.metadata.name},
+        {"name": contract.ENV_NAMESPACE, "value": job.metadata.namespace},
+        {"name": contract.ENV_NUM_SLICES, "value": str(slices)},
+        {"name": contract.ENV_ATTEMPT, "value": str(attempt)},
+        {"name": contract.ENV_METRICS_PORT, "value": str(c.PORT_TRAINER_METRICS)},
     ]
     if job.spec.trainer.checkpoint_dir:
-        env.append({"name": ENV_CHECKPOINT_DIR, "value": job.spec.trainer.checkpoint_dir})
+        env.append({"name": contract.ENV_CHECKPOINT_DIR, "value": job.spec.trainer.checkpoint_dir})
     export = export_dir(job)
     if export:
-        env.append({"name": ENV_EXPORT_DIR, "value": export})
+        env.append({"name": contract.ENV_EXPORT_DIR, "value": export})
     env += [wire(var) for var in job.spec.trainer.env]
     return env
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tpujob.api.base import ApiModel
-from tpujob.api.models import TrainerSpec
 from tpujob.api.pod import Container, ContainerSecurityContext, InitContainer, WorkerPodSpec
+from tpujob.api.spec import TrainerSpec
 
 # Restrictive but working: TPU devices come from the device plugin (GKE >= 1.28), so no privilege is
 # needed. runAsNonRoot stays the image's choice: many trainer images run as root.

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.models import NodePoolStatus, WorkerCounts
+from tpujob.api.status import NodePoolStatus, Phase, Reason, WorkerCounts
 from tpujob.status import goodput
 from tpujob.status.model import (
-    FAILED,
     POOL_RELEASED_STATES,
-    REASON_PROVISIONING_TIMEOUT,
-    RESTARTING,
     SAME_PROBLEM,
     WARNING_REASONS,
     Decision,
@@ -44,7 +41,7 @@ class Builder:
     def event(self, type_: str, reason: str, message: str) -> None:
         self.decision.events.append(Event(type_, reason, message))
 
-    def set_phase(self, phase: str, reason: str, message: str) -> None:
+    def set_phase(self, phase: Phase, reason: str, message: str) -> None:
         """One phase event per pass, for the phase the pass ends in: a phase passed through within the
         pass (Pending on the way to Starting) never reaches the status, so it gets no event either."""
         self.status.phase, self.status.reason, self.status.message = phase, reason, message
@@ -52,7 +49,7 @@ class Builder:
             self.decision.events.remove(self._phase_event)
             self._phase_event = None
         if (phase, _problem(reason)) != (self.previous_phase, _problem(self.previous_reason)):
-            warning = phase in (FAILED, RESTARTING) or reason in WARNING_REASONS
+            warning = phase in (Phase.FAILED, Phase.RESTARTING) or reason in WARNING_REASONS
             self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
             self.decision.events.append(self._phase_event)
 
@@ -132,7 +129,7 @@ def record_pools(b: Builder, pools: list[PoolView]) -> None:
 
 def fail(b: Builder, reason: str, message: str) -> None:
     b.status.completion_time = timestamp(b.now)
-    b.set_phase(FAILED, reason, message)
+    b.set_phase(Phase.FAILED, reason, message)
     b.condition("Failed", True, reason, message)
     b.condition("Running", False, reason, "the job failed")
     release(b, keep_finished_pods=True)
@@ -159,7 +156,7 @@ def provisioning_timed_out(b: Builder, reason: str, message: str) -> bool:
     b.decision.create_pools.clear()
     fail(
         b,
-        REASON_PROVISIONING_TIMEOUT,
+        Reason.PROVISIONING_TIMEOUT,
         f"node pools not running {timeout} s after the job began waiting (last: {reason}: {message})",
     )
     return True
@@ -186,7 +183,7 @@ def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) ->
         b.decision.delete_pods.append(pod.name)
     counted = f"{status.application_restarts}/{budget} application restarts used"
     b.set_phase(
-        RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
+        Phase.RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
     )
     b.condition("Running", False, reason, detail)
     # The next pass re-checks the pools (a lost node may have broken the slice) before new pods.

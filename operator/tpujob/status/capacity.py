@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.models import FLEX_START_MAX_RUN_SECONDS, CapacityMode
+from tpujob.api.spec import FLEX_START_MAX_RUN_SECONDS, CapacityMode
+from tpujob.api.status import Phase, Reason
 from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
-    PROVISIONING,
-    REASON_MAINTENANCE,
-    REASON_MAINTENANCE_SCHEDULED,
-    REASON_QUOTA,
-    REASON_RUN_DURATION,
-    REASON_STOCKOUT,
-    REASON_WAITING_FOR_CAPACITY,
-    REASON_ZONE_FALLBACK,
     PodView,
     parse_timestamp,
     timestamp,
@@ -27,7 +20,7 @@ def fall_back_if_due(b: Builder, reason: str) -> str | None:
     pools in the zone left are deleted (and recreated in the next one once GKE has removed them). Returns
     the message for the status (its phase event, a Warning, says it), or None when not due."""
     zones, current = b.observed.zones, b.status.zone
-    if reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_WAITING_FOR_CAPACITY) or len(zones) < 2:
+    if reason not in (Reason.STOCKOUT, Reason.QUOTA, Reason.WAITING_FOR_CAPACITY) or len(zones) < 2:
         return None
     fallback = b.job.spec.capacity.zone_fallback_seconds
     if current is None or not limit_reached(b, b.status.zone_since, fallback):
@@ -66,7 +59,7 @@ def run_duration_ends(b: Builder) -> bool:
     detail = (
         f"the flex-start slice's VMs end at {deadline} (maxRunDurationSeconds); checkpointing {lead} s ahead"
     )
-    begin_restart(b, REASON_RUN_DURATION, detail, infrastructure=True)
+    begin_restart(b, Reason.RUN_DURATION, detail, infrastructure=True)
     b.status.run_deadline = None
     for pool in known_pools(b):
         if pool.state not in POOL_RELEASED_STATES:
@@ -93,7 +86,7 @@ def maintenance_due(b: Builder) -> bool:
         b.status.maintenance_time = timestamp(when)
         b.event(
             "Warning",
-            REASON_MAINTENANCE_SCHEDULED,
+            Reason.MAINTENANCE_SCHEDULED,
             f"GKE host maintenance for the slice at {timestamp(when)}",
         )
     act_at = when - dt.timedelta(seconds=b.job.spec.run_policy.maintenance_lead_seconds)
@@ -101,7 +94,7 @@ def maintenance_due(b: Builder) -> bool:
         b.decision.requeue((act_at - b.now).total_seconds())
         return False
     begin_restart(
-        b, REASON_MAINTENANCE, f"GKE host maintenance at {timestamp(when)}; checkpointing ahead", True
+        b, Reason.MAINTENANCE, f"GKE host maintenance at {timestamp(when)}; checkpointing ahead", True
     )
     b.status.maintenance_time = None
     return True
@@ -115,19 +108,19 @@ def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
         return False
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)
-    if provisioning_timed_out(b, REASON_WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
+    if provisioning_timed_out(b, Reason.WAITING_FOR_CAPACITY, "the flex-start slice was still queued"):
         return True
-    if moved := fall_back_if_due(b, REASON_WAITING_FOR_CAPACITY):
+    if moved := fall_back_if_due(b, Reason.WAITING_FOR_CAPACITY):
         for pod in pods:
             if not pod.deleting and pod.name not in b.decision.delete_pods:
                 b.decision.delete_pods.append(pod.name)
-        b.set_phase(PROVISIONING, REASON_ZONE_FALLBACK, moved)
+        b.set_phase(Phase.PROVISIONING, Reason.ZONE_FALLBACK, moved)
         b.decision.requeue(b.observed.poll_provisioning_seconds)
         return True
     # The time queued follows from `since` (and status.provisioningSince): a message that changed every
     # pass would rewrite the status every poll for as long as the queue lasts.
     message = f"queued for flex-start capacity since {b.status.provisioning_since}"
-    b.set_phase(PROVISIONING, REASON_WAITING_FOR_CAPACITY, message)
-    b.condition("Running", False, REASON_WAITING_FOR_CAPACITY, message)
+    b.set_phase(Phase.PROVISIONING, Reason.WAITING_FOR_CAPACITY, message)
+    b.condition("Running", False, Reason.WAITING_FOR_CAPACITY, message)
     b.decision.requeue(b.observed.poll_provisioning_seconds)
     return True

@@ -21,17 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import (
-    ExitCodeOperator,
-    FailureAction,
-    FailurePolicyRule,
-    TPUJob,
-)
+from tpujob.api.job import TPUJob
+from tpujob.api.run_policy import ExitCodeOperator, FailureAction, FailurePolicyRule
+from tpujob.api.status import Reason
 from tpujob.status.model import (
-    REASON_FAILED_BY_POLICY,
-    REASON_IGNORED_BY_POLICY,
-    REASON_PREEMPTED,
-    REASON_WORKER_FAILED,
     PodView,
     is_infrastructure_failure,
 )
@@ -46,7 +39,7 @@ RULES_PATH = "spec.runPolicy.failurePolicy.rules"
 class Outcome:
     """What the failed pods of an attempt do to the job."""
 
-    reason: str  # REASON_FAILED_BY_POLICY, _PREEMPTED, _WORKER_FAILED or _IGNORED_BY_POLICY
+    reason: Reason  # FAILED_BY_POLICY, PREEMPTED, WORKER_FAILED or IGNORED_BY_POLICY
     detail: str  # for the status message and the event: which worker, its exit, its message, the rule
     fail: bool = False  # FailJob: end the job now
     counted: bool = False  # the restart spends maxRestarts
@@ -128,20 +121,20 @@ def judge(job: TPUJob, failed: list[PodView]) -> Outcome:
         if action == FailureAction.fail_job and index is not None:
             hint = "; fix the settings and apply the job again" if defaults else ""
             return Outcome(
-                REASON_FAILED_BY_POLICY,
+                Reason.FAILED_BY_POLICY,
                 f"{describe(pod, slices)}; {by_rule(index, 'fails the job')}{hint}",
                 fail=True,
             )
     for pod, _, action in judged:
         if is_infrastructure_failure(pod) and action in (None, FailureAction.ignore):
             cause = pod.reason or f"exit code {pod.exit_code}"
-            return Outcome(REASON_PREEMPTED, f"pod {pod.name} stopped by the infrastructure ({cause})")
+            return Outcome(Reason.PREEMPTED, f"pod {pod.name} stopped by the infrastructure ({cause})")
     for pod, index, action in judged:
         if action == FailureAction.count_ and index is not None:
-            reason = REASON_PREEMPTED if is_infrastructure_failure(pod) else REASON_WORKER_FAILED
+            reason = Reason.PREEMPTED if is_infrastructure_failure(pod) else Reason.WORKER_FAILED
             return Outcome(reason, f"{describe(pod, slices)}; {by_rule(index, 'counts it')}", counted=True)
         if action is None:
-            return Outcome(REASON_WORKER_FAILED, describe(pod, slices), counted=True)
+            return Outcome(Reason.WORKER_FAILED, describe(pod, slices), counted=True)
     pod, index, _ = judged[0]
     assert index is not None  # every pod left was matched by an Ignore rule
-    return Outcome(REASON_IGNORED_BY_POLICY, f"{describe(pod, slices)}; {by_rule(index, 'ignores it')}")
+    return Outcome(Reason.IGNORED_BY_POLICY, f"{describe(pod, slices)}; {by_rule(index, 'ignores it')}")

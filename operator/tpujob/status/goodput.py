@@ -43,13 +43,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.api.models import Goodput, GoodputRun, TPUJobStatus
+from tpujob.api.status import Goodput, GoodputRun, Phase, TPUJobStatus
 from tpujob.status.model import (
-    PENDING,
-    PROVISIONING,
-    RESTARTING,
-    RUNNING,
-    STARTING,
     PodView,
     parse_timestamp,
     timestamp,
@@ -78,10 +73,10 @@ CATEGORIES = (
 
 # Where the time spent in a phase goes; phases not listed (Suspended, finished, none) are not accounted.
 PHASE_CATEGORY = {
-    PENDING: TPU_INITIALIZATION,
-    PROVISIONING: TPU_INITIALIZATION,
-    STARTING: TRAINING_PREP,
-    RESTARTING: INFRASTRUCTURE_RECOVERY,
+    Phase.PENDING: TPU_INITIALIZATION,
+    Phase.PROVISIONING: TPU_INITIALIZATION,
+    Phase.STARTING: TRAINING_PREP,
+    Phase.RESTARTING: INFRASTRUCTURE_RECOVERY,
 }
 PRODUCTIVE = "productive"
 # How many attempts' Running times goodput.runs keeps (the status stays small when no attempt reports).
@@ -189,7 +184,7 @@ def account(previous: TPUJobStatus, status: TPUJobStatus, pods: Iterable[PodView
     else:
         elapsed = max((now - parse_timestamp(goodput.accounted_until)).total_seconds(), 0.0)
         goodput.accounted_until = timestamp(now)
-        if previous.phase == RUNNING:
+        if previous.phase == Phase.RUNNING:
             goodput.productive_seconds += elapsed
         elif previous.phase in PHASE_CATEGORY:
             _add(goodput, PHASE_CATEGORY[previous.phase], elapsed)
@@ -212,11 +207,11 @@ def account(previous: TPUJobStatus, status: TPUJobStatus, pods: Iterable[PodView
 
 def _record_run(goodput: Goodput, previous: TPUJobStatus, status: TPUJobStatus, now: dt.datetime) -> None:
     """Remember when each attempt was Running (goodput.runs), for attempts that will report no progress."""
-    if previous.phase == RUNNING and status.phase != RUNNING:
+    if previous.phase == Phase.RUNNING and status.phase != Phase.RUNNING:
         for ended in goodput.runs:
             if ended.attempt == previous.attempt and ended.until is None:
                 ended.until = timestamp(now)
-    if status.phase == RUNNING and previous.phase != RUNNING:
+    if status.phase == Phase.RUNNING and previous.phase != Phase.RUNNING:
         run = next((r for r in goodput.runs if r.attempt == status.attempt), None)
         if run is None:
             goodput.runs.append(GoodputRun(attempt=status.attempt, since=timestamp(now)))

@@ -6,11 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from tpujob.api.models import TPUJobStatus
+from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.status.model import (
-    FAILED,
     POOL_RELEASED_STATES,
-    REASON_INVALID_SPEC,
     Decision,
     Event,
     PodView,
@@ -37,11 +35,11 @@ def decide_invalid(observed: InvalidObserved) -> Decision:
     decision.delete_pods = [pod.name for pod in observed.pods if not pod.deleting]
     decision.delete_pools = [p.name for p in previous.node_pools if p.state not in POOL_RELEASED_STATES]
     message = observed.problems
-    status.phase, status.reason, status.message = FAILED, REASON_INVALID_SPEC, message
+    status.phase, status.reason, status.message = Phase.FAILED, Reason.INVALID_SPEC, message
     status.conditions = set_condition(
-        status.conditions, "Failed", True, REASON_INVALID_SPEC, message, observed.now
+        status.conditions, "Failed", True, Reason.INVALID_SPEC, message, observed.now
     )
     status.observed_generation = observed.generation
-    if previous.reason != REASON_INVALID_SPEC or previous.message != message:
-        decision.events.append(Event("Warning", REASON_INVALID_SPEC, message))
+    if previous.reason != Reason.INVALID_SPEC or previous.message != message:
+        decision.events.append(Event("Warning", Reason.INVALID_SPEC, message))
     return decision

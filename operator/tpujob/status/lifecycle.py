@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from tpujob.api.models import CapacityMode, WorkerCounts
+from tpujob.api.spec import CapacityMode
+from tpujob.api.status import Phase, Reason, WorkerCounts
 from tpujob.render import naming
 from tpujob.status import failures
 from tpujob.status.builder import (
@@ -26,21 +27,9 @@ from tpujob.status.capacity import (
     waiting_for_flex_capacity,
 )
 from tpujob.status.model import (
-    PENDING,
     POOL_DELETED,
     POOL_MISSING,
-    REASON_BACKOFF_LIMIT,
-    REASON_DEADLINE,
-    REASON_IGNORED_BY_POLICY,
-    REASON_INVALID_SPEC,
-    REASON_NODE_LOST,
-    REASON_WORKER_FAILED,
     RESTART_BACKOFF_CAP_SECONDS,
-    RESTARTING,
-    RUNNING,
-    STARTING,
-    SUCCEEDED,
-    SUSPENDED,
     TERMINAL_PHASES,
     Decision,
     Observed,
@@ -56,23 +45,23 @@ from tpujob.status.startup import startup_timed_out, why_not_started
 def decide(observed: Observed) -> Decision:
     b = Builder(observed)
     status = b.status
-    if status.phase in TERMINAL_PHASES and status.reason != REASON_INVALID_SPEC:
+    if status.phase in TERMINAL_PHASES and status.reason != Reason.INVALID_SPEC:
         _finished(b)
         return b.finish()
-    if status.reason == REASON_INVALID_SPEC:  # the spec was fixed: start over
-        status.phase, status.reason, status.message = PENDING, "", ""
+    if status.reason == Reason.INVALID_SPEC:  # the spec was fixed: start over
+        status.phase, status.reason, status.message = Phase.PENDING, "", ""
         status.conditions = [c for c in status.conditions if c.type != "Failed"]
     if b.job.spec.run_policy.suspend:
         _suspend(b)
         return b.finish()
-    if status.phase == SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
+    if status.phase == Phase.SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
         status.attempt += 1
         status.start_time = None
         b.condition("Suspended", False, "Resumed", "the job was resumed")
     if status.start_time is None:
         status.start_time = timestamp(b.now)
         if status.phase is None:
-            b.set_phase(PENDING, "Created", "the operator accepted the job")
+            b.set_phase(Phase.PENDING, "Created", "the operator accepted the job")
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b, status.attempt))
     if _deadline_passed(b):
         return b.finish()
@@ -105,7 +94,7 @@ def _finished(b: Builder) -> None:
 def _suspend(b: Builder) -> None:
     release(b, keep_finished_pods=False)
     b.status.starting_since = None
-    b.set_phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
+    b.set_phase(Phase.SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
     b.condition("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
     b.condition("Running", False, "Suspended", "the job is suspended")
     if b.observed.pools is not None:
@@ -124,7 +113,7 @@ def _deadline_passed(b: Builder) -> bool:
     deadline = b.job.spec.run_policy.active_deadline_seconds
     if not limit_reached(b, b.status.start_time, deadline):
         return False
-    fail(b, REASON_DEADLINE, f"the job ran longer than activeDeadlineSeconds ({deadline} s)")
+    fail(b, Reason.DEADLINE, f"the job ran longer than activeDeadlineSeconds ({deadline} s)")
     return True
 
 
@@ -160,7 +149,7 @@ def _run_workers(b: Builder) -> None:
     # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
     before = b.previous_workers
     all_seen_before = before.pending + before.running + before.succeeded + before.failed == len(wanted)
-    if missing and all_seen_before and b.previous_phase in (STARTING, RUNNING):
+    if missing and all_seen_before and b.previous_phase in (Phase.STARTING, Phase.RUNNING):
         _restart(b, [], lost=missing)
         return
     wait = _restart_backoff_left(b)
@@ -178,7 +167,7 @@ def _run_workers(b: Builder) -> None:
     if workers.succeeded == len(wanted):
         status.starting_since = None
         status.completion_time = timestamp(b.now)
-        b.set_phase(SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
+        b.set_phase(Phase.SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
         b.condition("Succeeded", True, "Succeeded", f"all {len(wanted)} workers succeeded")
         b.condition("Running", False, "Succeeded", "the job finished")
         release(b, keep_finished_pods=True)
@@ -192,7 +181,7 @@ def _run_workers(b: Builder) -> None:
         if b.job.spec.capacity.mode == CapacityMode.flex_start:
             status.provisioning_since = None
             message += f"; the flex-start slice runs until {start_run_clock(b)}"
-        b.set_phase(RUNNING, "Running", message)
+        b.set_phase(Phase.RUNNING, "Running", message)
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
     elif waiting_for_flex_capacity(b, list(current.values())):
         # Queued for capacity holds no slice: the startup clock starts when the slice comes.
@@ -202,24 +191,24 @@ def _run_workers(b: Builder) -> None:
         if startup_timed_out(b, why):
             return
         if why is None:
-            b.set_phase(STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+            b.set_phase(Phase.STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
         else:
-            b.set_phase(STARTING, *why)
+            b.set_phase(Phase.STARTING, *why)
             b.condition("Running", False, *why)
 
 
 def _restart_backoff_left(b: Builder) -> float:
     """Seconds before the pods of an application restart may be created."""
     status = b.status
-    backs_off = status.reason in (REASON_WORKER_FAILED, REASON_IGNORED_BY_POLICY)
-    if status.phase != RESTARTING or not backs_off or not status.last_restart_time:
+    backs_off = status.reason in (Reason.WORKER_FAILED, Reason.IGNORED_BY_POLICY)
+    if status.phase != Phase.RESTARTING or not backs_off or not status.last_restart_time:
         return 0.0
     # Ignored failures do not count, but back off as counted ones do (by their own number): a worker that
     # keeps failing so would otherwise restart the slice in a tight loop.
     failures_so_far = (
         status.application_restarts
-        if status.reason == REASON_WORKER_FAILED
-        else status.restarts_by_reason.get(REASON_IGNORED_BY_POLICY, 0)
+        if status.reason == Reason.WORKER_FAILED
+        else status.restarts_by_reason.get(Reason.IGNORED_BY_POLICY, 0)
     )
     exponent = max(failures_so_far - 1, 0)
     backoff = min(b.observed.restart_backoff_seconds * float(2**exponent), RESTART_BACKOFF_CAP_SECONDS)
@@ -233,7 +222,7 @@ def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> 
     failures)."""
     status = b.status
     if lost:
-        reason, counted = REASON_NODE_LOST, False
+        reason, counted = Reason.NODE_LOST, False
         detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"
     else:
         outcome = failures.judge(b.job, failed)
@@ -243,6 +232,6 @@ def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> 
         reason, detail, counted = outcome.reason, outcome.detail, outcome.counted
     budget = b.job.spec.run_policy.max_restarts
     if counted and status.application_restarts >= budget:
-        fail(b, REASON_BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
+        fail(b, Reason.BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
         return
     begin_restart(b, reason, detail, infrastructure=not counted)

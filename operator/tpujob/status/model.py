@@ -1,5 +1,6 @@
-"""What a decision is made from and of: phases, reasons, the views of pods and pools, Observed and
-Decision, and small helpers. Pure data."""
+"""What a decision is made from and of: the sets of phases and reasons it reads (the phases and reasons
+themselves are tpujob.api.status' Phase and Reason), the views of pods and pools, Observed and Decision,
+and small helpers. Pure data."""
 
 from __future__ import annotations
 
@@ -8,50 +9,11 @@ from dataclasses import dataclass, field
 
 from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
-from tpujob.api.models import (
-    Condition,
-    ConditionStatus,
-    TPUJob,
-    TPUJobStatus,
-)
+from tpujob.api.job import TPUJob
+from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 
-# Phases (status.phase).
-PENDING = "Pending"
-PROVISIONING = "Provisioning"
-STARTING = "Starting"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED = "Suspended"
-TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
-
-# Reasons (status.reason, condition reasons, event reasons, restart reasons).
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
-REASON_DEADLINE = "DeadlineExceeded"
-REASON_WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
-REASON_FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
-REASON_IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
-REASON_PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
-REASON_NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
-REASON_POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
-REASON_STOCKOUT = "Stockout"
-REASON_QUOTA = "QuotaExceeded"
-REASON_GKE_BUSY = "IncompatibleOperation"
-REASON_GKE_UNAVAILABLE = "GKEUnavailable"
-REASON_POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
-REASON_GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
-REASON_PROVISIONING = "Provisioning"
-REASON_PROVISIONING_TIMEOUT = "ProvisioningTimeout"
-REASON_UNSCHEDULABLE = "Unschedulable"
-REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
-REASON_RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
-REASON_MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
-REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
-REASON_ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
-REASON_STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
-REASON_POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
+# Phases a job never leaves.
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 # Why a container cannot start, in the kubelet's own words: its waiting reasons that need someone to act,
 # as opposed to ContainerCreating or PodInitializing, which pass by themselves. Sources: kubelet
@@ -80,19 +42,19 @@ CONTAINER_START_PROBLEMS = frozenset(
 SAME_PROBLEM = {"ImagePullBackOff": "ErrImagePull"}
 
 INFRASTRUCTURE_REASONS = frozenset(
-    {REASON_PREEMPTED, REASON_NODE_LOST, REASON_POOL_LOST, REASON_RUN_DURATION, REASON_MAINTENANCE}
+    {Reason.PREEMPTED, Reason.NODE_LOST, Reason.POOL_LOST, Reason.RUN_DURATION, Reason.MAINTENANCE}
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
     {
-        REASON_STOCKOUT,
-        REASON_QUOTA,
-        REASON_POOL_REJECTED,
-        REASON_GKE_CONFIG,
-        REASON_UNSCHEDULABLE,
-        REASON_ZONE_FALLBACK,
-        REASON_STARTUP_TIMEOUT,
-        REASON_POD_REJECTED,
+        Reason.STOCKOUT,
+        Reason.QUOTA,
+        Reason.POOL_REJECTED,
+        Reason.GKE_CONFIG,
+        Reason.UNSCHEDULABLE,
+        Reason.ZONE_FALLBACK,
+        Reason.STARTUP_TIMEOUT,
+        Reason.POD_REJECTED,
         *CONTAINER_START_PROBLEMS,
     }
 )
@@ -185,7 +147,7 @@ class GKEError:
     """The last failed GKE call for a slice, classified (see gke.classify_error)."""
 
     reason: (
-        str  # REASON_STOCKOUT, REASON_QUOTA, REASON_GKE_BUSY, REASON_GKE_UNAVAILABLE, REASON_POOL_REJECTED
+        str  # Reason.STOCKOUT, Reason.QUOTA, Reason.GKE_BUSY, Reason.GKE_UNAVAILABLE, Reason.POOL_REJECTED
     )
     message: str
     permanent: bool = False  # cannot succeed soon: someone must change the job, the cluster or the quota
@@ -314,10 +276,8 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
 __all__ = [
     "CONTAINER_START_PROBLEMS",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
-    "FAILED",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
-    "PENDING",
     "POOL_DELETED",
     "POOL_ERROR_GRACE",
     "POOL_MISSING",
@@ -325,41 +285,10 @@ __all__ = [
     "POOL_RELEASED_STATES",
     "POOL_STOPPING",
     "POOL_WAIT_STATES",
-    "PROVISIONING",
-    "REASON_BACKOFF_LIMIT",
-    "REASON_DEADLINE",
-    "REASON_FAILED_BY_POLICY",
-    "REASON_GKE_BUSY",
-    "REASON_GKE_CONFIG",
-    "REASON_GKE_UNAVAILABLE",
-    "REASON_IGNORED_BY_POLICY",
-    "REASON_INVALID_SPEC",
-    "REASON_MAINTENANCE",
-    "REASON_MAINTENANCE_SCHEDULED",
-    "REASON_NODE_LOST",
-    "REASON_POD_REJECTED",
-    "REASON_POOL_LOST",
-    "REASON_POOL_REJECTED",
-    "REASON_PREEMPTED",
-    "REASON_PROVISIONING",
-    "REASON_PROVISIONING_TIMEOUT",
-    "REASON_QUOTA",
-    "REASON_RUN_DURATION",
-    "REASON_STARTUP_TIMEOUT",
-    "REASON_STOCKOUT",
-    "REASON_UNSCHEDULABLE",
-    "REASON_WAITING_FOR_CAPACITY",
-    "REASON_WORKER_FAILED",
-    "REASON_ZONE_FALLBACK",
     "REJECTED_BACKOFF_BASE_SECONDS",
     "REJECTED_BACKOFF_CAP_SECONDS",
-    "RESTARTING",
     "RESTART_BACKOFF_CAP_SECONDS",
-    "RUNNING",
     "SAME_PROBLEM",
-    "STARTING",
-    "SUCCEEDED",
-    "SUSPENDED",
     "TERMINAL_PHASES",
     "WARNING_REASONS",
     "Decision",

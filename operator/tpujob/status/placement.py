@@ -4,8 +4,10 @@ the cluster's version and the policy as the Compute API described it are observe
 
 from __future__ import annotations
 
-from tpujob.api.models import CapacityMode, TPUJob
-from tpujob.status.model import REASON_POOL_REJECTED, GKEError, PolicyFact
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import CapacityMode
+from tpujob.api.status import Reason
+from tpujob.status.model import GKEError, PolicyFact
 
 # "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
 FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
@@ -21,7 +23,7 @@ def flex_start_problem(cluster_version: str) -> GKEError | None:
     if not cluster_version or version_key(cluster_version) >= version_key(FLEX_START_TPU_MIN_VERSION):
         return None
     return GKEError(
-        REASON_POOL_REJECTED,
+        Reason.POOL_REJECTED,
         f"flex-start TPU node pools need GKE {FLEX_START_TPU_MIN_VERSION} or later and the cluster runs "
         f"{cluster_version}: upgrade the cluster, or use spec.capacity.mode spot, reservation or onDemand",
         permanent=True,
@@ -34,7 +36,7 @@ def policy_problem(policy: PolicyFact, topology: str) -> GKEError | None:
         return policy.error
     if policy.topology is None:
         return GKEError(
-            REASON_POOL_REJECTED,
+            Reason.POOL_REJECTED,
             f"workload policy {policy.name} not found in projects/{policy.project}/regions/{policy.region}; "
             f"create it: gcloud compute "
             f"resource-policies create workload-policy {policy.name} --type=HIGH_THROUGHPUT "
@@ -43,7 +45,7 @@ def policy_problem(policy: PolicyFact, topology: str) -> GKEError | None:
         )
     if policy.topology != topology:
         return GKEError(
-            REASON_POOL_REJECTED,
+            Reason.POOL_REJECTED,
             f"workload policy {policy.name} places {policy.topology} slices, but spec.tpu.topology is "
             f"{topology}: name a policy with --accelerator-topology={topology}, or set spec.tpu.topology: "
             f"{policy.topology}",

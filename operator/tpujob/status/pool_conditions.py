@@ -3,10 +3,10 @@ make of a pool's `conditions[]` (container_v1.StatusCondition.Code), so the thre
 
 from __future__ import annotations
 
-from tpujob.status.model import REASON_POOL_LOST, REASON_QUOTA, REASON_STOCKOUT
+from tpujob.api.status import Reason
 
 # The codes that mean "no capacity or quota now": GKE retries them itself while the create operation runs.
-_CAPACITY_CONDITIONS = {"GCE_STOCKOUT": REASON_STOCKOUT, "GCE_QUOTA_EXCEEDED": REASON_QUOTA}
+_CAPACITY_CONDITIONS = {"GCE_STOCKOUT": Reason.STOCKOUT, "GCE_QUOTA_EXCEEDED": Reason.QUOTA}
 
 
 def capacity_shortage(condition: str | None) -> str | None:
@@ -17,7 +17,7 @@ def capacity_shortage(condition: str | None) -> str | None:
 def pool_error_reason(condition: str | None) -> str:
     """Why a pool is in ERROR, from its condition code: capacity or quota, else the pool is broken
     (`NodePoolLost`). The status' reason and `tpujob_gke_errors_total`'s label both come from here."""
-    return capacity_shortage(condition) or REASON_POOL_LOST
+    return capacity_shortage(condition) or Reason.POOL_LOST
 
 
 __all__ = ["capacity_shortage", "pool_error_reason"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tpujob.api.models import CapacityMode, ConditionStatus, NodePoolPolicy
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
+from tpujob.api.status import ConditionStatus, Phase, Reason
 from tpujob.render import naming
 from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, record_pools
 from tpujob.status.capacity import fall_back_if_due
@@ -16,15 +17,6 @@ from tpujob.status.model import (
     POOL_RELEASED_STATES,
     POOL_STOPPING,
     POOL_WAIT_STATES,
-    PROVISIONING,
-    REASON_GKE_CONFIG,
-    REASON_GKE_UNAVAILABLE,
-    REASON_POOL_LOST,
-    REASON_POOL_REJECTED,
-    REASON_PROVISIONING,
-    REASON_QUOTA,
-    REASON_STOCKOUT,
-    REASON_ZONE_FALLBACK,
     GKEError,
     PoolView,
     parse_timestamp,
@@ -62,16 +54,16 @@ def pools_ready(b: Builder) -> bool:
         b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
         return True
     # Permanent refusals first: they need someone to act, the rest only time.
-    problems.sort(key=lambda problem: problem[0] not in (REASON_POOL_REJECTED, REASON_GKE_CONFIG))
-    reason, message = problems[0] if problems else (REASON_PROVISIONING, _pools_message(views))
+    problems.sort(key=lambda problem: problem[0] not in (Reason.POOL_REJECTED, Reason.GKE_CONFIG))
+    reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)
     if provisioning_timed_out(b, reason, message):
         return False
     if moved := fall_back_if_due(b, reason):
-        reason, message = REASON_ZONE_FALLBACK, moved
+        reason, message = Reason.ZONE_FALLBACK, moved
     b.condition("NodePoolsReady", False, reason, message)
-    b.set_phase(PROVISIONING, reason, message)
+    b.set_phase(Phase.PROVISIONING, reason, message)
     b.decision.requeue(b.observed.poll_provisioning_seconds)
     return False
 
@@ -92,7 +84,7 @@ def _slice_pool(
     if not gone and pool.zone and b.status.zone and pool.zone != b.status.zone:
         # In a zone the job has left (a fallback): deleted, again until GKE accepts it.
         b.decision.delete_pools.append(pool.name)
-        return pool, (REASON_ZONE_FALLBACK, f"moving to {b.status.zone}: deleting {pool.name} in {pool.zone}")
+        return pool, (Reason.ZONE_FALLBACK, f"moving to {b.status.zone}: deleting {pool.name} in {pool.zone}")
     if pool.state in (POOL_MISSING, POOL_DELETED):
         if error is None and placement is not None:
             error = b.decision.refused[pool.slice] = placement
@@ -119,7 +111,7 @@ def _slice_pool(
     if pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
         return pool, cause  # still why the job waits, until the pool is recreated
     if pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:
-        return pool, (REASON_GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}")
+        return pool, (Reason.GKE_UNAVAILABLE, f"unexpected node pool state {pool.state}")
     return pool, None
 
 
@@ -128,7 +120,7 @@ def _pool_removal_cause(b: Builder) -> tuple[str, str] | None:
     condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
     if condition is None or condition.status != ConditionStatus.false:
         return None
-    if condition.reason not in (REASON_STOCKOUT, REASON_QUOTA, REASON_POOL_LOST):
+    if condition.reason not in (Reason.STOCKOUT, Reason.QUOTA, Reason.POOL_LOST):
         return None
     return condition.reason, condition.message
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from tpujob.api.status import Reason
 from tpujob.status.builder import Builder, fail, limit_reached
 from tpujob.status.model import (
     CONTAINER_START_PROBLEMS,
-    REASON_POD_REJECTED,
-    REASON_STARTUP_TIMEOUT,
-    REASON_UNSCHEDULABLE,
     PodView,
     parse_timestamp,
     timestamp,
@@ -29,7 +27,7 @@ def why_not_started(b: Builder, pods: list[PodView]) -> tuple[str, str] | None:
     scheduler's. None while all are within
     their grace, with a look again when the first grace period ends."""
     if b.observed.pods_refused:
-        return REASON_POD_REJECTED, f"the API server refused the worker pods: {b.observed.pods_refused}"
+        return Reason.POD_REJECTED, f"the API server refused the worker pods: {b.observed.pods_refused}"
     return _cannot_start(b, pods) or _unschedulable(b, pods)
 
 
@@ -45,7 +43,7 @@ def startup_timed_out(b: Builder, why: tuple[str, str] | None) -> bool:
     last = f"{why[0]}: {why[1]}" if why else "the workers were still starting"
     fail(
         b,
-        REASON_STARTUP_TIMEOUT,
+        Reason.STARTUP_TIMEOUT,
         f"workers not all running {timeout} s after attempt {b.status.attempt} began starting them "
         f"(startupTimeoutSeconds; last: {last})",
     )
@@ -73,7 +71,7 @@ def _unschedulable(b: Builder, pods: list[PodView]) -> tuple[str, str] | None:
         if pod.phase != "Pending" or not pod.unschedulable or not pod.unschedulable_since:
             continue
         if _past_grace(b, pod.unschedulable_since, grace):
-            return REASON_UNSCHEDULABLE, f"pod {pod.name} cannot be scheduled: {pod.unschedulable}"
+            return Reason.UNSCHEDULABLE, f"pod {pod.name} cannot be scheduled: {pod.unschedulable}"
     return None
 
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpujob.render.plan import ENV_METRICS_PORT
+from tpujob.api.trainer_contract import ENV_METRICS_PORT, ENV_TERMINATION_LOG
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     MAX_TERMINATION_MESSAGE_LOG_BYTES,
-    TERMINATION_LOG_ENV,
     LocalImage,
     container_argv,
     container_env,
@@ -178,7 +177,7 @@ class LocalContainers:
                 "HOSTNAME": pod["metadata"]["name"],
                 **env,
                 # In place of terminationMessagePath (/dev/termination-log), which a local process lacks.
-                TERMINATION_LOG_ENV: str(termination_log),
+                ENV_TERMINATION_LOG: str(termination_log),
             },
             cwd=cwd,
         )

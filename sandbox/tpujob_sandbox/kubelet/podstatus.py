@@ -29,9 +29,8 @@ EXIT_CODE_START_ERROR = 128
 # pkg/kubelet/container/runtime.go): the file at terminationMessagePath, its last 4096 bytes; with
 # terminationMessagePolicy FallbackToLogsOnError, a non-zero exit and an empty (or missing) file, the end of
 # the container's log: its last 80 lines, of which the last 2048 bytes. A local process cannot have
-# /dev/termination-log mounted: it gets a file of its own and its path in TERMINATION_LOG_ENV, which the
-# trainer reads (tpujob_trainer.constants.ENV_TERMINATION_LOG).
-TERMINATION_LOG_ENV = "TPUJOB_TERMINATION_LOG"
+# /dev/termination-log mounted: it gets a file of its own, its path in the trainer contract's
+# ENV_TERMINATION_LOG (containers.py).
 FALLBACK_TO_LOGS_ON_ERROR = "FallbackToLogsOnError"
 MAX_TERMINATION_MESSAGE_BYTES = 4096
 MAX_TERMINATION_MESSAGE_LOG_LINES = 80

@@ -1,0 +1,209 @@
+"""The TPUJob status as pydantic models: written by the operator only, read by users, `kubectl` and the
+operator's next pass. The CRD's status schema is generated from them."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import ConfigDict, Field
+
+from tpujob.api.base import ApiModel
+
+
+class Phase(enum.StrEnum):
+    """status.phase: a readable summary of where the job is in its life cycle (the CRD's enum)."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Reason(enum.StrEnum):
+    """The operator's own reasons: in status.reason, condition reasons, event reasons and restart reasons.
+
+    status.reason stays a string: it also carries the kubelet's reasons for a worker that cannot start
+    (ErrImagePull, CreateContainerConfigError, ...), which are the kubelet's words, not these.
+    """
+
+    INVALID_SPEC = "InvalidSpec"
+    BACKOFF_LIMIT = "BackoffLimitExceeded"
+    DEADLINE = "DeadlineExceeded"
+    WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
+    FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
+    IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
+    PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
+    NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
+    POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
+    STOCKOUT = "Stockout"
+    QUOTA = "QuotaExceeded"
+    GKE_BUSY = "IncompatibleOperation"
+    GKE_UNAVAILABLE = "GKEUnavailable"
+    POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
+    GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
+    PROVISIONING = "Provisioning"
+    PROVISIONING_TIMEOUT = "ProvisioningTimeout"
+    UNSCHEDULABLE = "Unschedulable"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
+    RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
+    MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
+    MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
+    ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
+    STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
+    POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
+
+
+def _one_of(values: list[str]) -> str:
+    """The values of an enum as "A, B or C" in a description, so the list is written once."""
+    return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else "".join(values)
+
+
+class ConditionStatus(enum.StrEnum):
+    true = "True"
+    false = "False"
+    unknown = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description="Ready, Provisioned, Running, Succeeded, Failed, Suspended, ...")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(default=None, description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(default=None, description="spec generation this is based on.")
+
+
+class NodePoolStatus(ApiModel):
+    """One slice's GKE node pool as the operator last saw it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(description="GKE node pool name.")
+    slice: int = Field(description="Slice index the pool holds.")
+    state: str = Field(description="GKE state (PROVISIONING, RUNNING, ERROR, ...) or Deleted.")
+    message: str = Field(default="", description="GKE's last message about the pool.")
+    condition: str | None = Field(
+        default=None, description="GKE's condition code for the pool (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...)."
+    )
+    operation: str | None = Field(
+        default=None, description="The GKE create or delete operation being waited on (its name)."
+    )
+    zone: str | None = Field(default=None, description="The pool's zone.")
+
+
+class WorkerCounts(ApiModel):
+    """The job's pods of the current attempt, by state."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    expected: int = Field(default=0, description="Pods the job runs (hosts x slices).")
+    pending: int = Field(default=0, description="Pods created, not yet running.")
+    running: int = Field(default=0, description="Pods running.")
+    succeeded: int = Field(default=0, description="Pods that exited 0 in this attempt.")
+    failed: int = Field(default=0, description="Pods that failed in this attempt.")
+
+
+class GoodputRun(ApiModel):
+    """When one attempt was Running, as the operator saw it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    attempt: int = Field(description="The attempt.")
+    since: str = Field(description="When the job's phase became Running in this attempt (RFC 3339).")
+    until: str | None = Field(
+        default=None, description="When it left Running (RFC 3339); unset while running."
+    )
+
+
+class Goodput(ApiModel):
+    """How the job's time on its TPUs was spent (wall-clock seconds the job held or waited for its slices),
+    in the categories of Google's goodput definitions (ml-goodput-measurement). Accounted when the phase
+    changes and when an attempt ends, from the status' own timestamps and the trainer's progress line."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ratio: float | None = Field(
+        default=None, description="productiveSeconds over all accounted seconds (0 to 1)."
+    )
+    productive_seconds: float = Field(default=0.0, description="Time spent on training steps kept.")
+    badput_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Lost time per category: tpuInitialization, trainingPrep, programStartup, dataLoading, "
+        "checkpointSave, checkpointRestore, wastedProgressFromDisruption, other.",
+    )
+    steps_lost: int = Field(
+        default=0, description="Training steps redone because a disruption came after the last checkpoint."
+    )
+    accounted_until: str | None = Field(
+        default=None, description="Time up to which the job's time is accounted (RFC 3339)."
+    )
+    accounted_attempt: int = Field(
+        default=-1, description="The last attempt whose trainer progress was accounted."
+    )
+    unreported_attempts: int = Field(
+        default=0,
+        description="Attempts that ran but ended without a trainer progress line (e.g. their pods vanished "
+        "with their node): their time after the checkpoint the next attempt resumed from is "
+        "wastedProgressFromDisruption, but their steps lost and start-up are unknown (not in stepsLost).",
+    )
+    runs: list[GoodputRun] = Field(
+        default_factory=list,
+        description="When the attempts not yet accounted were Running (the latest few), to account an "
+        "attempt that reports no progress.",
+    )
+
+
+class TPUJobStatus(ApiModel):
+    """Written by the operator only."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: Phase | None = Field(default=None, description=f"{_one_of([p.value for p in Phase])}.")
+    reason: str | None = Field(default=None, description="Why the job is in this phase.")
+    message: str | None = Field(default=None, description="Details for a human.")
+    conditions: list[Condition] = Field(default_factory=list, description="Latest observations.")
+    observed_generation: int | None = Field(default=None, description="spec generation last acted on.")
+    node_pools: list[NodePoolStatus] = Field(default_factory=list, description="One entry per slice.")
+    workers: WorkerCounts = Field(default_factory=WorkerCounts, description="Pods of the current attempt.")
+    attempt: int = Field(default=0, description="Current attempt; each restart recreates all pods.")
+    restarts: int = Field(default=0, description="All restarts, whatever the cause.")
+    application_restarts: int = Field(
+        default=0, description="Restarts caused by the application; these count against maxRestarts."
+    )
+    restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
+    last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
+    start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
+    zone: str | None = Field(
+        default=None, description="The zone the job's node pools are in, or asked for in."
+    )
+    zone_since: str | None = Field(
+        default=None, description="Since when the job waits in that zone (RFC 3339)."
+    )
+    maintenance_time: str | None = Field(
+        default=None,
+        description="The earliest host maintenance GKE announced for the job's nodes (RFC 3339).",
+    )
+    run_deadline: str | None = Field(
+        default=None,
+        description="flexStart: when the current slice's VMs reach their run duration (RFC 3339).",
+    )
+    provisioning_since: str | None = Field(
+        default=None,
+        description="When the job began waiting for its node pools (RFC 3339); unset once they run.",
+    )
+    starting_since: str | None = Field(
+        default=None,
+        description="When the current attempt began starting its workers on ready pools (RFC 3339); unset "
+        "once they all run. spec.runPolicy.startupTimeoutSeconds counts from it.",
+    )
+    running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
+    completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")
+    goodput: Goodput | None = Field(default=None, description="How the job's TPU time was spent.")
