@@ -262,13 +262,16 @@ def test_preempting_a_slice_fails_every_host_and_gke_brings_the_nodes_back(sandb
     wait_for(back_and_schedulable, timeout=20, what="GKE to recreate the slice's nodes, Ready")
 
 
-def test_trainer_pods_on_one_host_each_get_their_own_metrics_port(core, kubelet, namespace, node, tmp_path):
-    """Every worker pod declares the same metrics port; here all pods share the host's network."""
+def test_trainer_pods_on_one_host_each_serve_metrics_on_the_declared_port_of_their_own_ip(
+    core, kubelet, namespace, node, tmp_path
+):
+    """Every worker pod declares the same metrics port; here all pods share the host's network, so each binds
+    it on its own loopback IP (its status.podIP), where the operator reads it as in a cluster."""
     script = (
         "import os, pathlib, socket, sys, time\n"
-        "port = os.environ['TPUJOB_METRICS_PORT']\n"
-        "s = socket.socket(); s.bind(('127.0.0.1', int(port))); s.listen()\n"
-        f"pathlib.Path({str(tmp_path)!r}, os.environ['HOSTNAME']).write_text(port)\n"
+        "address, port = os.environ['TPUJOB_METRICS_ADDRESS'], os.environ['TPUJOB_METRICS_PORT']\n"
+        "s = socket.socket(); s.bind((address, int(port))); s.listen()\n"
+        f"pathlib.Path({str(tmp_path)!r}, os.environ['HOSTNAME']).write_text(f'{{address}}:{{port}}')\n"
         "time.sleep(600)\n"
     )
     env = [{"name": "TPUJOB_METRICS_PORT", "value": "9090"}]
@@ -279,7 +282,11 @@ def test_trainer_pods_on_one_host_each_get_their_own_metrics_port(core, kubelet,
     bound = wait_for(
         lambda: len(files := list(tmp_path.iterdir())) == 2 and files, timeout=30, what="both to bind"
     )
-    assert len({path.read_text() for path in bound}) == 2
+    served = {path.name: path.read_text() for path in bound}
+    assert len(set(served.values())) == 2 and all(v.endswith(":9090") for v in served.values())
+    for name, where in served.items():
+        pod_ip = core.read_namespaced_pod(name, namespace).status.pod_ip
+        assert where == f"{pod_ip}:9090" and pod_ip.startswith("127.")
     assert all(phase_of(core, namespace, name) == "Running" for name in ("w0", "w1"))
 
 

@@ -23,7 +23,9 @@ SHARED = {
     "MEGASCALE_PORT",
     "TPUJOB_CHECKPOINT_DIR",
     "TPUJOB_EXPORT_DIR",
+    "TPUJOB_ATTEMPT",
     "TPUJOB_METRICS_PORT",
+    "TPUJOB_METRICS_ADDRESS",
     "TPUJOB_TERMINATION_LOG",
     "TPUJOB_SUMMARY_FILE",
     "TPUJOB_PROGRESS",
@@ -65,6 +67,7 @@ def test_name_by_name() -> None:
     assert contract.ENV_CHECKPOINT_DIR == trainer_constants.ENV_CHECKPOINT_DIR == ENV_OF["checkpoint_dir"]
     assert contract.ENV_EXPORT_DIR == trainer_constants.ENV_EXPORT_DIR == ENV_OF["export_dir"]
     assert ENV_OF["metrics_port"] == contract.ENV_METRICS_PORT
+    assert ENV_OF["metrics_address"] == contract.ENV_METRICS_ADDRESS
     assert contract.ENV_TERMINATION_LOG == trainer_constants.ENV_TERMINATION_LOG
     assert ENV_OF["summary_file"] == contract.ENV_SUMMARY_FILE
     assert ENV_OF["progress"] == contract.ENV_PROGRESS

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from tpujob_trainer import constants as c
 from tpujob_trainer.config import ConfigError, add_settings_arguments, config_from, worker_env_from
-from tpujob_trainer.termination import PeriodicProgress, progress_line, write_termination_message
+from tpujob_trainer.termination import (
+    PeriodicProgress,
+    StackDumpOnSigterm,
+    progress_line,
+    write_termination_message,
+)
 
 if TYPE_CHECKING:  # train imports TensorFlow: only when training starts
     from tpujob_trainer.train import Summary
@@ -98,7 +103,7 @@ def _train(flags: Mapping[str, str | None], env: Mapping[str, str]) -> int:
     from tpujob_trainer.metrics import TrainerMetrics
     from tpujob_trainer.train import StopSignal, Summary, print_summary, run
 
-    stop = StopSignal()
+    stop = StopSignal(StackDumpOnSigterm(env))
     stop.install()
     summary = Summary(worker_id=worker.worker_id, workers=worker.num_workers)
     try:

@@ -31,6 +31,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise ValueError(f"{text!r} must be at least 0")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -108,6 +115,9 @@ class TrainerConfig:
     checkpoint_interval_seconds: float = 0.0  # 0: by steps only
     export_dir: str | None = None
     metrics_port: int = c.PORT_TRAINER_METRICS
+    metrics_address: str = ""  # every interface
+    # Fault injection, to prove stall detection: in attempt 0, stop making progress at this step (0: never).
+    hang_at_step: int = 0
     summary_file: str | None = None
     strategy: str = "auto"
     seed: int = 0
@@ -160,6 +170,13 @@ SETTINGS: tuple[Setting, ...] = (
         "after a successful run worker 0 writes a SavedModel for serving and model.json here (path or gs://)",
     ),
     Setting("metrics_port", _port, "Prometheus endpoint port; 0 disables it"),
+    Setting("metrics_address", _text, "address the Prometheus endpoint binds (default: every interface)"),
+    Setting(
+        "hang_at_step",
+        _non_negative_int,
+        "fault injection: in attempt 0 (TPUJOB_ATTEMPT) hang at this step, as a stuck collective would: "
+        "no progress, SIGTERM ignored after the stack dump (0: never)",
+    ),
     Setting("summary_file", _text, "also write the final JSON summary to this file"),
     Setting("strategy", _choice(*STRATEGIES), "distribution strategy; auto decides from the hardware"),
     Setting("seed", _int, "random seed for shuffling and initialization"),

@@ -41,3 +41,5 @@ ENV_TF_CONFIG: Final = "TF_CONFIG"
 ENV_PREFIX: Final = "TPUJOB_"
 ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"
 ENV_EXPORT_DIR: Final = "TPUJOB_EXPORT_DIR"
+# Which attempt of the job this worker belongs to (0 first; the operator counts restarts).
+ENV_ATTEMPT: Final = "TPUJOB_ATTEMPT"

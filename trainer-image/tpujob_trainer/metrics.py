@@ -46,6 +46,9 @@ class TrainerMetrics:
             buckets=SAVE_BUCKETS,
             registry=r,
         )
+        self.last_checkpoint_step = Gauge(
+            f"{P}last_checkpoint_step", "Step of the last checkpoint saved (0: none yet)", registry=r
+        )
         self.last_checkpoint_timestamp = Gauge(
             f"{P}last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint saved", registry=r
         )
@@ -53,7 +56,8 @@ class TrainerMetrics:
             f"{P}test_accuracy", "Accuracy on the test split after training", registry=r
         )
 
-    def serve(self, port: int) -> None:
-        """Serve /metrics on `port` (0: not at all) in a daemon thread."""
+    def serve(self, port: int, address: str = "") -> None:
+        """Serve /metrics on `port` (0: not at all) of `address` (default: every interface), in a daemon
+        thread. The operator reads the step counter there (the trainer contract)."""
         if port:
-            start_http_server(port, registry=self.registry)
+            start_http_server(port, addr=address or "0.0.0.0", registry=self.registry)

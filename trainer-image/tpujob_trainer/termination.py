@@ -16,8 +16,14 @@ its last word still leaves a progress line at most that stale. The exit's write 
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import re
+import select
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -117,3 +123,80 @@ class PeriodicProgress:
             self.writes += 1
         except Exception:  # best effort, as the last word
             return
+
+
+class StackDumpOnSigterm:
+    """On SIGTERM, where every thread is, in the container's log and (condensed) in the termination log
+    before the progress line: the last words of a trainer that never reaches its own (a collective that never
+    returns, an input pipeline that never yields), which the operator quotes when it restarts a stalled job.
+
+    faulthandler writes the dump from its C signal handler, so it runs even while the Python code is stuck
+    in native code; a thread relays it, since a signal handler can do nothing else safely. A trainer that
+    stops gracefully overwrites the termination log with its own last word at exit, as before."""
+
+    def __init__(self, env: Mapping[str, str], stream: Any = None) -> None:
+        self.path = termination_log_path(env)
+        self.stream = stream
+        self.relayed = threading.Event()
+        self._writer: Any = None
+
+    def register(self) -> None:
+        """Right after the Python SIGTERM handler is installed: faulthandler chains to it."""
+        if self._writer is None:
+            read_fd, write_fd = os.pipe()
+            self._writer = os.fdopen(write_fd, "w")  # kept open for faulthandler
+            threading.Thread(target=self._relay, args=(read_fd,), name="stack-dump", daemon=True).start()
+        faulthandler.register(signal.SIGTERM, file=self._writer, all_threads=True, chain=True)
+
+    def unregister(self) -> None:
+        """Before the Python SIGTERM handler is installed again (faulthandler restores the one it chained)."""
+        if self._writer is not None:
+            faulthandler.unregister(signal.SIGTERM)
+
+    def _relay(self, read_fd: int) -> None:
+        dump = b""
+        while True:
+            ready, _, _ = select.select([read_fd], [], [], 0.3 if dump else None)
+            if not ready:  # the dump ended: faulthandler writes it at once
+                break
+            chunk = os.read(read_fd, 65536)
+            if not chunk:
+                break
+            dump += chunk
+        text = dump.decode("utf-8", "replace")
+        stream = self.stream or sys.stderr
+        print(f"SIGTERM: every thread's stack (faulthandler):\n{text}", file=stream, flush=True)
+        if self.path is not None:
+            try:
+                with open(self.path, "rb") as current:
+                    lines = current.read().decode("utf-8", "replace").splitlines()
+                progress = [line for line in lines if line.startswith(c.PROGRESS_LINE_PREFIX)]
+                tail = (progress[-1] + "\n").encode() if progress else b""
+                head = condensed(text)[: MAX_MESSAGE_BYTES - len(tail) - 1]
+                write_in_place(self.path, head.encode() + b"\n" + tail)
+            except Exception:  # best effort, as every last word
+                pass
+        self.relayed.set()
+
+
+def condensed(dump: str, frames: int = 4) -> str:
+    """faulthandler's dump in one line: the threads running the trainer's own code, each its innermost frames
+    as `function (file:line)`."""
+    parts = []
+    for block in dump.strip().split("\n\n"):
+        lines = block.strip().splitlines()
+        calls = []
+        for line in lines[1:]:
+            match = FRAME.match(line.strip())
+            if match:
+                calls.append(
+                    (match["function"], os.path.basename(match["file"]), match["line"], match["file"])
+                )
+        if not any("tpujob_trainer" in path for *_, path in calls):
+            continue
+        where = " < ".join(f"{function} ({file}:{line})" for function, file, line, _ in calls[:frames])
+        parts.append(where)
+    return "SIGTERM while stuck: " + (" | ".join(parts) if parts else "no thread in the trainer's code")
+
+
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')

@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,23 +34,39 @@ from tpujob_trainer.models import build_model, resolve_builder
 from tpujob_trainer.progress import Progress
 from tpujob_trainer.sources import DataSource, open_source
 from tpujob_trainer.strategy import build_strategy, detect_accelerators
+from tpujob_trainer.termination import StackDumpOnSigterm
 
 log = logging.getLogger(__name__)
 
 
-class StopSignal:
-    """Remembers the first SIGTERM or SIGINT; the step loop stops at the next step boundary."""
+def hang(step: int) -> None:
+    """As a collective that never returns: no step, no exit on SIGTERM (its handler runs, the wait goes on);
+    only SIGKILL ends it. Every thread's stack is dumped on SIGTERM (StackDumpOnSigterm)."""
+    log.warning("fault injection (--hang-at-step): hanging at step %d until killed", step)
+    forever = threading.Event()
+    while True:
+        forever.wait()
 
-    def __init__(self) -> None:
+
+class StopSignal:
+    """Remembers the first SIGTERM or SIGINT; the step loop stops at the next step boundary. With a stack
+    dumper (termination.StackDumpOnSigterm), SIGTERM also dumps every thread's stack first."""
+
+    def __init__(self, dump: StackDumpOnSigterm | None = None) -> None:
         self.signal_number = 0
+        self.dump = dump
 
     @property
     def requested(self) -> bool:
         return self.signal_number != 0
 
     def install(self) -> None:
+        if self.dump is not None:
+            self.dump.unregister()
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        if self.dump is not None:
+            self.dump.register()
 
     def _handle(self, signal_number: int, _frame: FrameType | None) -> None:
         if self.signal_number == signal.SIGINT and signal_number == signal.SIGINT:
@@ -166,6 +183,7 @@ class Checkpoints:
         started = time.perf_counter()
         path = self.manager.save(checkpoint_number=step)
         metrics.checkpoint_save_duration.observe(time.perf_counter() - started)
+        metrics.last_checkpoint_step.set(step)
         metrics.last_checkpoint_timestamp.set(time.time())
         self.save_seconds += time.perf_counter() - started
         self.last_step, self.last_saved_at = step, time.time()
@@ -215,7 +233,7 @@ def run(
     started = time.time()
     summary.started_at = summary.ended_at = started
     summary.model, summary.data = config.model, config.data
-    metrics.serve(config.metrics_port)
+    metrics.serve(config.metrics_port, config.metrics_address)
 
     choice = choose_strategy(config.strategy, detect_accelerators(), workers)
     log.info("strategy: %s, because %s", choice.kind, choice.reason)
@@ -277,7 +295,12 @@ def run(
     loop = StepLoop(model, strategy, metrics, examples_fed_per_step(choice, config.batch_size, workers))
     progress = Progress(config.progress, is_chief=workers.worker_id == 0)
 
+    # Fault injection (--hang-at-step): the first attempt hangs there; the restarted one trains through.
+    hang_at = config.hang_at_step if os.environ.get(c.ENV_ATTEMPT, "0") == "0" else 0
+
     def on_step(step: int, saved: bool) -> None:
+        if hang_at and step >= hang_at:
+            hang(step)
         if report is None or not report.due(force=saved):
             return
         summary.final_step = max(summary.final_step, step)

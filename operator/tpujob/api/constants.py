@@ -47,6 +47,9 @@ PORT_MEGASCALE: Final = 8080
 PORT_TF_WORKER: Final = 8470
 PORT_TPU_RUNTIME_METRICS: Final = 8431
 PORT_TRAINER_METRICS: Final = 9090
+# The trainer container's port of that name serves Prometheus text: the operator reads the step counter there
+# (tpujob_trainer_global_step, _target_steps, _last_checkpoint_step, _last_checkpoint_timestamp_seconds).
+METRICS_PORT_NAME: Final = "metrics"
 
 # The trainer's exit code for "stopped by SIGTERM after saving a checkpoint" (spot reclaim,
 # maintenance): the operator reads it as an infrastructure cause, not an application failure.

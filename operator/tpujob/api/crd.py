@@ -135,6 +135,18 @@ PRINTER_COLUMNS = [
         "jsonPath": ".status.reason",
         "description": "Why the job is in its phase (Stockout, ErrImagePull, BackoffLimitExceeded, ...)",
     },
+    {
+        "name": "Progress",
+        "type": "integer",
+        "jsonPath": ".status.progress.percent",
+        "description": "Training progress in percent, read while the trainer runs",
+    },
+    {
+        "name": "ETA",
+        "type": "string",
+        "jsonPath": ".status.progress.eta",
+        "description": "When training should end, at its recent pace",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -168,6 +168,16 @@ class RunPolicy(ApiModel):
             "that cannot start. The kubelet's reason shows in the status meanwhile. 0: no limit."
         ),
     )
+    progress_deadline_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        description=(
+            "Restart the job (Stalled, counted against maxRestarts) when its trainer's step has not moved "
+            "for this many seconds while all workers run (a hung collective, a stalled input pipeline): no "
+            "slice is held by a trainer that does not progress. Read from worker 0's metrics endpoint; a "
+            "trainer that serves no step counter there counts as not progressing. Unset: no limit."
+        ),
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Delete the TPUJob this many seconds after it succeeded or failed."
     )

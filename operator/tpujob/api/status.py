@@ -55,6 +55,7 @@ class Reason(enum.StrEnum):
     ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
     STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
     POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
+    STALLED = "Stalled"  # the trainer's step did not move for spec.runPolicy.progressDeadlineSeconds
 
 
 def _one_of(values: list[str]) -> str:
@@ -120,6 +121,39 @@ class GoodputRun(ApiModel):
     since: str = Field(description="When the job's phase became Running in this attempt (RFC 3339).")
     until: str | None = Field(
         default=None, description="When it left Running (RFC 3339); unset while running."
+    )
+
+
+class Progress(ApiModel):
+    """The trainer's own step counter while it runs, read from worker 0's metrics endpoint (the trainer
+    contract: tpujob_trainer_global_step and tpujob_trainer_target_steps on its `metrics` port)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: int | None = Field(
+        default=None,
+        description="The training step worker 0 reached (resumed steps included); unset: not read.",
+    )
+    target_steps: int | None = Field(default=None, description="The step at which training ends.")
+    percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")
+    eta: str | None = Field(
+        default=None, description="When training should end at the pace since the last read (RFC 3339)."
+    )
+    checkpoint_step: int | None = Field(default=None, description="The step of the last checkpoint saved.")
+    checkpoint_time: str | None = Field(default=None, description="When it was saved (RFC 3339).")
+    step_time: str = Field(
+        description="Since when the step has been at this value, or the attempt has run (RFC 3339): "
+        "progressDeadlineSeconds counts from it."
+    )
+    read_time: str = Field(
+        description="When this was read (RFC 3339). The status is rewritten when the step moves, not for "
+        "every read of a step that stands still."
+    )
+    attempt: int = Field(default=0, description="The attempt whose trainer reported it.")
+    last_words: str | None = Field(
+        default=None,
+        description="What the workers of an attempt restarted as Stalled said as they ended (their "
+        "termination message: the trainer dumps its threads' stacks on SIGTERM).",
     )
 
 
@@ -207,3 +241,6 @@ class TPUJobStatus(ApiModel):
     running_time: str | None = Field(default=None, description="When all workers first ran (RFC 3339).")
     completion_time: str | None = Field(default=None, description="When the job finished (RFC 3339).")
     goodput: Goodput | None = Field(default=None, description="How the job's TPU time was spent.")
+    progress: Progress | None = Field(
+        default=None, description="How far the trainer got, read while it runs (within one resync)."
+    )

@@ -42,6 +42,11 @@ OPERATOR_TPUJOB_ENV: Final = frozenset(
     }
 )
 
+# The address a trainer binds its metrics port to; unset: every interface (as in a pod's own network
+# namespace). The operator never sets it: the test bed's kubelet does, since its pods share the host's network
+# and each binds its own loopback IP. A bring-your-own image that reads it runs on the test bed too.
+ENV_METRICS_ADDRESS: Final = "TPUJOB_METRICS_ADDRESS"
+
 # Where a worker writes why it ended: in a pod, Kubernetes' default terminationMessagePath
 # (/dev/termination-log); a process the test bed's kubelet runs has none, so it gets a file of its own,
 # named by this variable.

@@ -19,6 +19,7 @@ from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
+from tpujob.trainer_metrics import ProgressReader
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,20 @@ def pod_view(pod: Any) -> s.PodView:
         waiting_reason=waiting[1],
         waiting_message=waiting[2],
         started_at=(status.get("startTime") or "") if waiting[1] else "",
+        ip=status.get("podIP") or "" if phase == "Running" else "",
+        metrics_port=_metrics_port(pod.get("spec") or {}) if phase == "Running" else 0,
     )
+
+
+def _metrics_port(spec: dict[str, Any]) -> int:
+    """The trainer container's port named `metrics` (the trainer contract), 0 when it declares none."""
+    for container in spec.get("containers") or []:
+        if container.get("name") != c.TRAINER_CONTAINER:
+            continue
+        for port in container.get("ports") or []:
+            if port.get("name") == c.METRICS_PORT_NAME:
+                return int(port.get("containerPort") or 0)
+    return 0
 
 
 def _trainer_terminated(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -114,6 +128,18 @@ def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
     return not (settled_running or settled_gone)
 
 
+def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
+    """The pod whose trainer reports the job's step (slice 0, worker 0 of the current attempt), while every
+    worker of the attempt may be running (the job is Starting or Running)."""
+    status = job.status or TPUJobStatus()
+    if status.phase not in (Phase.STARTING, Phase.RUNNING):
+        return None
+    for pod in pods:
+        if (pod.slice, pod.worker, pod.attempt) == (0, 0, status.attempt) and pod.phase == "Running":
+            return None if pod.deleting else pod
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The operator's settings a decision takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS,
@@ -140,6 +166,7 @@ class Observer:
         self.api = api
         self.pools = pools
         self.policies = policies
+        self.progress = ProgressReader()
         self.memory = memory
         self.settings = settings
         # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.
@@ -175,6 +202,9 @@ class Observer:
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
         )
+        if (worker_0 := running_worker_0(job, pods)) is not None:
+            sample, error = self.progress.read(worker_0)
+            observed = dataclasses.replace(observed, progress=sample, progress_error=error)
         if creates_pools and (config := self.configuration_errors(job)):
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
         if refused:

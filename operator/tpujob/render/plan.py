@@ -272,7 +272,7 @@ def _container_ports(multislice: bool) -> list[dict[str, Any]]:
         {"name": "tpu-ici", "containerPort": c.PORT_TPU_ICI, "protocol": "TCP"},
         {"name": "tf-worker", "containerPort": c.PORT_TF_WORKER, "protocol": "TCP"},
         {"name": "tpu-metrics", "containerPort": c.PORT_TPU_RUNTIME_METRICS, "protocol": "TCP"},
-        {"name": "metrics", "containerPort": c.PORT_TRAINER_METRICS, "protocol": "TCP"},
+        {"name": c.METRICS_PORT_NAME, "containerPort": c.PORT_TRAINER_METRICS, "protocol": "TCP"},
     ]
     if multislice:
         ports.append({"name": "megascale", "containerPort": c.PORT_MEGASCALE, "protocol": "TCP"})

@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures
+from tpujob.status import failures, progress
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -74,6 +74,7 @@ def decide(observed: Observed) -> Decision:
 
 def _finished(b: Builder) -> None:
     """Succeeded or Failed: give the TPUs back, keep finished pods for their logs, honour the TTL."""
+    progress.quote_last_words(b)  # a stall that spent maxRestarts: its workers' last words as they end
     release(b, keep_finished_pods=True)
     pools = known_pools(b)
     if b.observed.pools is not None:
@@ -120,6 +121,7 @@ def _deadline_passed(b: Builder) -> bool:
 def _run_workers(b: Builder) -> None:
     """Pools are ready: Service, pods of the current attempt, and what their phases mean."""
     status = b.status
+    progress.quote_last_words(b)
     if not b.observed.service_exists:
         b.decision.create_service = True
     # A crash after creating a new attempt's pods but before recording it: adopt that attempt.
@@ -183,6 +185,7 @@ def _run_workers(b: Builder) -> None:
             message += f"; the flex-start slice runs until {start_run_clock(b)}"
         b.set_phase(Phase.RUNNING, "Running", message)
         b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+        progress.track(b)
     elif waiting_for_flex_capacity(b, list(current.values())):
         # Queued for capacity holds no slice: the startup clock starts when the slice comes.
         status.starting_since = None
@@ -200,14 +203,14 @@ def _run_workers(b: Builder) -> None:
 def _restart_backoff_left(b: Builder) -> float:
     """Seconds before the pods of an application restart may be created."""
     status = b.status
-    backs_off = status.reason in (Reason.WORKER_FAILED, Reason.IGNORED_BY_POLICY)
+    backs_off = status.reason in (Reason.WORKER_FAILED, Reason.IGNORED_BY_POLICY, Reason.STALLED)
     if status.phase != Phase.RESTARTING or not backs_off or not status.last_restart_time:
         return 0.0
     # Ignored failures do not count, but back off as counted ones do (by their own number): a worker that
     # keeps failing so would otherwise restart the slice in a tight loop.
     failures_so_far = (
         status.application_restarts
-        if status.reason == Reason.WORKER_FAILED
+        if status.reason in (Reason.WORKER_FAILED, Reason.STALLED)
         else status.restarts_by_reason.get(Reason.IGNORED_BY_POLICY, 0)
     )
     exponent = max(failures_so_far - 1, 0)

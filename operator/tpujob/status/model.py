@@ -125,6 +125,10 @@ class PodView:
     started_at: str = ""
     # The trainer ended (phase says how) but a sidecar keeps the pod Running on its node: never kept for logs.
     lingering: bool = False
+    # Where the trainer serves its metrics (status.podIP and its container's port named "metrics"; "" and 0
+    # when not known): worker 0's step counter is read there while the job runs.
+    ip: str = ""
+    metrics_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,17 @@ class PolicyFact:
 
 
 @dataclass(frozen=True)
+class ProgressSample:
+    """What worker 0's metrics endpoint said this pass (the trainer contract's series)."""
+
+    attempt: int  # of the pod it was read from
+    step: int
+    target_steps: int | None = None
+    checkpoint_step: int | None = None
+    checkpoint_time: float | None = None  # Unix seconds
+
+
+@dataclass(frozen=True)
 class Observed:
     job: TPUJob
     now: dt.datetime
@@ -194,6 +209,10 @@ class Observed:
     # pool needs before it is asked for (placement.py).
     cluster_version: str = ""
     workload_policy: PolicyFact | None = None
+    # Worker 0's step counter, read while the job runs (None: not read, or unreadable: `progress_error` says
+    # why), for status.progress and progressDeadlineSeconds.
+    progress: ProgressSample | None = None
+    progress_error: str = ""
 
     @property
     def status(self) -> TPUJobStatus:
@@ -298,6 +317,7 @@ __all__ = [
     "PodView",
     "PolicyFact",
     "PoolView",
+    "ProgressSample",
     "expected_workers",
     "is_infrastructure_failure",
     "parse_timestamp",

@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tpujob.api import constants
 from tpujob_sandbox import gke_facts
+from tpujob_sandbox.addresses import NODE_BASE, LoopbackAddresses
 from tpujob_sandbox.gke import zones
 
 # Its value names the test bed whose simulated kubelet serves the node: "true" for the one of a control plane
@@ -161,12 +162,10 @@ class NodeRegistry:
         self.project = project
         self.version = version
         self.owner = owner
-        self._next_ip = 2
+        self._addresses = LoopbackAddresses(NODE_BASE)
 
     def _new_ip(self) -> str:
-        ip = f"10.128.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
-        self._next_ip += 1
-        return ip
+        return self._addresses.next()
 
     def register(self, name: str, pool: container_v1.NodePool, shape: gke_facts.PoolShape, zone: str) -> None:
         """Create the Node, post a Ready status, then lift the not-ready taint (as the kubelet and the

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpujob.api.trainer_contract import ENV_METRICS_PORT, ENV_TERMINATION_LOG
+from tpujob.api.trainer_contract import ENV_METRICS_ADDRESS, ENV_TERMINATION_LOG
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     MAX_TERMINATION_MESSAGE_LOG_BYTES,
@@ -29,7 +29,7 @@ from tpujob_sandbox.kubelet.podstatus import (
     resolve_pod_names,
     termination_message,
 )
-from tpujob_sandbox.processes import free_port, start_process, stop_process
+from tpujob_sandbox.processes import start_process, stop_process
 
 
 @dataclass
@@ -141,11 +141,10 @@ class LocalContainers:
         assert run.termination_log is not None
         termination_log = run.termination_log
         env = container_env(pod, container, run.referenced_env)
-        if ENV_METRICS_PORT in env:
-            # Each pod has a network namespace of its own; these processes share the host's. Every worker
-            # pod serves metrics on the same port, so each process (of any attempt, old ones still shutting
-            # down) gets a free one instead.
-            env[ENV_METRICS_PORT] = str(free_port())
+        # Each pod has a network namespace of its own; these processes share the host's. Every worker pod
+        # serves metrics on the port it declares, so each process binds it on its pod's own loopback IP
+        # (addresses.py), where the operator (and Prometheus) find it by pod IP, as in a cluster.
+        env[ENV_METRICS_ADDRESS] = run.pod_ip
         image = None if is_trainer_image(container["image"], self.trainer_images) else container["image"]
         local = local_image_for(image, self.local_images) if image else None
         # The pod's volumes at their mount paths, and gs:// buckets, as local folders.

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tpujob_sandbox.addresses import POD_BASE, LoopbackAddresses
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL, STANDALONE_NODE_OWNER
 from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, kill_group, terminate
 from tpujob_sandbox.kubelet.images import PullBackOff, Registry
@@ -84,7 +85,7 @@ class KubeletSimulator:
         )
         self.pods = PodWatch(self.core, self._sync)
         self._simulated_nodes: set[str] = set()
-        self._next_ip = 2
+        self._addresses = LoopbackAddresses(POD_BASE)
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -248,8 +249,8 @@ class KubeletSimulator:
             timer.start()
             return
         self._blocked.pop(key, None)
-        # A local process really listens on loopback; a hostNetwork pod has its node's address.
-        pod_ip = "127.0.0.1" if local else host_ip if pod["spec"].get("hostNetwork") else self._new_pod_ip()
+        # A pod's own address (a local process serves its metrics there); a hostNetwork pod has its node's.
+        pod_ip = host_ip if pod["spec"].get("hostNetwork") and not local else self._addresses.next()
         run = Run(uid=pod["metadata"]["uid"], pod_ip=pod_ip)
         self._runs[key] = run
         status = running_status(pod, run.pod_ip, host_ip)
@@ -335,10 +336,19 @@ class KubeletSimulator:
         self._patch_status(pod, status)
 
     def _finish_deletion(self, pod: dict[str, Any], run: Run | None) -> None:
-        """Graceful deletion: SIGTERM, wait up to the grace period (SIGKILL after), then remove the pod."""
+        """Graceful deletion: SIGTERM, wait up to the grace period (SIGKILL after), report how the container
+        ended, then remove the pod. The kubelet's status manager writes the terminated state (exit code,
+        termination message) before it deletes the pod object: it deletes only a pod whose containers it
+        has reported terminated (pkg/kubelet/status/status_manager.go, syncPod: the status patch, then
+        canBeDeleted -> Delete with grace 0), so a watcher sees the last words of a deleted worker."""
         if run and run.process and run.process.poll() is None:
             terminate(run, grace_seconds=pod["metadata"].get("deletionGracePeriodSeconds") or 30)
             return  # the process's exit brings us back here
+        if run and run.process and not run.finished and (container := self.containers.trainer_container(pod)):
+            exit_code = shell_exit_code(run.process.returncode)
+            message = self.containers.termination_message(run, container, exit_code)
+            run.finished = True
+            self._patch_status(pod, terminated_status(pod, exit_code, message=message))
         try:
             self.core.delete_namespaced_pod(
                 pod["metadata"]["name"],
@@ -362,10 +372,6 @@ class KubeletSimulator:
         except ApiException as error:
             if error.status != 404:
                 raise
-
-    def _new_pod_ip(self) -> str:
-        self._next_ip += 1
-        return f"10.4.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
 
     def _host_ip(self, node: str) -> str:
         try:

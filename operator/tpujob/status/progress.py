@@ -1,0 +1,105 @@
+"""A running trainer's progress, pure: worker 0's step counter (read by the observer from its metrics
+endpoint) into status.progress, with an ETA at the pace since the last read; a step that has not moved for
+spec.runPolicy.progressDeadlineSeconds while every worker runs is a stalled trainer (a hung collective, a
+stalled input pipeline): the job restarts as Stalled, counted against maxRestarts, so no slice is held by a
+trainer that does not progress. The stalled attempt's last words (its workers' termination messages: the
+trainer dumps its threads' stacks on SIGTERM) are quoted once, in the status and an event, as they end."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tpujob.api.constants import PROGRESS_LINE_PREFIX
+from tpujob.api.status import Progress, Reason
+from tpujob.status.builder import Builder, begin_restart, fail
+from tpujob.status.model import PodView, ProgressSample, parse_timestamp, timestamp
+
+# What of the workers' last words goes into the status and the event (an event message is cut at 1 KiB).
+MAX_LAST_WORDS = 900
+
+
+def track(b: Builder) -> bool:
+    """Every worker runs: record what worker 0 reported; restart the job when it stalled. True: restarted."""
+    status, attempt = b.status, b.status.attempt
+    current = status.progress if status.progress is not None and status.progress.attempt == attempt else None
+    sample = b.observed.progress
+    if sample is not None and sample.attempt == attempt:
+        current = advanced(current, sample, b.now)
+    elif current is None:  # the attempt runs; nothing read yet: the stall clock starts now
+        current = Progress(step_time=timestamp(b.now), read_time=timestamp(b.now), attempt=attempt)
+    status.progress = current
+    deadline = b.job.spec.run_policy.progress_deadline_seconds
+    if deadline is None:
+        return False
+    stalled_for = (b.now - parse_timestamp(current.step_time)).total_seconds()
+    if stalled_for < deadline:
+        b.decision.requeue(deadline - stalled_for)
+        return False
+    at = f"at step {current.step}" if current.step is not None else "without reporting a step"
+    detail = f"the trainer stayed {at} for {int(stalled_for)} s (progressDeadlineSeconds {deadline})"
+    if b.observed.progress_error and (sample is None or sample.attempt != attempt):
+        detail += f"; worker 0's metrics endpoint: {b.observed.progress_error}"
+    # "": its last words are awaited, from the workers' termination messages as they end (quote_last_words).
+    current.last_words = ""
+    budget = b.job.spec.run_policy.max_restarts
+    if status.application_restarts >= budget:
+        fail(b, Reason.BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
+    else:
+        begin_restart(b, Reason.STALLED, detail, infrastructure=False)
+    return True
+
+
+def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) -> Progress:
+    """The progress record after a read: unchanged while the step stands still (no status rewrite for the
+    clock alone); when it moved, the new step, since now, and an ETA at the pace since the previous read."""
+    if before is not None and before.step == sample.step:
+        return before
+    eta = before.eta if before is not None else None
+    if before is not None and before.step is not None and sample.target_steps and sample.step > before.step:
+        seconds = (now - parse_timestamp(before.read_time)).total_seconds()
+        if seconds > 0:
+            pace = (sample.step - before.step) / seconds
+            eta = timestamp(now + dt.timedelta(seconds=max(sample.target_steps - sample.step, 0) / pace))
+    percent = None
+    if sample.target_steps:
+        percent = min(100, sample.step * 100 // sample.target_steps)
+    checkpoint_time = None
+    if sample.checkpoint_time:
+        checkpoint_time = timestamp(dt.datetime.fromtimestamp(sample.checkpoint_time, dt.UTC))
+    return Progress(
+        step=sample.step,
+        target_steps=sample.target_steps,
+        percent=percent,
+        eta=eta,
+        checkpoint_step=sample.checkpoint_step,
+        checkpoint_time=checkpoint_time,
+        step_time=timestamp(now),
+        read_time=timestamp(now),
+        attempt=sample.attempt,
+    )
+
+
+def quote_last_words(b: Builder) -> None:
+    """After a Stalled restart (or failure): the stalled attempt's workers' termination messages, once they
+    have ended, in status.progress.lastWords and a Warning event (kubectl describe shows where it hung)."""
+    progress = b.status.progress
+    if progress is None or progress.last_words != "":
+        return
+    stalled_attempt = progress.attempt
+    words = [
+        f"slice {pod.slice} worker {pod.worker}: {said}"
+        for pod in sorted(b.observed.pods, key=lambda p: (p.slice, p.worker))
+        if pod.attempt == stalled_attempt and (said := human_lines(pod))
+    ]
+    if not words:
+        return
+    progress.last_words = " | ".join(words)[:MAX_LAST_WORDS]
+    b.event(
+        "Warning", Reason.STALLED, f"last words of stalled attempt {stalled_attempt}: {progress.last_words}"
+    )
+
+
+def human_lines(pod: PodView) -> str:
+    """A worker's termination message without the trainer's progress line (that is for goodput)."""
+    lines = [line.strip() for line in pod.message.splitlines()]
+    return " ".join(line for line in lines if line and not line.startswith(PROGRESS_LINE_PREFIX))

@@ -1,0 +1,185 @@
+"""A running trainer's progress, decided purely: worker 0's step into status.progress, the ETA, a stall
+restarting the job as Stalled (counted), its last words quoted once; and the trainer contract's /metrics
+page read into a sample."""
+
+import datetime as dt
+
+from tests.manifests import base_job
+from tpujob import status as s
+from tpujob.api import parse_tpujob
+from tpujob.api.status import Phase, Progress, Reason, TPUJobStatus
+from tpujob.render import naming
+from tpujob.trainer_metrics import parse
+
+T0 = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def running_job(deadline=None, max_restarts=3, **status):
+    run_policy = {"maxRestarts": max_restarts}
+    if deadline is not None:
+        run_policy["progressDeadlineSeconds"] = deadline
+    manifest = base_job("train", nodePool={"policy": "existing"}, runPolicy=run_policy)
+    manifest["metadata"].update(uid="u1", generation=1)
+    job = parse_tpujob(manifest)
+    defaults = {
+        "phase": Phase.RUNNING,
+        "start_time": "2026-11-24T11:00:00Z",
+        "running_time": "2026-11-24T11:00:00Z",
+    }
+    return job.model_copy(update={"status": TPUJobStatus(**{**defaults, **status})})
+
+
+def running_pods(job, attempt=0):
+    return tuple(
+        s.PodView(naming.pod_name(job, sl, w, attempt), sl, w, attempt, "Running")
+        for sl, w in s.expected_workers(job)
+    )
+
+
+def step(job, now, sample=None, error="", pods=None):
+    attempt = job.status.attempt
+    observed = s.Observed(
+        job=job,
+        now=now,
+        pods=running_pods(job, attempt) if pods is None else pods,
+        service_exists=True,
+        progress=sample,
+        progress_error=error,
+    )
+    return s.decide(observed)
+
+
+def after(job, decision):
+    return job.model_copy(update={"status": decision.status})
+
+
+def sample(step_, attempt=0, target=1000, checkpoint_step=None, checkpoint_time=None):
+    return s.ProgressSample(attempt, step_, target, checkpoint_step, checkpoint_time)
+
+
+def test_progress_rises_with_an_eta_at_the_pace_since_the_last_read():
+    job = running_job()
+    first = step(job, T0, sample(100, checkpoint_step=50, checkpoint_time=T0.timestamp() - 30))
+    progress = first.status.progress
+    assert (progress.step, progress.target_steps, progress.percent) == (100, 1000, 10)
+    assert progress.eta is None  # one read: no pace yet
+    assert (progress.checkpoint_step, progress.checkpoint_time) == (50, "2026-11-24T11:59:30Z")
+    second = step(after(job, first), T0 + dt.timedelta(seconds=30), sample(400))
+    progress = second.status.progress
+    assert (progress.step, progress.percent, progress.step_time) == (400, 40, "2026-11-24T12:00:30Z")
+    # 300 steps in 30 s: the 600 left take 60 s more.
+    assert progress.eta == "2026-11-24T12:01:30Z"
+
+
+def test_a_step_that_stands_still_rewrites_nothing():
+    job = running_job()
+    first = step(job, T0, sample(100))
+    again = step(after(job, first), T0 + dt.timedelta(seconds=30), sample(100))
+    assert again.status.to_wire() == first.status.to_wire()
+
+
+def test_a_stall_past_the_deadline_restarts_the_job_as_stalled_and_counts_it():
+    job = running_job(deadline=120)
+    first = step(job, T0, sample(100))
+    assert first.requeue_after is not None and first.requeue_after <= 120  # looked at again at the deadline
+    later = after(job, first)
+    held = step(later, T0 + dt.timedelta(seconds=119), sample(100))
+    assert held.status.phase == Phase.RUNNING
+    stalled = step(later, T0 + dt.timedelta(seconds=120), sample(100))
+    assert (stalled.status.phase, stalled.status.reason) == (Phase.RESTARTING, Reason.STALLED)
+    assert "stayed at step 100 for 120 s (progressDeadlineSeconds 120)" in stalled.status.message
+    assert stalled.status.application_restarts == 1 and stalled.status.attempt == 1
+    assert sorted(stalled.delete_pods) == sorted(p.name for p in running_pods(job))
+    assert stalled.status.progress.last_words == ""  # awaited
+
+
+def test_a_trainer_that_never_reports_stalls_from_when_the_attempt_ran_and_says_why():
+    job = running_job(deadline=60)
+    first = step(job, T0, None, error="GET http://10.0.0.1:9090/metrics: connection refused")
+    assert first.status.progress.step is None
+    stalled = step(after(job, first), T0 + dt.timedelta(seconds=60), None, error="connection refused")
+    assert stalled.status.reason == Reason.STALLED
+    assert (
+        "without reporting a step" in stalled.status.message
+        and "connection refused" in stalled.status.message
+    )
+
+
+def test_no_deadline_no_stall():
+    job = running_job()
+    first = step(job, T0, sample(100))
+    assert step(after(job, first), T0 + dt.timedelta(days=2), sample(100)).status.phase == Phase.RUNNING
+
+
+def test_a_stall_with_maxrestarts_spent_fails_the_job():
+    job = running_job(deadline=30, max_restarts=0)
+    first = step(job, T0, sample(7))
+    failed = step(after(job, first), T0 + dt.timedelta(seconds=31), sample(7))
+    assert (failed.status.phase, failed.status.reason) == (Phase.FAILED, Reason.BACKOFF_LIMIT)
+
+
+def test_a_read_of_another_attempt_does_not_count_as_progress_of_this_one():
+    job = running_job(deadline=60, attempt=1)
+    first = step(job, T0, sample(500, attempt=0))
+    assert first.status.progress.attempt == 1 and first.status.progress.step is None
+
+
+def test_the_stalled_attempts_last_words_are_quoted_once_as_its_workers_end():
+    job = running_job(deadline=30)
+    first = step(job, T0, sample(7))
+    stalled = after(job, step(after(job, first), T0 + dt.timedelta(seconds=30), sample(7)))
+    name = naming.pod_name(job, 0, 0, 0)
+    still_going = (s.PodView(name, 0, 0, 0, "Running", deleting=True),)
+    waiting = step(stalled, T0 + dt.timedelta(seconds=31), pods=still_going)
+    assert waiting.status.progress.last_words == "" and not [
+        e for e in waiting.events if "last words" in e.message
+    ]
+    words = 'SIGTERM while stuck: hang (train.py:31) < on_step (train.py:300)\ntpujob-progress {"step":7}'
+    ended = (s.PodView(name, 0, 0, 0, "Failed", exit_code=137, deleting=True, message=words),)
+    quoted = step(after(stalled, waiting), T0 + dt.timedelta(seconds=62), pods=ended)
+    assert (
+        quoted.status.progress.last_words
+        == "slice 0 worker 0: SIGTERM while stuck: hang (train.py:31) < on_step (train.py:300)"
+    )
+    (event,) = [e for e in quoted.events if "last words" in e.message]
+    assert (event.type, event.reason) == ("Warning", Reason.STALLED) and "hang (train.py:31)" in event.message
+    once_more = step(after(stalled, quoted), T0 + dt.timedelta(seconds=63), pods=ended)
+    assert not [e for e in once_more.events if "last words" in e.message]
+
+
+PAGE = """# HELP tpujob_trainer_global_step Training step reached, including resumed steps
+# TYPE tpujob_trainer_global_step gauge
+tpujob_trainer_global_step 1234.0
+# TYPE tpujob_trainer_target_steps gauge
+tpujob_trainer_target_steps 5000.0
+# TYPE tpujob_trainer_last_checkpoint_step gauge
+tpujob_trainer_last_checkpoint_step 1200.0
+# TYPE tpujob_trainer_last_checkpoint_timestamp_seconds gauge
+tpujob_trainer_last_checkpoint_timestamp_seconds 1.7955e+09
+# TYPE tpujob_trainer_steps counter
+tpujob_trainer_steps_total 34.0
+"""
+
+
+def test_the_contracts_series_are_read_from_a_metrics_page():
+    assert parse(PAGE, attempt=2) == s.ProgressSample(2, 1234, 5000, 1200, 1.7955e09)
+
+
+def test_unset_gauges_are_none_and_a_page_without_a_step_is_no_sample():
+    fresh = (
+        "tpujob_trainer_global_step 0\ntpujob_trainer_target_steps 0\ntpujob_trainer_last_checkpoint_step 0\n"
+    )
+    assert parse(fresh, attempt=0) == s.ProgressSample(0, 0, None, None, None)
+    assert parse("process_cpu_seconds_total 3.0\n", attempt=0) is None
+
+
+def test_progress_model_round_trips():
+    wire = Progress(step=3, step_time="2026-11-24T12:00:00Z", read_time="2026-11-24T12:00:00Z").model_dump(
+        by_alias=True, exclude_none=True
+    )
+    assert wire == {
+        "step": 3,
+        "stepTime": "2026-11-24T12:00:00Z",
+        "readTime": "2026-11-24T12:00:00Z",
+        "attempt": 0,
+    }
