@@ -1,5 +1,6 @@
 """The chart with real helm into the test bed, the operator under the chart's ServiceAccount, and a real
-Prometheus scraping that operator and a real trainer while every dashboard query is asked.
+Prometheus scraping that operator, a real trainer and GKE's TPU device plugin on the trainer's node (the
+simulated GKE's) while every dashboard query is asked.
 
 The Deployment's pod cannot run here (no container runtime), so the operator runs as a local process with
 the Deployment's environment and the chart ServiceAccount's token: what the pod would do, with the
@@ -26,6 +27,7 @@ from kubernetes import client as k8s
 from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART
 from tests.chart.prometheus import Prometheus, Target
+from tests.chart.test_chart import by_kind, render
 from tests.manifests import base_job
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
@@ -39,6 +41,7 @@ from tpujob_sandbox import (
     token_kubeconfig,
     wait_for,
 )
+from tpujob_sandbox.gke import device_plugin
 from tpujob_sandbox.timescale import poll_provisioning_seconds
 
 RELEASE = "chart-test"
@@ -221,13 +224,21 @@ def chart_operator(sandbox: Sandbox, release: Release, tmp_path_factory) -> Iter
     process.stop()
 
 
+def tpu_monitor_endpoint(helm: Path) -> dict[str, Any]:
+    """The chart's TPU device plugin PodMonitor's endpoint, as helm renders it."""
+    documents = by_kind(render(helm, "--set", "metrics.tpuDevicePlugin.podMonitor.enabled=true"))
+    (monitor,) = [d for d in documents["PodMonitor"] if d["metadata"]["name"].endswith("-tpu-device-plugin")]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    return dict(endpoint)
+
+
 def operator_metrics(release: Release) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
 
 
 @pytest.fixture(scope="module")
-def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
+def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
     """A real trainer job under the chart's operator, scraped by a real Prometheus: every dashboard query
     is asked once the data it needs exists (a checkpoint saved, a few scrapes), then the job succeeds."""
     try:
@@ -236,13 +247,27 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
         pytest.fail(str(missing), pytrace=False)
     folder = tmp_path_factory.mktemp("prometheus")
     trainer_port = free_port()
-    # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings).
+    # The device plugin's targets: written once the job's node is up (Kubernetes discovery finds the
+    # DaemonSet's pod on it then); until then none.
+    plugin_targets = folder / "tpu-device-plugin.json"
+    plugin_targets.write_text("[]")
+    # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings),
+    # and its TPU device plugin PodMonitor: its target labels (node), honorLabels and its metricRelabelings
+    # as the chart renders them.
     targets = [
         Target("tpujob-operator", f"127.0.0.1:{release.metrics_port}", {}),
         Target(
             "tpujob-trainers",
             f"127.0.0.1:{trainer_port}",
             {"namespace": release.namespace, "tpujob": JOB, "slice": "0", "worker": "0"},
+        ),
+        Target(
+            "tpu-device-plugin",
+            "",
+            {},
+            file_sd=plugin_targets,
+            honor_labels=True,
+            metric_relabelings=tuple(tpu_monitor_endpoint(helm)["metricRelabelings"]),
         ),
     ]
     prometheus = Prometheus(server, folder, targets).start()
@@ -261,6 +286,13 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
         jobs.create(manifest)
         (pod,) = jobs.wait_pods_running(JOB, 1, timeout=60)
         jobs.wait_phase(JOB, "Running", timeout=30)
+        node = pod.spec.node_name
+        address = wait_for(
+            lambda: sandbox.gke.device_plugin.endpoints().get(node),
+            timeout=30,
+            what=f"GKE's TPU device plugin on {node}",
+        )
+        plugin_targets.write_text(json.dumps([{"targets": [address], "labels": {"node": node}}]))
 
         def has_data() -> bool:
             status = jobs.status(JOB)
@@ -275,6 +307,10 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
                 'tpujob_jobs{phase="Running"} == 1',
                 "count_over_time(tpujob_trainer_examples_total[5m]) >= 3",
                 "count_over_time(tpujob_jobs[5m]) >= 3",
+                # The device plugin's series of the trainer's chips, named after its job by the chart's
+                # relabelings; training shows as a busy chip.
+                f'max_over_time(duty_cycle{{tpujob="{JOB}"}}[5m]) > 0',
+                f'memory_total{{tpujob="{JOB}"}}',
             ]
             return all(prometheus.query(check) for check in checks)
 
@@ -329,12 +365,12 @@ def test_the_operator_under_the_chart_service_account_reconciles_a_job_to_succee
     assert "Forbidden" not in chart_operator.log(), chart_operator.log()[-3000:]
 
 
-def test_prometheus_scrapes_the_operator_and_the_trainer(run):
-    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up"}
+def test_prometheus_scrapes_the_operator_the_trainer_and_gkes_tpu_device_plugin(run):
+    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up", "tpu-device-plugin": "up"}
     assert run.succeeded_in_prometheus == 1.0
 
 
-def test_every_dashboard_query_parses_and_returns_data(run):
+def test_every_dashboard_query_parses_and_returns_data(run, release):
     assert not run.errors, run.errors
     empty = [where for where, result in run.results.items() if not result]
     assert not empty, f"no data for: {empty}"
@@ -352,3 +388,13 @@ def test_every_dashboard_query_parses_and_returns_data(run):
     assert 0 <= float(age["value"][1]) < 120
     (throughput,) = run.results["Training throughput / A"]
     assert float(throughput["value"][1]) > 0
+    # GKE's device plugin's series of the job's 4 chips (one v5e host), by job: its duty cycle (the trainer's
+    # process on the test bed), TensorCore utilization and HBM (v5e: 16 GiB per chip).
+    for panel in ("TPU duty cycle / A", "TPU duty cycle / B", "TensorCore utilization / A"):
+        (utilization,) = run.results[panel]
+        assert utilization["metric"] == {"namespace": release.namespace, "tpujob": JOB}, panel
+        assert 0 <= float(utilization["value"][1]) <= 100, panel
+    (total,) = run.results["HBM used / B"]
+    assert float(total["value"][1]) == 4 * device_plugin.HBM_BYTES["tpu-v5-lite-podslice"]
+    (used,) = run.results["HBM used / A"]
+    assert 0 < float(used["value"][1]) <= float(total["value"][1])
