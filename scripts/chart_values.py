@@ -147,6 +147,25 @@ class PodMonitor(ServiceMonitor):
     )
 
 
+class TpuDevicePluginMonitor(ServiceMonitor):
+    enabled: bool = Field(
+        False,
+        description="Create a PodMonitor for GKE's TPU device plugin pods (needs monitoring.coreos.com/v1).",
+    )
+    namespace: str = Field(
+        "kube-system",
+        pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Namespace of the device plugin's pods.",
+    )
+    port: Port = Field(2112, description="Port of the device plugin's /metrics (GKE's: 2112).")
+
+
+class TpuDevicePlugin(Section):
+    pod_monitor: TpuDevicePluginMonitor = Field(
+        default_factory=TpuDevicePluginMonitor, description="A PodMonitor for the device plugin's pods."
+    )
+
+
 class Metrics(Section):
     port: Port = Field(8000, description="Container port of /metrics (TPUJOB_METRICS_PORT).")
     service: MetricsService = Field(
@@ -157,6 +176,10 @@ class Metrics(Section):
     )
     pod_monitor: PodMonitor = Field(
         default_factory=PodMonitor, description="A Prometheus Operator PodMonitor for the trainer pods."
+    )
+    tpu_device_plugin: TpuDevicePlugin = Field(
+        default_factory=TpuDevicePlugin,
+        description="GKE's TPU device plugin's /metrics: each chip's duty cycle, TensorCore use and HBM.",
     )
 
 

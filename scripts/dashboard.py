@@ -326,6 +326,48 @@ def job_row() -> tuple[str, list[PanelBuilder]]:
     )
 
 
+def tpu_row() -> tuple[str, list[PanelBuilder]]:
+    """GKE's TPU device plugin's per-chip series (the chart's tpuDevicePlugin PodMonitor), by TPUJob: the
+    PodMonitor labels the chips a job's worker holds with tpujob (others have none, hence tpujob!="")."""
+    series = "{{namespace}}/{{tpujob}}"
+    chips = f'{{{JOB}, tpujob!=""}}'
+    return (
+        "TPU utilization: $job",
+        [
+            _panel(
+                "TPU duty cycle",
+                "Percent of the time the job's TPU chips were busy (GKE's device plugin: duty_cycle, from "
+                "the TPU runtime, over its 10 s collection), the mean over the job's chips and its least "
+                "busy chip. Near zero while the job runs: the chips wait (input, a hung collective, a "
+                "stalled program). Needs a TPU runtime that reports it (libtpu).",
+                [
+                    (f"avg by (namespace, tpujob) (duty_cycle{chips})", f"{series} mean"),
+                    (f"min by (namespace, tpujob) (duty_cycle{chips})", f"{series} least busy chip"),
+                ],
+                "percent",
+            ),
+            _panel(
+                "TensorCore utilization",
+                "How much of the TensorCores' capacity the job uses, the mean over its chips (GKE's "
+                "device plugin: tensorcore_utilization, a host metric). Low with a high duty cycle: busy "
+                "chips doing little (small batches, memory-bound steps).",
+                [(f"avg by (namespace, tpujob) (tensorcore_utilization{chips})", series)],
+                "percent",
+            ),
+            _panel(
+                "HBM used",
+                "High-bandwidth memory the job's program holds on its chips, and what they have (GKE's "
+                "device plugin: memory_used, memory_total).",
+                [
+                    (f"sum by (namespace, tpujob) (memory_used{chips})", f"{series} used"),
+                    (f"sum by (namespace, tpujob) (memory_total{chips})", f"{series} total"),
+                ],
+                "bytes",
+            ),
+        ],
+    )
+
+
 def goodput_row() -> tuple[str, list[PanelBuilder]]:
     """Goodput accounting (status.goodput, operator/tpujob/status/goodput.py): productive job time over all
     accounted time, and where the rest went, in ml-goodput-measurement's categories."""
@@ -425,7 +467,7 @@ def builder() -> dashboard_builders.Dashboard:
         .variables(_variables())
     )
     number = 0
-    for title, panels in [*operator_rows(), job_row(), goodput_row()]:
+    for title, panels in [*operator_rows(), job_row(), tpu_row(), goodput_row()]:
         number += 1
         # Expanded: its panels follow it on the dashboard (Row.with_panel would nest and collapse them).
         board.with_row(dashboard_builders.Row(title).collapsed(False).id(number))

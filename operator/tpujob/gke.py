@@ -254,6 +254,9 @@ class NodePools:
         return max(creates, key=lambda op: op.start_time).name if creates else ""
 
     def _running(self, operation: str) -> bool | None:
+        """Whether GKE still works on the create: its operation runs, or ended without an error. An
+        operation that succeeded has not given up: GKE got the VMs between our read of the pool (still
+        showing the stockout) and this read, and the pool reads RUNNING at the next poll."""
         if not operation:
             return None
         try:
@@ -262,7 +265,9 @@ class NodePools:
             )
         except gexc.NotFound:
             return False
-        return found.status != container_v1.Operation.Status.DONE
+        if found.status != container_v1.Operation.Status.DONE:
+            return True
+        return not (found.error.code or found.status_message)
 
     def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
         """Ask GKE for a pool (rendered REST JSON): (the operation's name, None) when accepted, ("", None)

@@ -118,6 +118,8 @@ def start_sandbox(
             api_client, state_dir, local_images=local_images, node_owner=node_owner
         ).start()
         gke.autoscaler.shut_down_nodes = gke.maintenance.shut_down_nodes = kubelet.preempt_nodes
+        # GKE's TPU device plugin asks each TPU pod's runtime for its chips' activity: its local process.
+        gke.device_plugin.runtime = kubelet.tpu_runtime
     except BaseException:
         for part in (kubelet, gke):
             if part:

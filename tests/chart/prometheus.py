@@ -20,9 +20,32 @@ SCRAPE_SECONDS = 1
 
 @dataclass(frozen=True)
 class Target:
+    """One scrape job: a static address, or the targets a file lists (file_sd: the test writes the file when
+    they exist, as Kubernetes discovery finds a DaemonSet's pod once its node is up)."""
+
     job: str
-    address: str  # 127.0.0.1:PORT
+    address: str  # 127.0.0.1:PORT ("" with file_sd)
     labels: dict[str, str]
+    file_sd: Path | None = None
+    honor_labels: bool = False
+    # A PodMonitor's metricRelabelings (camelCase), applied to the scraped series as Prometheus does.
+    metric_relabelings: tuple[dict[str, Any], ...] = ()
+
+    def scrape_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"job_name": self.job, "honor_labels": self.honor_labels}
+        if self.file_sd is not None:
+            config["file_sd_configs"] = [{"files": [str(self.file_sd)], "refresh_interval": "1s"}]
+        else:
+            config["static_configs"] = [{"targets": [self.address], "labels": self.labels}]
+        if self.metric_relabelings:
+            config["metric_relabel_configs"] = [prometheus_relabel(r) for r in self.metric_relabelings]
+        return config
+
+
+def prometheus_relabel(rule: dict[str, Any]) -> dict[str, Any]:
+    """A Prometheus Operator RelabelConfig (camelCase) as the relabel_config Prometheus reads."""
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return {names.get(key, key): value for key, value in rule.items()}
 
 
 class Prometheus:
@@ -40,10 +63,7 @@ class Prometheus:
                 "evaluation_interval": interval,
                 "scrape_timeout": interval,
             },
-            "scrape_configs": [
-                {"job_name": t.job, "static_configs": [{"targets": [t.address], "labels": t.labels}]}
-                for t in self.targets
-            ],
+            "scrape_configs": [t.scrape_config() for t in self.targets],
         }
 
     def start(self) -> Prometheus:

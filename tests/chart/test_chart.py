@@ -5,6 +5,7 @@ schema, generated files, and the dashboard's PromQL against the metrics the code
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import subprocess
 from pathlib import Path
@@ -232,7 +233,7 @@ def test_monitoring_scrapes_the_operator_service_and_the_trainer_pods(helm):
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     # The PodMonitor selects the pods the operator renders, by their port named "metrics".
-    (pod_monitor,) = kinds["PodMonitor"]
+    pod_monitor = named(kinds["PodMonitor"], "rel-tpujob-operator-trainers")
     job = parse_tpujob({**base_job("train"), "metadata": {"name": "train", "namespace": "ml", "uid": "u1"}})
     pod = render_plan.pod(job, Cluster(), 0, 0, 0)
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
@@ -254,11 +255,86 @@ def test_monitoring_scrapes_the_operator_service_and_the_trainer_pods(helm):
     assert json.loads(config_map["data"]["tpujob.json"]) == dashboard.load()
 
 
-@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
-def test_monitoring_refuses_to_render_without_the_prometheus_operator_api(helm, kind):
-    value = {"ServiceMonitor": "metrics.serviceMonitor.enabled", "PodMonitor": "metrics.podMonitor.enabled"}[
-        kind
-    ]
+def named(documents: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    (found,) = [doc for doc in documents if doc["metadata"]["name"] == name]
+    return found
+
+
+def relabel(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
+    """One Prometheus `replace` relabeling (a PodMonitor's camelCase fields): the regex is anchored at both
+    ends (Prometheus), an unmatched one leaves the labels as they are."""
+    assert rule.get("action", "replace") == "replace"
+    value = rule.get("separator", ";").join(labels.get(name, "") for name in rule["sourceLabels"])
+    match = re.fullmatch(rule.get("regex", "(.*)"), value)
+    if match is None:
+        return labels
+    replacement = re.sub(r"\$(\d+)", lambda m: match.group(int(m.group(1))), rule.get("replacement", "$1"))
+    return {**labels, rule["targetLabel"]: replacement}
+
+
+def test_the_tpu_device_plugin_monitor_scrapes_gkes_plugin_and_names_the_job_of_a_workers_chips(helm):
+    from tests.manifests import base_job
+    from tpujob.api import parse_tpujob
+    from tpujob.render import Cluster
+    from tpujob.render import plan as render_plan
+    from tpujob_sandbox.gke import device_plugin
+
+    kinds = by_kind(render(helm, *values_args("monitoring")))
+    monitor = named(kinds["PodMonitor"], "rel-tpujob-operator-tpu-device-plugin")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    spec = monitor["spec"]
+    # GKE's DaemonSet (as the simulated GKE's device_plugin.py cites it): its pods' labels and namespace.
+    assert spec["selector"] == {"matchLabels": device_plugin.POD_LABELS}
+    assert spec["namespaceSelector"] == {"matchNames": [device_plugin.NAMESPACE]}
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert "port" not in endpoint and "portNumber" not in endpoint  # the plugin declares no port
+    assert endpoint["path"] == device_plugin.PATH and endpoint["honorLabels"] is True
+    keep, address, node = endpoint["relabelings"]
+    assert (keep["action"], keep["regex"]) == ("keep", device_plugin.CONTAINER)
+    target = relabel(address, {"__meta_kubernetes_pod_ip": "10.128.0.4"})
+    assert target["__address__"] == f"10.128.0.4:{device_plugin.PORT}"
+    assert node["targetLabel"] == "node"
+
+    def stored(labels: dict[str, str]) -> dict[str, str]:
+        for rule in endpoint["metricRelabelings"]:
+            labels = relabel(rule, labels)
+        return labels
+
+    # Every worker pod the operator renders, whatever its job is called: the job, slice and worker come out
+    # as the pod's own labels say (what the trainers' PodMonitor gives the trainer's series).
+    for name in ("train", "a-s1-w2-a3", "x", "job-s0"):
+        manifest = base_job(name, tpu={"type": "v5p", "topology": "2x2x4", "slices": 2})
+        job = parse_tpujob({**manifest, "metadata": {"name": name, "namespace": "ml", "uid": "u1"}})
+        for slice_index, worker, attempt in ((0, 0, 0), (1, 3, 12)):
+            pod = render_plan.pod(job, Cluster(), slice_index, worker, attempt)
+            labels = pod["metadata"]["labels"]
+            (container,) = [
+                x["name"] for x in pod["spec"]["containers"] if c.TPU_RESOURCE in x["resources"]["limits"]
+            ]
+            got = stored({"namespace": "ml", "pod": pod["metadata"]["name"], "container": container})
+            assert (got["tpujob"], got["slice"], got["worker"]) == (
+                labels[c.LABEL_JOB_NAME],
+                labels[c.LABEL_SLICE],
+                labels[c.LABEL_WORKER],
+            ), pod["metadata"]["name"]
+    # Chips of anything else keep their labels: a serving pod, another container, the node's own series.
+    for other in (
+        {"pod": "server-s0-w0-a0", "container": "server"},
+        {"pod": "web-5d8f7", "container": "trainer"},
+        {"pod": "tpu-device-plugin-x2k9z", "namespace": "kube-system"},
+    ):
+        assert stored(other) == other
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        ("ServiceMonitor", "metrics.serviceMonitor.enabled"),
+        ("PodMonitor", "metrics.podMonitor.enabled"),
+        ("PodMonitor", "metrics.tpuDevicePlugin.podMonitor.enabled"),
+    ],
+)
+def test_monitoring_refuses_to_render_without_the_prometheus_operator_api(helm, kind, value):
     result = run_helm(helm, "template", "rel", str(CHART), "--set", f"{value}=true")
     assert result.returncode != 0
     assert (
@@ -342,7 +418,7 @@ def test_dashboard_has_the_promised_panels_and_variables():
     assert {
         "Jobs by phase", "Node pool provisioning time", "Time to Running", "Restarts by reason",
         "GKE errors by reason", "TPU chip-hours in the time range", "Training throughput", "Step time",
-        "Loss", "Input wait", "Last checkpoint age",
+        "Loss", "Input wait", "Last checkpoint age", "TPU duty cycle", "TensorCore utilization", "HBM used",
     } <= titles  # fmt: skip
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert (
@@ -362,7 +438,10 @@ def test_dashboard_is_a_complete_grafana_model():
     assert board["uid"] == "tpujob-overview" and board["title"] == "TPUJob"
     assert board["tags"] == ["tpujob", "tpu", "gke"]
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
-    assert rows == ["Jobs", "GKE node pools", "TPU capacity and cost", "Operator", "Per job: $job", "Goodput"]
+    assert rows == [
+        "Jobs", "GKE node pools", "TPU capacity and cost", "Operator", "Per job: $job",
+        "TPU utilization: $job", "Goodput",
+    ]  # fmt: skip
     ids = [p["id"] for p in board["panels"]]
     assert len(set(ids)) == len(ids)
     source = {"type": "prometheus", "uid": "${datasource}"}
@@ -396,25 +475,34 @@ def test_dashboard_is_a_complete_grafana_model():
         assert variable["definition"] == variable["query"]["query"]  # the SDK's model lacks `definition`
 
 
-def test_every_metric_the_dashboard_queries_is_exported_by_the_code():
+def test_every_metric_the_dashboard_queries_is_exported_by_the_code_or_gkes_tpu_device_plugin():
+    """GKE's names as the simulated GKE serves them (tpujob_sandbox/gke/device_plugin.py cites sources)."""
+    from tpujob_sandbox.gke import device_plugin
+
     operator, trainer = dashboard.operator_metric_names(), dashboard.trainer_metric_names()
+    gke = device_plugin.METRIC_NAMES
     assert "tpujob_build_info" in operator and "tpujob_jobs" in operator
     assert "tpujob_trainer_examples_total" in trainer
     used = set()
     for query in dashboard.queries():
         names = dashboard.metric_names(dashboard.substitute(query.expr))
         assert names, f"{query.where}: no metric in {query.expr!r}"
-        unknown = names - operator - trainer
+        unknown = names - operator - trainer - gke
         assert not unknown, (
-            f"{query.where}: {sorted(unknown)} exported by neither the operator nor the trainer"
+            f"{query.where}: {sorted(unknown)} exported by neither the operator, the trainer nor GKE's plugin"
         )
         used |= names
-    # Each per-job panel filters by the labels the PodMonitor adds.
+    # Each per-job panel filters by the labels the PodMonitors add; the device plugin's series of chips no
+    # TPUJob holds have no tpujob label, which the "All" value (.*) would match.
     for query in dashboard.queries():
-        trainer_panel = not query.where.startswith("variable ")
-        if trainer_panel and any(n.startswith("tpujob_trainer_") for n in dashboard.metric_names(query.expr)):
-            assert 'namespace=~"$namespace"' in query.expr, query.where
+        names = dashboard.metric_names(query.expr)
+        per_job = not query.where.startswith("variable ")
+        if per_job and (names & gke or any(n.startswith("tpujob_trainer_") for n in names)):
+            assert 'namespace=~"$namespace"' in query.expr and 'tpujob=~"$job"' in query.expr, query.where
+        if names & gke:
+            assert 'tpujob!=""' in query.expr, query.where
     assert used & operator and used & trainer
+    assert {"duty_cycle", "tensorcore_utilization", "memory_used", "memory_total"} <= used
 
 
 def test_metric_name_extraction():

@@ -1,5 +1,6 @@
 """The chart with real helm into the test bed, the operator under the chart's ServiceAccount, and a real
-Prometheus scraping that operator and a real trainer while every dashboard query is asked.
+Prometheus scraping that operator, a real trainer and GKE's TPU device plugin on the trainer's node (the
+simulated GKE's) while every dashboard query is asked.
 
 The Deployment's pod cannot run here (no container runtime), so the operator runs as a local process with
 the Deployment's environment and the chart ServiceAccount's token: what the pod would do, with the
@@ -26,6 +27,7 @@ from kubernetes import client as k8s
 from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART
 from tests.chart.prometheus import Prometheus, Target
+from tests.chart.test_chart import by_kind, render
 from tests.manifests import base_job
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
@@ -39,6 +41,7 @@ from tpujob_sandbox import (
     token_kubeconfig,
     wait_for,
 )
+from tpujob_sandbox.gke import device_plugin
 from tpujob_sandbox.timescale import poll_provisioning_seconds
 
 RELEASE = "chart-test"
@@ -59,7 +62,6 @@ class Release:
 class Run:
     """What happened while the job trained and after it ended."""
 
-    trainer_port: int
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # query -> result, while training
     errors: dict[str, str] = field(default_factory=dict)
     targets: dict[str, str] = field(default_factory=dict)
@@ -221,13 +223,21 @@ def chart_operator(sandbox: Sandbox, release: Release, tmp_path_factory) -> Iter
     process.stop()
 
 
+def tpu_monitor_endpoint(helm: Path) -> dict[str, Any]:
+    """The chart's TPU device plugin PodMonitor's endpoint, as helm renders it."""
+    documents = by_kind(render(helm, "--set", "metrics.tpuDevicePlugin.podMonitor.enabled=true"))
+    (monitor,) = [d for d in documents["PodMonitor"] if d["metadata"]["name"].endswith("-tpu-device-plugin")]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    return dict(endpoint)
+
+
 def operator_metrics(release: Release) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
 
 
 @pytest.fixture(scope="module")
-def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
+def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
     """A real trainer job under the chart's operator, scraped by a real Prometheus: every dashboard query
     is asked once the data it needs exists (a checkpoint saved, a few scrapes), then the job succeeds."""
     try:
@@ -235,18 +245,31 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
     except tools.ToolMissing as missing:
         pytest.fail(str(missing), pytrace=False)
     folder = tmp_path_factory.mktemp("prometheus")
-    trainer_port = free_port()
-    # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings).
+    # The trainer's target: its pod's IP and metrics port, written once it runs (as a PodMonitor's discovery
+    # finds it then; the test bed gives each pod a loopback IP of its own, where its trainer listens).
+    trainer_targets = folder / "tpujob-trainers.json"
+    trainer_targets.write_text("[]")
+    # The device plugin's targets: written once the job's node is up (Kubernetes discovery finds the
+    # DaemonSet's pod on it then); until then none.
+    plugin_targets = folder / "tpu-device-plugin.json"
+    plugin_targets.write_text("[]")
+    # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings),
+    # and its TPU device plugin PodMonitor: its target labels (node), honorLabels and its metricRelabelings
+    # as the chart renders them.
     targets = [
         Target("tpujob-operator", f"127.0.0.1:{release.metrics_port}", {}),
+        Target("tpujob-trainers", "", {}, file_sd=trainer_targets),
         Target(
-            "tpujob-trainers",
-            f"127.0.0.1:{trainer_port}",
-            {"namespace": release.namespace, "tpujob": JOB, "slice": "0", "worker": "0"},
+            "tpu-device-plugin",
+            "",
+            {},
+            file_sd=plugin_targets,
+            honor_labels=True,
+            metric_relabelings=tuple(tpu_monitor_endpoint(helm)["metricRelabelings"]),
         ),
     ]
     prometheus = Prometheus(server, folder, targets).start()
-    outcome = Run(trainer_port=trainer_port)
+    outcome = Run()
     jobs = Jobs(sandbox, release.namespace)
     try:
         manifest = base_job(JOB)
@@ -254,13 +277,23 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
             "image": trainer_image,
             "args": [
                 "--steps", "1000000", "--log-every-steps", "20", "--checkpoint-every-steps", "50",
-                "--metrics-port", str(trainer_port), "--progress", "log",
+                "--progress", "log",
             ],
             "checkpointDir": str(folder / "checkpoints"),
         }  # fmt: skip
         jobs.create(manifest)
         (pod,) = jobs.wait_pods_running(JOB, 1, timeout=60)
         jobs.wait_phase(JOB, "Running", timeout=30)
+        labels = {"namespace": release.namespace, "tpujob": JOB, "slice": "0", "worker": "0"}
+        trainer_address = f"{pod.status.pod_ip}:{c.PORT_TRAINER_METRICS}"
+        trainer_targets.write_text(json.dumps([{"targets": [trainer_address], "labels": labels}]))
+        node = pod.spec.node_name
+        address = wait_for(
+            lambda: sandbox.gke.device_plugin.endpoints().get(node),
+            timeout=30,
+            what=f"GKE's TPU device plugin on {node}",
+        )
+        plugin_targets.write_text(json.dumps([{"targets": [address], "labels": {"node": node}}]))
 
         def has_data() -> bool:
             status = jobs.status(JOB)
@@ -275,6 +308,10 @@ def run(sandbox, release, chart_operator, tmp_path_factory, trainer_image) -> It
                 'tpujob_jobs{phase="Running"} == 1',
                 "count_over_time(tpujob_trainer_examples_total[5m]) >= 3",
                 "count_over_time(tpujob_jobs[5m]) >= 3",
+                # The device plugin's series of the trainer's chips, named after its job by the chart's
+                # relabelings; training shows as a busy chip.
+                f'max_over_time(duty_cycle{{tpujob="{JOB}"}}[5m]) > 0',
+                f'memory_total{{tpujob="{JOB}"}}',
             ]
             return all(prometheus.query(check) for check in checks)
 
@@ -329,12 +366,12 @@ def test_the_operator_under_the_chart_service_account_reconciles_a_job_to_succee
     assert "Forbidden" not in chart_operator.log(), chart_operator.log()[-3000:]
 
 
-def test_prometheus_scrapes_the_operator_and_the_trainer(run):
-    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up"}
+def test_prometheus_scrapes_the_operator_the_trainer_and_gkes_tpu_device_plugin(run):
+    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up", "tpu-device-plugin": "up"}
     assert run.succeeded_in_prometheus == 1.0
 
 
-def test_every_dashboard_query_parses_and_returns_data(run):
+def test_every_dashboard_query_parses_and_returns_data(run, release):
     assert not run.errors, run.errors
     empty = [where for where, result in run.results.items() if not result]
     assert not empty, f"no data for: {empty}"
@@ -352,3 +389,13 @@ def test_every_dashboard_query_parses_and_returns_data(run):
     assert 0 <= float(age["value"][1]) < 120
     (throughput,) = run.results["Training throughput / A"]
     assert float(throughput["value"][1]) > 0
+    # GKE's device plugin's series of the job's 4 chips (one v5e host), by job: its duty cycle (the trainer's
+    # process on the test bed), TensorCore utilization and HBM (v5e: 16 GiB per chip).
+    for panel in ("TPU duty cycle / A", "TPU duty cycle / B", "TensorCore utilization / A"):
+        (utilization,) = run.results[panel]
+        assert utilization["metric"] == {"namespace": release.namespace, "tpujob": JOB}, panel
+        assert 0 <= float(utilization["value"][1]) <= 100, panel
+    (total,) = run.results["HBM used / B"]
+    assert float(total["value"][1]) == 4 * device_plugin.HBM_BYTES["tpu-v5-lite-podslice"]
+    (used,) = run.results["HBM used / A"]
+    assert 0 < float(used["value"][1]) <= float(total["value"][1])

@@ -348,6 +348,14 @@ class TestPartition:
         api.heal()
         # It rejoins under the replica that took over, and writes nothing to the jobs it left.
         wait_for(lambda: pair.active({HIGH, LOW}) == LOW, timeout=30, what="both live, the low one leading")
+
+        def settled_jobs() -> bool:
+            # The leader records the pools' deletion (STOPPING, then Deleted): a write of its own, not the
+            # healed replica's, which under load came inside the window below.
+            statuses = [jobs.status(name) for name in ("running", "provisioning")]
+            return all({p["state"] for p in st.get("nodePools") or []} <= {"Deleted"} for st in statuses)
+
+        wait_for(settled_jobs, timeout=60, what="the leader to record both jobs' pools deleted")
         versions = {
             name: jobs.get(name)["metadata"]["resourceVersion"] for name in ("running", "provisioning")
         }

@@ -121,3 +121,46 @@ def test_a_zonal_cluster_accepts_its_own_zone():
 )  # fmt: skip
 def test_region_of(location, region):
     assert gke.region_of(location) == region
+
+
+class _PoolAndOperation:
+    """The two answers NodePools.state reads, as GKE returns them (real container_v1 types): a pool still
+    showing a stockout, and its create operation."""
+
+    def __init__(self, operation: container_v1.Operation) -> None:
+        self.operation = operation
+
+    def get_node_pool(self, name: str, timeout: float) -> container_v1.NodePool:
+        condition = container_v1.StatusCondition(
+            code=container_v1.StatusCondition.Code.GCE_STOCKOUT, message="no capacity"
+        )
+        return container_v1.NodePool(
+            name="p", status=container_v1.NodePool.Status.ERROR, conditions=[condition]
+        )
+
+    def get_operation(self, name: str, timeout: float) -> container_v1.Operation:
+        return self.operation
+
+    def list_operations(self, parent: str, timeout: float) -> container_v1.ListOperationsResponse:
+        return container_v1.ListOperationsResponse(operations=[])  # no newer create than the recorded one
+
+
+DONE = container_v1.Operation.Status.DONE
+RUNNING = container_v1.Operation.Status.RUNNING
+GAVE_UP = container_v1.Operation(status=DONE, status_message="no capacity", error={"code": 8, "message": "x"})
+
+
+@pytest.mark.parametrize(
+    ("operation", "retrying"),
+    [
+        (container_v1.Operation(status=RUNNING), True),  # GKE retries the stockout
+        (GAVE_UP, False),  # GKE gave up: the operator deletes and asks again
+        # GKE got the VMs between the two reads: the pool read before it still showed the stockout. Not a
+        # give-up (before, this read deleted a pool GKE had just made, and asked for it again).
+        (container_v1.Operation(status=DONE), True),
+    ],
+)
+def test_a_stocked_out_pool_is_given_up_only_by_an_operation_that_ended_in_error(operation, retrying):
+    client = _PoolAndOperation(operation)
+    pools = gke.NodePools(Cluster(), client)  # type: ignore[arg-type]
+    assert pools.state(0, "p", "operation-1").retrying is retrying

@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 from tpujob_sandbox.gke import zones
 from tpujob_sandbox.gke.autoscaler import FlexStartAutoscaler
 from tpujob_sandbox.gke.cluster import ReleaseChannel, SimCluster
+from tpujob_sandbox.gke.device_plugin import TpuDevicePlugin
 from tpujob_sandbox.gke.faults import CallFault, Faults, PoolFault
 from tpujob_sandbox.gke.http import GkeHttpApi, RecordedCall
 from tpujob_sandbox.gke.maintenance import HostMaintenance
@@ -72,6 +73,8 @@ class GkeSimulator:
             time_scale=time_scale,
         )
         self.maintenance = HostMaintenance(self._core, later=self._later)
+        # GKE's TPU device plugin on each TPU node: its Prometheus endpoint (device_plugin.py).
+        self.device_plugin = TpuDevicePlugin(self._core, owner=node_owner, time_scale=time_scale)
         self._http = GkeHttpApi(self)
 
     def add_cluster(self, model: SimCluster) -> ClusterState:
@@ -122,10 +125,12 @@ class GkeSimulator:
     def start(self, port: int = 0) -> GkeSimulator:
         self._http.start(port)
         self.autoscaler.start()
+        self.device_plugin.start()
         return self
 
     def stop(self) -> None:
         self.autoscaler.stop()
+        self.device_plugin.stop()
         with self._lock:
             for timer in self._timers:
                 timer.cancel()

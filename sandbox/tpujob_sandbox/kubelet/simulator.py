@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tpujob_sandbox.addresses import POD_BASE, LoopbackAddresses
+from tpujob_sandbox.gke.device_plugin import ChipActivity
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL, STANDALONE_NODE_OWNER
 from tpujob_sandbox.kubelet.containers import LocalContainers, Run, discard, kill_group, terminate
 from tpujob_sandbox.kubelet.images import PullBackOff, Registry
@@ -37,6 +38,7 @@ from tpujob_sandbox.kubelet.podstatus import (
 from tpujob_sandbox.kubelet.podwatch import PodWatch
 from tpujob_sandbox.kubelet.shutdown import NodeShutdown
 from tpujob_sandbox.kubelet.startup import Blocked, StartChecks
+from tpujob_sandbox.kubelet.tpuruntime import RuntimeMeter
 from tpujob_sandbox.processes import stop_process
 from tpujob_sandbox.waiting import wait_for
 
@@ -86,6 +88,7 @@ class KubeletSimulator:
         self.pods = PodWatch(self.core, self._sync)
         self._simulated_nodes: set[str] = set()
         self._addresses = LoopbackAddresses(POD_BASE)
+        self._runtime = RuntimeMeter()
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -180,6 +183,16 @@ class KubeletSimulator:
     def log_path(self, namespace: str, name: str) -> Path:
         return self.containers.log_path(namespace, name)
 
+    def tpu_runtime(self, namespace: str, name: str) -> ChipActivity | None:
+        """What the pod's TPU runtime would answer GKE's device plugin on its port 8431 (tpuruntime.py): read
+        from its local process; None when it runs none (nothing listens there). The simulated GKE's device
+        plugin asks (bed.py wires it)."""
+        run = self._runs.get((namespace, name))
+        process = run.process if run else None
+        if process is None or process.poll() is not None:
+            return None
+        return self._runtime.read((namespace, name), process.pid)
+
     # ---- sync ------------------------------------------------------------------------------------------
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -231,6 +244,7 @@ class KubeletSimulator:
 
     def _forget(self, key: tuple[str, str]) -> None:
         self._blocked.pop(key, None)
+        self._runtime.forget(key)
         run = self._runs.pop(key, None)
         if run:
             discard(run, grace_seconds=1)
