@@ -29,6 +29,10 @@ OPERATOR_NAMESPACE = "tpujob-system"
 OPERATOR_ACCOUNT = "tpujob-operator"
 
 
+# How often the operator looks at every job on the test bed (TPUJOB_RESYNC_SECONDS; 30 s by default).
+RESYNC_SECONDS = 2.0
+
+
 def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
     """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount, with the
     operator's periods shortened so tests see its reactions within seconds, and its GKE poll at the
@@ -41,7 +45,7 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_GKE_LOCATION": sandbox.gke.location,
         "TPUJOB_GKE_CLUSTER": sandbox.gke.cluster,
         "TPUJOB_GKE_ZONE": sandbox.default_zone,
-        "TPUJOB_RESYNC_SECONDS": "2",
+        "TPUJOB_RESYNC_SECONDS": str(RESYNC_SECONDS),
         "TPUJOB_RESTART_BACKOFF_SECONDS": "0.5",
         "TPUJOB_REFUSED_BACKOFF_SECONDS": "1",
         "TPUJOB_SWEEP_SECONDS": "2",

@@ -5,13 +5,11 @@ category resolve, `kubectl wait` sees the Succeeded condition, `kubectl get` sho
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.chart import tools
+from tests.e2e.kubectl_cli import Kubectl, table
 from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob.api.crd import PRINTER_COLUMNS, crd
@@ -23,43 +21,6 @@ from tpujob_sandbox import wait_for
 # renderer outright: the same output on every server, no probe first. (The KUBECTL_EXPLAIN_OPENAPIV3
 # variable of kubectl 1.24-1.26 is gone from 1.33.)
 EXPLAIN_V2 = "--output=plaintext-openapiv2"
-
-
-@pytest.fixture(scope="session")
-def kubectl_binary() -> Path:
-    try:
-        return tools.kubectl()
-    except tools.ToolMissing as missing:
-        pytest.fail(str(missing), pytrace=False)
-
-
-class Kubectl:
-    """kubectl as the test bed's admin, with a discovery cache of its own (a stale ~/.kube/cache from an
-    earlier test bed on the same port would hide a changed CRD)."""
-
-    def __init__(self, binary: Path, kubeconfig: Path, cache: Path) -> None:
-        self.base = [str(binary), f"--kubeconfig={kubeconfig}", f"--cache-dir={cache}"]
-
-    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
-
-    def ok(self, *args: str) -> str:
-        result = self.run(*args)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.returncode}\n{result.stderr}"
-        return result.stdout
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-
-
-@pytest.fixture
-def kubectl(kubectl_binary, sandbox, operator, tmp_path) -> Kubectl:
-    """`operator` installs the CRD (without CEL, as a 1.20 API server needs)."""
-    return Kubectl(kubectl_binary, sandbox.kubeconfig, tmp_path / "kube-cache")
 
 
 # --- kubectl explain ---------------------------------------------------------------------------------
@@ -158,17 +119,23 @@ def test_short_name_and_category_come_from_discovery(kubectl):
     assert c.CRD_NAME not in kubectl.ok("api-resources", "--categories=all", "-o", "name").split()
 
 
-def table(output: str) -> tuple[list[str], list[list[str]]]:
-    header, *rows = [line.split() for line in output.splitlines() if line.strip()]
-    return header, rows
-
-
 def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubectl, jobs):
     jobs.create(plain_job("train"))
     jobs.wait_pods_running("train", 1)
     jobs.wait_phase("train", "Running")
     columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS)]
-    assert columns == ["NAME", "TYPE", "TOPOLOGY", "SLICES", "PHASE", "RESTARTS", "REASON", "AGE"]
+    assert columns == [
+        "NAME",
+        "TYPE",
+        "TOPOLOGY",
+        "SLICES",
+        "PHASE",
+        "RESTARTS",
+        "REASON",
+        "PROGRESS",
+        "ETA",
+        "AGE",
+    ]
     # The short name; the category (kubectl expands categories first, so `tpujob` is the category here,
     # which test_short_name_and_category_come_from_discovery shows holds TPUJobs only); plural; full name.
     for resource in ("tj", "tpujob", "tpujobs", c.CRD_NAME):

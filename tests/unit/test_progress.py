@@ -90,7 +90,7 @@ def test_a_stall_past_the_deadline_restarts_the_job_as_stalled_and_counts_it():
     assert "stayed at step 100 for 120 s (progressDeadlineSeconds 120)" in stalled.status.message
     assert stalled.status.application_restarts == 1 and stalled.status.attempt == 1
     assert sorted(stalled.delete_pods) == sorted(p.name for p in running_pods(job))
-    assert stalled.status.progress.last_words == ""  # awaited
+    assert stalled.status.progress.stalled and stalled.status.progress.last_words is None  # awaited
 
 
 def test_a_trainer_that_never_reports_stalls_from_when_the_attempt_ran_and_says_why():
@@ -131,7 +131,7 @@ def test_the_stalled_attempts_last_words_are_quoted_once_as_its_workers_end():
     name = naming.pod_name(job, 0, 0, 0)
     still_going = (s.PodView(name, 0, 0, 0, "Running", deleting=True),)
     waiting = step(stalled, T0 + dt.timedelta(seconds=31), pods=still_going)
-    assert waiting.status.progress.last_words == "" and not [
+    assert waiting.status.progress.last_words is None and not [
         e for e in waiting.events if "last words" in e.message
     ]
     words = 'SIGTERM while stuck: hang (train.py:31) < on_step (train.py:300)\ntpujob-progress {"step":7}'
@@ -183,3 +183,32 @@ def test_progress_model_round_trips():
         "readTime": "2026-11-24T12:00:00Z",
         "attempt": 0,
     }
+
+
+def test_a_deleted_workers_last_state_is_kept_for_the_pass_that_quotes_it():
+    """The kubelet reports a deleted worker's end just before it removes the pod: the watch's last sight of
+    it is kept (JobMemory), newest attempt only, and quoted even when the index no longer has the pod."""
+    from tpujob.reconciler.memory import JobMemory
+
+    memory = JobMemory()
+    said = s.PodView(
+        "train-s0-w0-a0", 0, 0, 0, "Failed", deleting=True, message="SIGTERM while stuck: hang (t.py:1)"
+    )
+    memory.pod_departing("u1", s.PodView("old", 0, 0, 0, "Failed", deleting=True, message="x"))
+    memory.pod_departing("u1", said)
+    memory.pod_departing("u1", s.PodView("older", 0, 0, 0, "Failed", deleting=True, message="y"))
+    assert memory.departed("u1", []) == (
+        s.PodView("old", 0, 0, 0, "Failed", deleting=True, message="x"),
+        said,
+    )
+    assert memory.departed("u1", [said]) == (s.PodView("old", 0, 0, 0, "Failed", deleting=True, message="x"),)
+    memory.pod_departing("u1", s.PodView("next", 0, 0, 1, "Failed", deleting=True, message="z"))
+    assert [p.name for p in memory.departed("u1", [])] == ["next"]  # a newer attempt's replace them
+
+    job = running_job(deadline=30)
+    stalled = after(job, step(after(job, step(job, T0, sample(7))), T0 + dt.timedelta(seconds=30), sample(7)))
+    observed = s.Observed(
+        job=stalled, now=T0 + dt.timedelta(seconds=61), service_exists=True, departed=(said,)
+    )
+    quoted = s.decide(observed)
+    assert quoted.status.progress.last_words == "slice 0 worker 0: SIGTERM while stuck: hang (t.py:1)"

@@ -56,9 +56,22 @@ def progress_line(facts: Mapping[str, Any]) -> str:
     return c.PROGRESS_LINE_PREFIX + json.dumps(dict(facts), separators=(",", ":"), sort_keys=True)
 
 
+# The trainer's own last word and the stack dump's (StackDumpOnSigterm) take turns: a trainer that stops
+# gracefully on SIGTERM has the last word, whichever of the two writes first.
+_LAST_WORD = threading.Lock()
+_last_word_written = False
+
+
 def write_termination_message(message: str, env: Mapping[str, str], progress: str = "") -> None:
     """Write `message` as one line, then `progress` (a progress_line) if given, at most 4096 bytes in all,
     to the termination log, if there is one."""
+    global _last_word_written
+    with _LAST_WORD:
+        _last_word_written = True
+        _write_termination_message(message, env, progress)
+
+
+def _write_termination_message(message: str, env: Mapping[str, str], progress: str) -> None:
     try:
         path = termination_log_path(env)
         if path is None:
@@ -166,6 +179,12 @@ class StackDumpOnSigterm:
         text = dump.decode("utf-8", "replace")
         stream = self.stream or sys.stderr
         print(f"SIGTERM: every thread's stack (faulthandler):\n{text}", file=stream, flush=True)
+        with _LAST_WORD:
+            if self.path is not None and not _last_word_written:
+                self._write_last_words(text)
+        self.relayed.set()
+
+    def _write_last_words(self, text: str) -> None:
         if self.path is not None:
             try:
                 with open(self.path, "rb") as current:
@@ -176,7 +195,6 @@ class StackDumpOnSigterm:
                 write_in_place(self.path, head.encode() + b"\n" + tail)
             except Exception:  # best effort, as every last word
                 pass
-        self.relayed.set()
 
 
 def condensed(dump: str, frames: int = 4) -> str:
@@ -192,7 +210,8 @@ def condensed(dump: str, frames: int = 4) -> str:
                 calls.append(
                     (match["function"], os.path.basename(match["file"]), match["line"], match["file"])
                 )
-        if not any("tpujob_trainer" in path for *_, path in calls):
+        ours = any("tpujob_trainer" in path for *_, path in calls)
+        if not ours or any(function == "_relay" for function, *_ in calls):  # not the relaying thread itself
             continue
         where = " < ".join(f"{function} ({file}:{line})" for function, file, line, _ in calls[:frames])
         parts.append(where)

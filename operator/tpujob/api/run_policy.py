@@ -170,12 +170,13 @@ class RunPolicy(ApiModel):
     )
     progress_deadline_seconds: int | None = Field(
         default=None,
-        ge=30,
+        ge=1,
         description=(
             "Restart the job (Stalled, counted against maxRestarts) when its trainer's step has not moved "
             "for this many seconds while all workers run (a hung collective, a stalled input pipeline): no "
             "slice is held by a trainer that does not progress. Read from worker 0's metrics endpoint; a "
-            "trainer that serves no step counter there counts as not progressing. Unset: no limit."
+            "trainer that serves no step counter there counts as not progressing. Leave room for a slow "
+            "step, a checkpoint save and the first steps' compilation (minutes on a TPU). Unset: no limit."
         ),
     )
     ttl_seconds_after_finished: int | None = Field(

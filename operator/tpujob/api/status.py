@@ -150,10 +150,13 @@ class Progress(ApiModel):
         "every read of a step that stands still."
     )
     attempt: int = Field(default=0, description="The attempt whose trainer reported it.")
+    stalled: bool | None = Field(
+        default=None, description="This attempt was restarted as Stalled (progressDeadlineSeconds)."
+    )
     last_words: str | None = Field(
         default=None,
-        description="What the workers of an attempt restarted as Stalled said as they ended (their "
-        "termination message: the trainer dumps its threads' stacks on SIGTERM).",
+        description="What the workers of the last attempt restarted as Stalled said as they ended (their "
+        "termination messages: the trainer dumps its threads' stacks on SIGTERM).",
     )
 
 

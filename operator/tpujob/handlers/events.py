@@ -46,6 +46,7 @@ async def on_pod_event(
     job_name = labels.get(c.LABEL_JOB_NAME)
     if not job_name or not namespace:
         return
+    runtime.reconciler.saw_pod(body)
     if type == "ADDED" and runtime.reconciler.is_own_create(body):
         return  # the echo of the pass' own create: that pass saw it coming
     request_pass(runtime, namespace, job_name)

@@ -30,6 +30,10 @@ class JobMemory:
         # Pod creates the API server refused (a missing PriorityClass, an admission webhook): its message.
         self._pods_refused: dict[str, str] = {}
         self._rejections: dict[str, int] = {}
+        # The last state the watch showed of worker pods deleted after their trainer ended with a message
+        # (the kubelet reports it just before it removes the pod, often too close for a pass to see it in the
+        # index): their last words, for the pass that quotes them. Only the newest attempt's are kept.
+        self._departed: dict[str, dict[str, s.PodView]] = {}
 
     def forget(self, uid: str) -> None:
         with self._lock:
@@ -40,6 +44,7 @@ class JobMemory:
             self._gke_refused.pop(uid, None)
             self._pods_refused.pop(uid, None)
             self._rejections.pop(uid, None)
+            self._departed.pop(uid, None)
 
     def uids(self) -> set[str]:
         with self._lock:
@@ -50,6 +55,7 @@ class JobMemory:
                 *self._gke_refused,
                 *self._pods_refused,
                 *self._rejections,
+                *self._departed,
             }
 
     # --- status writes ---------------------------------------------------------------------------
@@ -102,6 +108,21 @@ class JobMemory:
         """Why the API server refused the job's last pod creates; "" once a create passed."""
         with self._lock:
             return self._pods_refused.get(uid, "")
+
+    def pod_departing(self, job_uid: str, pod: s.PodView) -> None:
+        """A deleted worker pod whose trainer ended with a message, as the watch last showed it."""
+        with self._lock:
+            kept = self._departed.setdefault(job_uid, {})
+            if any(other.attempt < pod.attempt for other in kept.values()):
+                kept.clear()
+            if all(other.attempt <= pod.attempt for other in kept.values()):
+                kept[pod.name] = pod
+
+    def departed(self, job_uid: str, seen: Iterable[s.PodView]) -> tuple[s.PodView, ...]:
+        """Those of them the watch no longer shows."""
+        names = {pod.name for pod in seen}
+        with self._lock:
+            return tuple(p for p in self._departed.get(job_uid, {}).values() if p.name not in names)
 
     def is_own_create(self, pod: Mapping[str, Any]) -> bool:
         """The watch's first sight of a pod a pass created, as it was created (not yet scheduled): that pass

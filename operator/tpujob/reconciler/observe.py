@@ -191,6 +191,7 @@ class Observer:
             service_exists=self.memory.service_exists(uid, service_exists),
             pods_in_flight=self.memory.pods_in_flight(uid, pods),
             pods_refused=self.memory.pod_refusal(uid),
+            departed=self.memory.departed(uid, pods),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,

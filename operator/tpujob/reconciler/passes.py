@@ -16,7 +16,7 @@ from tpujob.api.status import TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
-from tpujob.reconciler.observe import Observer, Settings
+from tpujob.reconciler.observe import Observer, Settings, pod_view
 from tpujob.reconciler.release import Releaser
 from tpujob.render import Cluster
 
@@ -78,6 +78,14 @@ class Reconciler:
 
     def is_own_create(self, pod: Mapping[str, Any]) -> bool:
         return self.memory.is_own_create(pod)
+
+    def saw_pod(self, pod: Mapping[str, Any]) -> None:
+        """Every watch event of a worker pod: a deleted one's last words are kept for the next pass."""
+        owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")]
+        if owners and pod["metadata"].get("deletionTimestamp"):
+            view = pod_view(pod)
+            if view.message:
+                self.memory.pod_departing(owners[0]["uid"], view)
 
     # What the kopf layer asks between passes, each done where it lives.
     def check_cluster(self) -> ClusterCheck | None:

@@ -213,6 +213,8 @@ class Observed:
     # why), for status.progress and progressDeadlineSeconds.
     progress: ProgressSample | None = None
     progress_error: str = ""
+    # Worker pods deleted since, as the watch last showed them ending (their termination messages).
+    departed: tuple[PodView, ...] = ()
 
     @property
     def status(self) -> TPUJobStatus:

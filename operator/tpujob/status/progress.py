@@ -27,6 +27,8 @@ def track(b: Builder) -> bool:
         current = advanced(current, sample, b.now)
     elif current is None:  # the attempt runs; nothing read yet: the stall clock starts now
         current = Progress(step_time=timestamp(b.now), read_time=timestamp(b.now), attempt=attempt)
+    if status.progress is not None and status.progress is not current and current.last_words is None:
+        current.last_words = status.progress.last_words  # a stalled attempt's, until another stalls
     status.progress = current
     deadline = b.job.spec.run_policy.progress_deadline_seconds
     if deadline is None:
@@ -39,8 +41,8 @@ def track(b: Builder) -> bool:
     detail = f"the trainer stayed {at} for {int(stalled_for)} s (progressDeadlineSeconds {deadline})"
     if b.observed.progress_error and (sample is None or sample.attempt != attempt):
         detail += f"; worker 0's metrics endpoint: {b.observed.progress_error}"
-    # "": its last words are awaited, from the workers' termination messages as they end (quote_last_words).
-    current.last_words = ""
+    # Its last words are awaited, from the workers' termination messages as they end (quote_last_words).
+    current.stalled = True
     budget = b.job.spec.run_policy.max_restarts
     if status.application_restarts >= budget:
         fail(b, Reason.BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
@@ -83,12 +85,12 @@ def quote_last_words(b: Builder) -> None:
     """After a Stalled restart (or failure): the stalled attempt's workers' termination messages, once they
     have ended, in status.progress.lastWords and a Warning event (kubectl describe shows where it hung)."""
     progress = b.status.progress
-    if progress is None or progress.last_words != "":
+    if progress is None or not progress.stalled or progress.last_words is not None:
         return
     stalled_attempt = progress.attempt
     words = [
         f"slice {pod.slice} worker {pod.worker}: {said}"
-        for pod in sorted(b.observed.pods, key=lambda p: (p.slice, p.worker))
+        for pod in sorted((*b.observed.pods, *b.observed.departed), key=lambda p: (p.slice, p.worker))
         if pod.attempt == stalled_attempt and (said := human_lines(pod))
     ]
     if not words:

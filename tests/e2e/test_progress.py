@@ -1,0 +1,92 @@
+"""A running job's progress and a stalled trainer, with the real trainer: the operator reads worker 0's step
+counter from its metrics endpoint (pod IP, the port named `metrics`) while it trains, shows it in `kubectl get
+tj`, and restarts a trainer whose step stands still past progressDeadlineSeconds as Stalled, quoting where it
+hung (the trainer's stack dump on SIGTERM)."""
+
+from __future__ import annotations
+
+import time
+
+from tests.e2e.kubectl_cli import Kubectl, table
+from tests.manifests import base_job
+from tpujob_sandbox import wait_for
+from tpujob_sandbox.operators import RESYNC_SECONDS
+
+
+def progress_row(cli: Kubectl, namespace: str) -> dict[str, str]:
+    header, rows = table(cli.ok("get", "tj", "train", "-n", namespace))
+    return dict(zip(header, rows[0], strict=True))
+
+
+def test_progress_rises_in_kubectl_get_while_the_trainer_runs(
+    kubectl, jobs, kubelet, trainer_image, tmp_path
+):
+    args = ["--steps", "1000000", "--checkpoint-every-steps", "500", "--log-every-steps", "100"]
+    trainer = {"image": trainer_image, "args": args, "checkpointDir": str(tmp_path / "checkpoints")}
+    jobs.create(base_job("train", trainer=trainer))
+    (pod,) = jobs.wait_pods_running("train", 1, timeout=120)
+    seen: list[int] = []
+
+    def rising() -> bool:
+        status = jobs.status("train").get("progress") or {}
+        if status.get("step") is not None and (not seen or status["step"] > seen[-1]):
+            seen.append(status["step"])
+        return len(seen) >= 3 and bool(status.get("eta")) and status.get("checkpointStep") is not None
+
+    wait_for(
+        rising,
+        timeout=90,
+        what="three rising progress reads with an ETA and a checkpoint",
+        last_state=lambda: (seen, jobs.status("train").get("progress"), jobs.pods("train")[0].status.pod_ip),
+    )
+    progress = jobs.status("train")["progress"]
+    assert progress["targetSteps"] == 1_000_000 and progress["attempt"] == 0
+    assert 0 < progress["checkpointStep"] <= progress["step"] and progress["checkpointStep"] % 500 == 0
+    assert progress["checkpointTime"] <= progress["readTime"]
+    row = progress_row(kubectl, jobs.namespace)
+    assert row["PROGRESS"] == str(progress["percent"]) and row["ETA"].endswith("Z"), row
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded", timeout=60)
+
+
+DEADLINE = 4
+HANG_AT = 150
+
+
+def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_then_succeeds(
+    jobs, trainer_image, tmp_path
+):
+    args = ["--steps", "400", "--checkpoint-every-steps", "50", "--hang-at-step", str(HANG_AT)]
+    manifest = base_job(
+        "train",
+        trainer={"image": trainer_image, "args": args, "checkpointDir": str(tmp_path / "checkpoints")},
+        runPolicy={"progressDeadlineSeconds": DEADLINE, "maxRestarts": 1},
+    )
+    jobs.create(manifest)
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "Stalled" and st,
+        timeout=120,
+        what="the restart as Stalled",
+    )
+    progress = status["progress"]
+    assert progress["step"] == HANG_AT and progress["attempt"] == 0
+    # From when the step stood still to the restart: the deadline, plus at most one resync (and a second of
+    # status timestamps' resolution on each side).
+    stood = time.mktime(time.strptime(progress["stepTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    restarted = time.mktime(time.strptime(status["lastRestartTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert DEADLINE <= restarted - stood <= DEADLINE + RESYNC_SECONDS + 2, (
+        progress,
+        status["lastRestartTime"],
+    )
+    assert f"stayed at step {HANG_AT}" in status["message"]
+    assert (status["restartsByReason"], status["applicationRestarts"]) == ({"Stalled": 1}, 1)
+
+    # The hung worker ignores SIGTERM (as a stuck collective would) and is killed after its grace period; its
+    # stack dump, taken at the SIGTERM, names where it hung.
+    final = jobs.wait_phase("train", "Succeeded", timeout=150)
+    events = [(e.type, e.reason, e.message) for e in jobs.events("train")]
+    quoted = [e for e in events if e[1] == "Stalled" and "last words" in e[2]]
+    assert len(quoted) == 1 and quoted[0][0] == "Warning" and "hang (train.py:" in quoted[0][2], events
+    words = final["progress"].get("lastWords") or ""
+    assert "hang (train.py:" in words and "on_step (train.py:" in words, final["progress"]
+    assert final["progress"]["attempt"] == 1 and final["progress"]["step"] is not None
