@@ -21,7 +21,7 @@ from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
-from tpujob.status import goodput
+from tpujob.status import cost, goodput
 
 RESTART_REASONS = (
     Reason.WORKER_FAILED,
@@ -105,9 +105,13 @@ GKE_CLUSTER_READY = Gauge(
     "1 when the configured GKE cluster was found and its zone setting fits it (GetCluster, at start and "
     "every sweep); 0 when not: waiting jobs show GKEConfigError.",
 )
+# The same accounting as each job's status.cost.chipSeconds (status/cost.py), added on every pass where the
+# status adds it at changes; a process counts from its first pass for a job, so the time across a restart is
+# in the status only.
 CHIP_SECONDS = Counter(
     "tpujob_tpu_chip_seconds_total",
-    "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis.",
+    "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis. "
+    "Per job: status.cost.chipSeconds.",
     ["tpu_type", "capacity_mode"],
 )
 # Goodput (status.goodput, see status/goodput.py): seconds as each job's status accounts them, added when
@@ -265,15 +269,6 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
             BADPUT_SECONDS.labels(category, mode)
 
 
-def chips_held(job: TPUJob, status: TPUJobStatus) -> int:
-    """Chips the job pays for: its pools while they exist, or (existing pools) its running pods."""
-    shape = tpu.resolve_slice(job.spec.tpu.type, job.spec.tpu.topology, job.spec.tpu.machine_type)
-    if job.spec.node_pool.policy == "create":
-        alive = [p for p in status.node_pools if p.state not in (s.POOL_MISSING, s.POOL_DELETED)]
-        return len(alive) * shape.chips
-    return status.workers.running * shape.chips_per_host
-
-
 def start_problem(status: TPUJobStatus) -> str | None:
     """The START_PROBLEMS label of a status whose workers cannot start, else None."""
     reason = s.SAME_PROBLEM.get(status.reason or "", status.reason or "")
@@ -284,7 +279,7 @@ class PassRecorder:
     """Turns one reconcile pass (status before -> after) into metric updates."""
 
     def __init__(self) -> None:
-        self._last_seen: dict[str, tuple[dt.datetime, int]] = {}  # uid -> (when, chips held then)
+        self._last_seen: dict[str, tuple[str, int]] = {}  # uid -> (when, as a status time; chips held then)
         self._pool_created: dict[str, dt.datetime] = {}
         self._lock = threading.Lock()
 
@@ -324,13 +319,16 @@ class PassRecorder:
                     GKE_ERRORS.labels(s.pool_error_reason(pool.condition)).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
-        held = chips_held(job, after)
+        """The chips held since this process' last pass for the job, as status.cost accounts them
+        (status/cost.py): the same amounts, added every pass instead of at changes."""
+        held = cost.chips_held(job, after)
         with self._lock:
             seen = self._last_seen.get(uid)
-            self._last_seen[uid] = (now, held)
+            self._last_seen[uid] = (s.timestamp(now), held)
         if seen is not None and seen[1]:
-            elapsed = (now - seen[0]).total_seconds()
-            CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(seen[1] * max(elapsed, 0.0))
+            since, chips = seen
+            added = cost.chip_seconds(chips, since, now)
+            CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(added)
         CHIPS_HELD.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
 
     @staticmethod
