@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -21,7 +20,7 @@ from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
-from tpujob.status import cost, goodput
+from tpujob.status import cost, goodput, waiting
 
 RESTART_REASONS = (
     Reason.WORKER_FAILED,
@@ -149,38 +148,42 @@ RESYNC_ROUND_END = Gauge(
 
 
 class JobsByPhase(Collector):
-    """tpujob_jobs{phase}, and tpujob_phase_oldest_seconds{phase}: computed at scrape time from the phases
-    the reconciler last saw. The second answers "how long has the longest-waiting job been Provisioning",
-    which no histogram shows while the wait goes on (a stockout that never ends observes nothing)."""
+    """tpujob_jobs{phase}, and tpujob_phase_oldest_since_timestamp_seconds{phase}: computed at scrape time
+    from the statuses the reconciler last saw. The second answers "since when has the longest-waiting job been
+    Provisioning", which no histogram shows while the wait goes on (a stockout that never ends observes
+    nothing). It is read from each job's status (status/waiting.py), not from this process' clock: a restart,
+    a rollout or a failover does not reset it, so an alert on it stays on."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._phases: dict[str, tuple[str, float]] = {}  # uid -> (phase, when this process saw it start)
+    def __init__(self) -> None:
+        self._phases: dict[str, tuple[str, float | None]] = {}  # uid -> (phase, its wait's start, Unix time)
         self._lock = threading.Lock()
-        self._clock = clock
 
-    def set(self, uid: str, phase: str | None) -> None:
+    def set(self, uid: str, status: TPUJobStatus | None) -> None:
         with self._lock:
-            if phase is None:
+            if status is None or status.phase is None:
                 self._phases.pop(uid, None)
-            elif self._phases.get(uid, ("", 0.0))[0] != phase:
-                self._phases[uid] = (phase, self._clock())
+            else:
+                since = waiting.waiting_since(status)
+                self._phases[uid] = (status.phase, s.parse_timestamp(since).timestamp() if since else None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "tpujob_jobs", "TPUJobs known to the operator, by phase.", labels=["phase"]
         )
         oldest = GaugeMetricFamily(
-            "tpujob_phase_oldest_seconds",
-            "Time the longest-staying TPUJob has been in each phase (0: none); counted from when this "
-            "operator process first saw it there.",
+            "tpujob_phase_oldest_since_timestamp_seconds",
+            "Unix time the longest-waiting TPUJob in each waiting phase began its wait, from its status "
+            "(Pending: startTime, Provisioning: provisioningSince, Starting: startingSince, Restarting: "
+            "lastRestartTime); 0 when no job waits there.",
             labels=["phase"],
         )
-        now = self._clock()
         with self._lock:
             entries = list(self._phases.values())
         for phase in Phase:
             family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
-            oldest.add_metric([phase], max((now - since for p, since in entries if p == phase), default=0.0))
+        for phase in waiting.WAITING_PHASES:
+            starts = [since for p, since in entries if p == phase and since is not None]
+            oldest.add_metric([phase], min(starts, default=0.0))
         yield family
         yield oldest
 
@@ -299,7 +302,7 @@ class PassRecorder:
         self._pools(before, after, now)
         self._chips(uid, job, after, now)
         self._goodput(job, before, after)
-        JOBS_BY_PHASE.set(uid, after.phase)
+        JOBS_BY_PHASE.set(uid, after)
         NEXT_MAINTENANCE.set(uid, after.maintenance_time)
 
     def _pools(self, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
