@@ -111,11 +111,12 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                 _panel(
                     "Longest wait by phase",
                     "How long the longest-waiting TPUJob has been Pending, Provisioning (a stockout shows "
-                    "here long before any histogram), Starting or Restarting. Alert on Provisioning.",
+                    "here long before any histogram), Starting or Restarting, from its status' times (an "
+                    "operator restart does not reset it); 0: none. Alert on Provisioning.",
                     [
                         (
-                            "max by (phase) "
-                            '(tpujob_phase_oldest_seconds{phase=~"Pending|Provisioning|Starting|Restarting"})',
+                            "(time() - min by (phase) (tpujob_phase_oldest_since_timestamp_seconds > 0)) "
+                            "or min by (phase) (tpujob_phase_oldest_since_timestamp_seconds)",
                             "{{phase}}",
                         )
                     ],

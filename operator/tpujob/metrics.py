@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -21,7 +20,7 @@ from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
-from tpujob.status import goodput
+from tpujob.status import cost, goodput, waiting
 
 RESTART_REASONS = (
     Reason.WORKER_FAILED,
@@ -105,9 +104,13 @@ GKE_CLUSTER_READY = Gauge(
     "1 when the configured GKE cluster was found and its zone setting fits it (GetCluster, at start and "
     "every sweep); 0 when not: waiting jobs show GKEConfigError.",
 )
+# The same accounting as each job's status.cost.chipSeconds (status/cost.py), added on every pass where the
+# status adds it at changes; a process counts from its first pass for a job, so the time across a restart is
+# in the status only.
 CHIP_SECONDS = Counter(
     "tpujob_tpu_chip_seconds_total",
-    "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis.",
+    "TPU chip-seconds held by TPUJobs (node pools alive, or pods running on existing pools): the cost basis. "
+    "Per job: status.cost.chipSeconds.",
     ["tpu_type", "capacity_mode"],
 )
 # Goodput (status.goodput, see status/goodput.py): seconds as each job's status accounts them, added when
@@ -145,38 +148,42 @@ RESYNC_ROUND_END = Gauge(
 
 
 class JobsByPhase(Collector):
-    """tpujob_jobs{phase}, and tpujob_phase_oldest_seconds{phase}: computed at scrape time from the phases
-    the reconciler last saw. The second answers "how long has the longest-waiting job been Provisioning",
-    which no histogram shows while the wait goes on (a stockout that never ends observes nothing)."""
+    """tpujob_jobs{phase}, and tpujob_phase_oldest_since_timestamp_seconds{phase}: computed at scrape time
+    from the statuses the reconciler last saw. The second answers "since when has the longest-waiting job been
+    Provisioning", which no histogram shows while the wait goes on (a stockout that never ends observes
+    nothing). It is read from each job's status (status/waiting.py), not from this process' clock: a restart,
+    a rollout or a failover does not reset it, so an alert on it stays on."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._phases: dict[str, tuple[str, float]] = {}  # uid -> (phase, when this process saw it start)
+    def __init__(self) -> None:
+        self._phases: dict[str, tuple[str, float | None]] = {}  # uid -> (phase, its wait's start, Unix time)
         self._lock = threading.Lock()
-        self._clock = clock
 
-    def set(self, uid: str, phase: str | None) -> None:
+    def set(self, uid: str, status: TPUJobStatus | None) -> None:
         with self._lock:
-            if phase is None:
+            if status is None or status.phase is None:
                 self._phases.pop(uid, None)
-            elif self._phases.get(uid, ("", 0.0))[0] != phase:
-                self._phases[uid] = (phase, self._clock())
+            else:
+                since = waiting.waiting_since(status)
+                self._phases[uid] = (status.phase, s.parse_timestamp(since).timestamp() if since else None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "tpujob_jobs", "TPUJobs known to the operator, by phase.", labels=["phase"]
         )
         oldest = GaugeMetricFamily(
-            "tpujob_phase_oldest_seconds",
-            "Time the longest-staying TPUJob has been in each phase (0: none); counted from when this "
-            "operator process first saw it there.",
+            "tpujob_phase_oldest_since_timestamp_seconds",
+            "Unix time the longest-waiting TPUJob in each waiting phase began its wait, from its status "
+            "(Pending: startTime, Provisioning: provisioningSince, Starting: startingSince, Restarting: "
+            "lastRestartTime); 0 when no job waits there.",
             labels=["phase"],
         )
-        now = self._clock()
         with self._lock:
             entries = list(self._phases.values())
         for phase in Phase:
             family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
-            oldest.add_metric([phase], max((now - since for p, since in entries if p == phase), default=0.0))
+        for phase in waiting.WAITING_PHASES:
+            starts = [since for p, since in entries if p == phase and since is not None]
+            oldest.add_metric([phase], min(starts, default=0.0))
         yield family
         yield oldest
 
@@ -265,15 +272,6 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
             BADPUT_SECONDS.labels(category, mode)
 
 
-def chips_held(job: TPUJob, status: TPUJobStatus) -> int:
-    """Chips the job pays for: its pools while they exist, or (existing pools) its running pods."""
-    shape = tpu.resolve_slice(job.spec.tpu.type, job.spec.tpu.topology, job.spec.tpu.machine_type)
-    if job.spec.node_pool.policy == "create":
-        alive = [p for p in status.node_pools if p.state not in (s.POOL_MISSING, s.POOL_DELETED)]
-        return len(alive) * shape.chips
-    return status.workers.running * shape.chips_per_host
-
-
 def start_problem(status: TPUJobStatus) -> str | None:
     """The START_PROBLEMS label of a status whose workers cannot start, else None."""
     reason = s.SAME_PROBLEM.get(status.reason or "", status.reason or "")
@@ -284,7 +282,7 @@ class PassRecorder:
     """Turns one reconcile pass (status before -> after) into metric updates."""
 
     def __init__(self) -> None:
-        self._last_seen: dict[str, tuple[dt.datetime, int]] = {}  # uid -> (when, chips held then)
+        self._last_seen: dict[str, tuple[str, int]] = {}  # uid -> (when, as a status time; chips held then)
         self._pool_created: dict[str, dt.datetime] = {}
         self._lock = threading.Lock()
 
@@ -304,7 +302,7 @@ class PassRecorder:
         self._pools(before, after, now)
         self._chips(uid, job, after, now)
         self._goodput(job, before, after)
-        JOBS_BY_PHASE.set(uid, after.phase)
+        JOBS_BY_PHASE.set(uid, after)
         NEXT_MAINTENANCE.set(uid, after.maintenance_time)
 
     def _pools(self, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
@@ -324,13 +322,16 @@ class PassRecorder:
                     GKE_ERRORS.labels(s.pool_error_reason(pool.condition)).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
-        held = chips_held(job, after)
+        """The chips held since this process' last pass for the job, as status.cost accounts them
+        (status/cost.py): the same amounts, added every pass instead of at changes."""
+        held = cost.chips_held(job, after)
         with self._lock:
             seen = self._last_seen.get(uid)
-            self._last_seen[uid] = (now, held)
+            self._last_seen[uid] = (s.timestamp(now), held)
         if seen is not None and seen[1]:
-            elapsed = (now - seen[0]).total_seconds()
-            CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(seen[1] * max(elapsed, 0.0))
+            since, chips = seen
+            added = cost.chip_seconds(chips, since, now)
+            CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(added)
         CHIPS_HELD.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
 
     @staticmethod

@@ -4,12 +4,15 @@ plain image end when the test says (kubelet.succeed/fail), the real trainer's wh
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 
 import pytest
 
 from tests.manifests import base_job, plain_job
 from tests.sandbox.helpers import create_pool, pool_request
+from tpujob import tpu as tpus
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
 
@@ -34,6 +37,7 @@ def env_of(pod):
     ids=["single-host-v5e", "multi-host-v5p", "multislice-v6e"],
 )
 def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tpu, zone, pools, pods):
+    created = time.time()
     jobs.create(plain_job("train", tpu=tpu, nodePool={"zone": zone} if zone else {}))
     running = jobs.wait_pods_running("train", pods)
     jobs.wait_phase("train", "Running")
@@ -59,6 +63,36 @@ def test_job_runs_to_success_and_releases_its_pools(jobs, gke, kubelet, core, tp
     assert len({r.body["nodePool"]["name"] for r in gke.recorded if r.rpc == "CreateNodePool"}) == pools
     reasons = [e.reason for e in jobs.events("train")]
     assert "Succeeded" in reasons
+    assert_final_cost(jobs, "train", tpu, pools, created)
+
+
+def unix(timestamp: str) -> float:
+    return dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def assert_final_cost(jobs, name, tpu, pools, created):
+    """status.cost once the pools are gone: no chips held, and chips x the seconds the pools were held, to
+    the second. At most from the job's create to now (the test's clock, plus a second: status times are
+    second-resolved); at least from when the pools were asked for (startTime; the last pool of a multislice
+    job may wait for GKE's serialized operations: from runningTime) to completionTime."""
+
+    def pools_deleted():
+        status = jobs.status(name)
+        return status if {p["state"] for p in status["nodePools"]} == {"Deleted"} else None
+
+    status = wait_for(
+        pools_deleted,
+        timeout=30,
+        what="the status to show the pools deleted",
+        last_state=lambda: jobs.status(name),
+    )
+    chips = tpus.resolve_slice(tpu["type"], tpu["topology"]).chips * pools
+    cost = status["cost"]
+    assert cost["chips"] == 0 and unix(cost["accountedUntil"]) >= unix(status["completionTime"])
+    held_from = status["startTime"] if pools == 1 else status["runningTime"]
+    at_least = chips * (unix(status["completionTime"]) - unix(held_from))
+    at_most = chips * (time.time() - created + 1)
+    assert at_least <= cost["chipSeconds"] <= at_most, (cost, status)
 
 
 def test_the_real_trainer_trains_to_its_last_step_exits_and_the_job_succeeds(jobs, gke, trainer_image):

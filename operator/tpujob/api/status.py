@@ -198,6 +198,27 @@ class Goodput(ApiModel):
     )
 
 
+class Cost(ApiModel):
+    """What the job's TPUs cost, in TPU chip-seconds: the chips the job held (its node pools while they
+    exist, from the create call until GKE has deleted them; on existing pools, the hosts of its running
+    workers) times the seconds it held them. Accounted when the chips held or the phase change, from the
+    status' own times, so the figure is exact at each change (the metric tpujob_tpu_chip_seconds_total adds
+    the same amounts as they accrue) and final once the job has ended and its pools are gone."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    chip_seconds: int = Field(default=0, description="TPU chip-seconds held up to accountedUntil.")
+    productive_chip_seconds: int = Field(
+        default=0,
+        description="goodput.productiveSeconds times the job's chips: chip-seconds spent on training steps "
+        "kept.",
+    )
+    chips: int = Field(default=0, description="TPU chips held since accountedUntil.")
+    accounted_until: str | None = Field(
+        default=None, description="Time up to which chipSeconds is accounted (RFC 3339)."
+    )
+
+
 class TPUJobStatus(ApiModel):
     """Written by the operator only."""
 
@@ -246,4 +267,7 @@ class TPUJobStatus(ApiModel):
     goodput: Goodput | None = Field(default=None, description="How the job's TPU time was spent.")
     progress: Progress | None = Field(
         default=None, description="How far the trainer got, read while it runs (within one resync)."
+    )
+    cost: Cost | None = Field(
+        default=None, description="TPU chip-seconds the job held, and those spent productively."
     )

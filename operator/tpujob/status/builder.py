@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpujob.api.status import NodePoolStatus, Phase, Reason, WorkerCounts
-from tpujob.status import goodput
+from tpujob.status import cost, goodput
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
     SAME_PROBLEM,
@@ -61,6 +61,7 @@ class Builder:
     def finish(self) -> Decision:
         self.status.observed_generation = self.job.metadata.generation
         goodput.account(self.observed.status, self.status, self.observed.pods, self.now)
+        cost.account(self.job, self.observed.status, self.status, self.now)
         return self.decision
 
 
