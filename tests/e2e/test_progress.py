@@ -49,8 +49,10 @@ def test_progress_rises_in_kubectl_get_while_the_trainer_runs(
     jobs.wait_phase("train", "Succeeded", timeout=60)
 
 
-DEADLINE = 4
-HANG_AT = 150
+# Room for the trainer to start (TensorFlow loads in seconds; more under load): the clock runs from when
+# the attempt runs, and a trainer that never reports a step stalls too.
+DEADLINE = 20
+HANG_AT = 170  # between two checkpoints (every 50 steps): the hung attempt loses 20 steps
 
 
 def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_then_succeeds(
@@ -90,3 +92,7 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     words = final["progress"].get("lastWords") or ""
     assert "hang (train.py:" in words and "on_step (train.py:" in words, final["progress"]
     assert final["progress"]["attempt"] == 1 and final["progress"]["step"] is not None
+    # The stalled attempt's time since its last checkpoint is wasted (goodput), its 20 steps lost.
+    goodput = final["goodput"]
+    assert goodput["stepsLost"] == HANG_AT - 150, goodput
+    assert goodput["badputSeconds"]["wastedProgressFromDisruption"] >= DEADLINE, goodput

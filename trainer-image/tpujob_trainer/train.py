@@ -299,15 +299,15 @@ def run(
     hang_at = config.hang_at_step if os.environ.get(c.ENV_ATTEMPT, "0") == "0" else 0
 
     def on_step(step: int, saved: bool) -> None:
-        if hang_at and step >= hang_at:
-            hang(step)
-        if report is None or not report.due(force=saved):
-            return
-        summary.final_step = max(summary.final_step, step)
-        summary.first_step_at = loop.first_step_at
-        summary.input_wait_seconds = round(loop.input_wait_seconds, 3)
-        _checkpoint_facts(summary, checkpoints)
-        report.write(summary)
+        hangs = bool(hang_at) and step >= hang_at
+        if report is not None and report.due(force=saved or hangs):
+            summary.final_step = max(summary.final_step, step)
+            summary.first_step_at = loop.first_step_at
+            summary.input_wait_seconds = round(loop.input_wait_seconds, 3)
+            _checkpoint_facts(summary, checkpoints)
+            report.write(summary)
+        if hangs:
+            hang(step)  # its progress line says how far it got
 
     loop.on_step = on_step
     on_step(start_step, True)  # before the first step: a run killed in its first steps is accounted too

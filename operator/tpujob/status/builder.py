@@ -60,7 +60,10 @@ class Builder:
 
     def finish(self) -> Decision:
         self.status.observed_generation = self.job.metadata.generation
-        goodput.account(self.observed.status, self.status, self.observed.pods, self.now)
+        # Deleted workers whose end the watch saw count too: a killed attempt's progress line is accounted
+        # even when the pod went before a pass saw it in the index.
+        ended = (*self.observed.pods, *self.observed.departed)
+        goodput.account(self.observed.status, self.status, ended, self.now)
         cost.account(self.job, self.observed.status, self.status, self.now)
         return self.decision
 
