@@ -17,9 +17,11 @@ a synthetic batch, the gradient is a mean over the global batch (an all-reduce a
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +30,42 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 JAX_TPU_COORDINATOR_PORT = "8482"  # what jax.distributed picks by itself on Cloud TPU
+
+
+class Progress:
+    """The trainer contract's step counter, served in Prometheus' text format on TPUJOB_METRICS_PORT (all
+    interfaces, or TPUJOB_METRICS_ADDRESS), with the standard library alone: the operator shows it in
+    status.progress and restarts a trainer that stops progressing (progressDeadlineSeconds)."""
+
+    def __init__(self, target_steps: int) -> None:
+        self.step, self.target_steps = 0, target_steps
+
+    def serve(self, env: dict[str, str]) -> None:
+        port = int(env.get("TPUJOB_METRICS_PORT", "0"))
+        if not port:
+            return
+        progress = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                body = (
+                    "# TYPE tpujob_trainer_global_step gauge\n"
+                    f"tpujob_trainer_global_step {progress.step}\n"
+                    "# TYPE tpujob_trainer_target_steps gauge\n"
+                    f"tpujob_trainer_target_steps {progress.target_steps}\n"
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass  # one line per scrape would drown the training log
+
+        address = (env.get("TPUJOB_METRICS_ADDRESS", ""), port)
+        server = http.server.ThreadingHTTPServer(address, Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def say(message: str) -> None:
@@ -87,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         value, grads = jax.value_and_grad(loss)(params, x, y)  # mean over the global batch
         return jax.tree.map(lambda p, g: p - args.learning_rate * g, params, grads), value
 
+    progress = Progress(args.steps)
+    if jax.process_index() == 0:
+        progress.serve(dict(os.environ))
     params = (jnp.zeros(3), jnp.zeros(()))
     for number in range(1, args.steps + 1):
         x, y = (jax.make_array_from_process_local_data(batch, a) for a in local_shard())
         params, value = step(params, x, y)
+        progress.step = number
         if number % 50 == 0 or number == args.steps:
             say(f"step {number} loss {float(value):.5f}")
     w = np.asarray(params[0])

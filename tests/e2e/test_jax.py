@@ -12,15 +12,20 @@ import yaml
 
 from tests.trainer.conftest import REPO
 from tpujob.api import constants as c
-from tpujob_sandbox import free_port
+from tpujob_sandbox import free_port, wait_for
 from tpujob_sandbox import kubelet as kubelet_sim
 
 MANIFEST = REPO / "examples" / "jax" / "tpujob.yaml"
 
 
+STEPS = 6000
+
+
 def jax_job() -> dict[str, Any]:
     manifest: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
     manifest["spec"]["nodePool"] = {"policy": "create"}
+    # Long enough for a resync or two to read its step while it trains (seconds on this machine).
+    manifest["spec"]["trainer"]["args"] = ["--steps", str(STEPS)]
     # Every local process shares this machine's network: a coordinator port of its own, so another test
     # bed's JAX job at the same time cannot take it (on GKE each pod has its own IP and port 8482).
     manifest["spec"]["trainer"]["env"] = [{"name": "JAX_COORDINATOR_PORT", "value": str(free_port())}]
@@ -40,8 +45,15 @@ def test_the_jax_example_on_two_hosts_sees_both_processes_and_succeeds(jobs, gke
         # The pods get cluster DNS names, as on GKE; the kubelet points them at loopback.
         assert env["TPU_WORKER_HOSTNAMES"] == f"{name}-s0-w0.{name},{name}-s0-w1.{name}"
         assert pod.spec.containers[0].command == ["python", "/app/train.py"]
+    # The image meets the progress contract with the standard library: worker 0's step reaches the status.
+    wait_for(
+        lambda: (jobs.status(name).get("progress") or {}).get("step"),
+        timeout=120,
+        what="worker 0's step read from the JAX program's metrics endpoint",
+    )
     status = jobs.wait_phase(name, "Succeeded", timeout=180)
     assert status.get("restarts", 0) == 0, status
+    assert status["progress"]["targetSteps"] == STEPS and 0 < status["progress"]["step"] <= STEPS
     log_paths = {
         int(pod.metadata.labels[c.LABEL_WORKER]): kubelet.log_path(jobs.namespace, pod.metadata.name)
         for pod in pods
