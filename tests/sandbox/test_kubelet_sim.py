@@ -60,7 +60,7 @@ def test_a_bound_pod_runs_then_succeeds_or_fails_on_command(core, kubelet, names
     for name in ("ok", "bad"):
         core.create_namespaced_pod(namespace, pod_manifest(name, node))
     running = wait_phase(core, namespace, "ok", "Running")
-    # Loopback addresses (tpujob_sandbox.addresses): the operator connects to pod IPs, and only loopback is here.
+    # Loopback addresses (tpujob_sandbox.addresses): the operator connects to pod IPs; only loopback is here.
     assert running.status.pod_ip.startswith("127.") and running.status.host_ip.startswith("127.")
     assert {cond.type: cond.status for cond in running.status.conditions}["Ready"] == "True"
     wait_phase(core, namespace, "bad", "Running")

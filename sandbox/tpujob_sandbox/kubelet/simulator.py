@@ -264,7 +264,12 @@ class KubeletSimulator:
             return
         self._blocked.pop(key, None)
         # A pod's own address (a local process serves its metrics there); a hostNetwork pod has its node's.
-        pod_ip = host_ip if pod["spec"].get("hostNetwork") and not local else self._addresses.next()
+        ports = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []]
+        pod_ip = (
+            host_ip
+            if pod["spec"].get("hostNetwork") and not local
+            else self._addresses.next(ports if local else ())
+        )
         run = Run(uid=pod["metadata"]["uid"], pod_ip=pod_ip)
         self._runs[key] = run
         status = running_status(pod, run.pod_ip, host_ip)
