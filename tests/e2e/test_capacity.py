@@ -3,9 +3,11 @@ flex-start for v5p and v6e), the simulated GKE playing the cluster autoscaler's 
 
 from __future__ import annotations
 
+import calendar
 import time
 
 import pytest
+from kubernetes import client as k8s
 
 from tests.manifests import plain_job
 from tpujob_sandbox import FLEX_START_LOCATION, OperatorProcess, operator_env, wait_for
@@ -92,6 +94,45 @@ def test_a_flex_start_job_checkpoints_and_restarts_on_a_new_slice_before_its_run
     final = succeed_all(jobs, kubelet, "flex", attempt=1)  # on a new slice, queued anew
     assert final["restarts"] == 1
     assert gke.calls["CreateNodePool"] == 2  # one pool per slice lifetime
+
+
+def test_a_slow_start_counts_the_run_duration_from_the_slice_nodes_creation_and_checkpoints_ahead_of_it(
+    east_operator, jobs, gke, kubelet, core
+):
+    """GKE deletes flex-start VMs maxRunDuration after they were created, however long the workers took to
+    start: here a Secret they need comes late, and the recorded deadline is the nodes' creation plus the run
+    duration, not the moment the workers ran (the simulated GKE ends the run from the slice's registration:
+    gke/autoscaler.py)."""
+    manifest = flex_job(maxRunDurationSeconds=60)
+    manifest["spec"]["runPolicy"]["maintenanceLeadSeconds"] = 30
+    manifest["spec"]["trainer"]["env"] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "late", "key": "token"}}}
+    ]
+    jobs.create(manifest)
+    status = wait_for(
+        lambda: (st := jobs.status("flex")).get("runDeadline") and st,
+        timeout=90,
+        what="the run deadline, once the slice's nodes are up",
+    )
+    nodes = core.list_node(
+        label_selector=f"cloud.google.com/gke-nodepool={status['nodePools'][0]['name']}"
+    ).items
+    created = min(node.metadata.creation_timestamp for node in nodes).timestamp()
+    deadline = calendar.timegm(time.strptime(status["runDeadline"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert abs(deadline - (created + 60)) <= 1, (status["runDeadline"], created)
+    assert status["phase"] != "Running"  # the workers still wait for the Secret: the clock runs anyway
+    core.create_namespaced_secret(
+        jobs.namespace,
+        k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="late"), string_data={"token": "hf_123"}),
+    )
+    status = wait_for(
+        lambda: (st := jobs.status("flex")).get("restartsByReason") and st,
+        timeout=90,
+        what="the restart ahead of GKE's deadline",
+    )
+    assert status["restartsByReason"] == {"RunDurationReached": 1}
+    restarted = calendar.timegm(time.strptime(status["lastRestartTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert restarted <= created + 60 - 30 + 3, (status["lastRestartTime"], created)  # lead 30 s, +resync
 
 
 def test_flex_start_on_v4_is_refused_at_validation(operator, jobs):

@@ -461,6 +461,24 @@ def test_flex_start_restarts_on_a_new_slice_before_the_run_duration_ends():
     assert at_lead.status.run_deadline is None
 
 
+def test_flex_start_counts_the_run_duration_from_the_slices_nodes_while_its_workers_still_start():
+    """GKE deletes flex-start VMs maxRunDuration after their creation: a slow start does not move it."""
+    job = flex_job()
+    created = NOW - dt.timedelta(minutes=20)
+    starting = step(
+        job, pools=ready_pools(job), pods=pods(job, 0, "Pending", node="n1"), service_exists=True,
+        slice_created=created,
+    )  # fmt: skip
+    assert starting.status.phase == Phase.STARTING
+    assert starting.status.run_deadline == "2026-11-21T12:40:00Z"  # the nodes' creation plus an hour
+    assert starting.requeue_after is not None and starting.requeue_after <= 40 * 60 - 300  # 5 min ahead
+    late = step(
+        job, pools=ready_pools(job), pods=pods(job, 0, "Running"), service_exists=True,
+        slice_created=NOW - dt.timedelta(minutes=58),
+    )  # fmt: skip
+    assert (late.status.phase, late.status.reason) == (Phase.RESTARTING, Reason.RUN_DURATION)  # past the lead
+
+
 def test_a_stockout_past_the_fallback_time_moves_the_slices_to_the_next_zone():
     zones = ("us-east5-a", "us-east5-b")
     job = make_job(

@@ -13,7 +13,7 @@ from tpujob import gke, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob
 from tpujob.api import constants as c
-from tpujob.api.spec import NodePoolPolicy
+from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.memory import JobMemory
@@ -128,6 +128,14 @@ def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
     return not (settled_running or settled_gone)
 
 
+def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
+    """A flex-start job whose run deadline is not recorded yet, with workers of its attempt on nodes."""
+    status = job.status or TPUJobStatus()
+    if job.spec.capacity.mode != CapacityMode.flex_start or status.run_deadline is not None:
+        return False
+    return any(p.node and p.attempt == status.attempt and not p.deleting for p in pods)
+
+
 def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
     """The pod whose trainer reports the job's step (slice 0, worker 0 of the current attempt), while every
     worker of the attempt may be running (the job is Starting or Running)."""
@@ -203,6 +211,8 @@ class Observer:
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
         )
+        if needs_slice_created(job, pods):
+            observed = dataclasses.replace(observed, slice_created=self.slice_created(job))
         if (worker_0 := running_worker_0(job, pods)) is not None:
             sample, error = self.progress.read(worker_0)
             observed = dataclasses.replace(observed, progress=sample, progress_error=error)
@@ -282,6 +292,21 @@ class Observer:
         self.cluster_check = check
         metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
         return check
+
+    def slice_created(self, job: TPUJob) -> dt.datetime | None:
+        """When the job's pools' nodes were created, the earliest (one list of nodes by pool label); None
+        when none is up yet, or without the permission (a namespace-scoped operator lists no nodes)."""
+        names = [p.name for p in (job.status.node_pools if job.status else [])]
+        if not names or self.maintenance_forbidden:
+            return None
+        try:
+            nodes = self.api.list_nodes(f"{c.NODE_LABEL_NODEPOOL} in ({','.join(names)})")
+        except kube.ApiError as error:
+            if error.status != 403:
+                raise
+            return None
+        created = [n["metadata"].get("creationTimestamp") or "" for n in nodes]
+        return min((s.parse_timestamp(t) for t in created if t), default=None)
 
     def refresh_maintenance(self) -> None:
         """Read GKE's maintenance notices off the nodes (cluster-wide operators: nodes are cluster-scoped). A

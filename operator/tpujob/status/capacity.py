@@ -36,12 +36,18 @@ def fall_back_if_due(b: Builder, reason: str) -> str | None:
 
 
 def start_run_clock(b: Builder) -> str:
-    """Flex-start: the slice's VMs run maxRunDurationSeconds from about when its workers all ran."""
+    """Flex-start: GKE deletes the slice's VMs maxRunDurationSeconds after they were created ("About
+    flex-start provisioning mode"), so the clock runs from the slice's nodes' creation, however long its
+    workers took to start (an image pull, a missing Secret); a Node is registered a little after its VM
+    boots, which maintenanceLeadSeconds covers. Without the nodes' times (a namespace-scoped operator
+    cannot list nodes) it runs from now: when the workers all ran."""
     if b.status.run_deadline is None:
         seconds = b.job.spec.capacity.max_run_duration_seconds or FLEX_START_MAX_RUN_SECONDS
-        b.status.run_deadline = timestamp(b.now + dt.timedelta(seconds=seconds))
+        since = b.observed.slice_created or b.now
+        b.status.run_deadline = timestamp(since + dt.timedelta(seconds=seconds))
         lead = b.job.spec.run_policy.maintenance_lead_seconds
-        b.decision.requeue(max(seconds - lead, 0))
+        act_at = since + dt.timedelta(seconds=seconds - lead)
+        b.decision.requeue(max((act_at - b.now).total_seconds(), 0))
     return b.status.run_deadline
 
 

@@ -146,6 +146,8 @@ def _run_workers(b: Builder) -> None:
     if failed:
         _restart(b, failed, lost=[])
         return
+    if b.observed.slice_created is not None and status.run_deadline is None:
+        start_run_clock(b)  # the slice's VMs count from their creation, even while its workers start
     if run_duration_ends(b) or maintenance_due(b):
         return
     # Every pod of this attempt was seen before, and now some are gone: their nodes went away.

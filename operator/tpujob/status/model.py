@@ -215,6 +215,9 @@ class Observed:
     progress_error: str = ""
     # Worker pods deleted since, as the watch last showed them ending (their termination messages).
     departed: tuple[PodView, ...] = ()
+    # Flex-start: when the job's slice's nodes were created (the earliest; None: not looked at, or unknown),
+    # from which GKE counts maxRunDuration.
+    slice_created: dt.datetime | None = None
 
     @property
     def status(self) -> TPUJobStatus:
