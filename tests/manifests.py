@@ -178,7 +178,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
             },
         ),
         "spec.capacity.mode",
-        "flexStart offers v5e, v5p, v6e TPUs, not v4",
+        "flexStart offers v5e, v5p, v6e, tpu7x TPUs, not v4",
     ),
     (
         "max-run-duration-without-flex-start",

@@ -141,7 +141,7 @@ def test_flex_start_on_v4_is_refused_at_validation(operator, jobs):
     jobs.create(manifest)
     status = jobs.wait_phase("flex", "Failed", timeout=30)
     assert status["reason"] == "InvalidSpec"
-    assert "spec.capacity.mode: flexStart offers v5e, v5p, v6e TPUs, not v4" in status["message"]
+    assert "spec.capacity.mode: flexStart offers v5e, v5p, v6e, tpu7x TPUs, not v4" in status["message"]
 
 
 def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left_in_the_first(

@@ -228,6 +228,48 @@ def test_a_tpu7x_job_whose_workload_policy_has_another_topology_is_rejected_befo
     assert gke.calls["CreateNodePool"] == 0
 
 
+def test_a_six_slice_job_meets_gkes_five_operation_limit_and_gets_its_six_pools(jobs, gke, kubelet):
+    # GKE runs at most 5 operations on a cluster; the sixth is a 429 "Too many operations" (the simulated
+    # GKE's operations.py). The first five creates stay running 3 s, so the sixth meets the limit.
+    gke.inject_pool_fault("slow", times=5, provisioning_seconds=3 / gke.time_scale)
+    jobs.create(plain_job(tpu={**V5P_MULTI_HOST, "slices": 6}))
+    pods = jobs.wait_pods_running("train", 12, timeout=90)
+    creates = [call.body["nodePool"]["name"] for call in gke.recorded if call.rpc == "CreateNodePool"]
+    assert len(set(creates)) == 6 and len(gke.node_pools()) == 6
+    # A pool asked for more than once: the 429s were met and asked again, never deleted nor failed.
+    assert len(creates) > 6 and max(creates.count(name) for name in set(creates)) >= 2
+    assert gke.calls.get("DeleteNodePool", 0) == 0
+    for pod in pods:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded")
+
+
+def _operator_reads_the_cluster(gke) -> None:
+    """Wait for the operator's next GetCluster (its sweep, every 2 s here): it has seen the version since."""
+    seen = gke.calls.get("GetCluster", 0)
+    wait_for(lambda: gke.calls.get("GetCluster", 0) > seen, timeout=30, what="the operator's GetCluster")
+
+
+def test_a_tpu7x_job_on_a_1_33_cluster_is_refused_naming_the_version_before_any_pool(jobs, gke):
+    gke.set_cluster_version("1.33.5-gke.1201000")
+    try:
+        _operator_reads_the_cluster(gke)
+        jobs.create(plain_job(tpu={"type": "tpu7x", "topology": "1x1x1"}, nodePool={"zone": "us-central1-c"}))
+        status = wait_for(
+            lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
+            timeout=30,
+            what="the version refusal in the status",
+        )
+        assert (
+            "tpu7x (Ironwood) node pools need GKE 1.34.0-gke.2201000 or later and the cluster runs "
+            "1.33.5-gke.1201000: upgrade the cluster" in status["message"]
+        )
+        assert gke.calls.get("CreateNodePool", 0) == 0  # the operator knew: GKE was not asked
+    finally:
+        gke.clear_faults()  # 1.34.0-gke.2201000 again; the next test's operator must have seen it
+        _operator_reads_the_cluster(gke)
+
+
 def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
     sandbox, jobs, gke, kubelet, tmp_path, trainer_image
 ):

@@ -186,8 +186,9 @@ def test_unknown_fields_are_refused(gke):
     [
         # GKE marks quota by its words alone: no ErrorInfo reason (errors.quota_refusal's sources).
         ("quota", google_errors.Forbidden, 403, None, "Insufficient regional quota to satisfy request"),
-        ("too_many_operations", google_errors.TooManyRequests, 429, "RATE_LIMIT_EXCEEDED",
-         "Too many operations"),
+        # As the public bodies show it: a RequestInfo only, no ErrorInfo reason (errors.too_many_operations).
+        ("too_many_operations", google_errors.TooManyRequests, 429, None,
+         'Too many operations: cluster "sandbox" hits the concurrent operations quota 5'),
         # Over REST the class follows the HTTP code: FAILED_PRECONDITION arrives as BadRequest; the reason
         # tells it apart from an invalid request.
         ("incompatible_operation", google_errors.BadRequest, 400, None,
@@ -398,6 +399,52 @@ def test_serialized_operations_refuse_a_concurrent_create(gke):
         gke.pools.serialize_operations = False
 
 
+def test_a_cluster_runs_at_most_five_operations_and_answers_the_sixth_429(gke):
+    client = gke.client()
+    create_pool(gke, pool_request(name="done"))  # a pool whose own operation has ended
+    # Four creates that stay running, and one that ends soon: five operations at once.
+    gke.inject_pool_fault("slow", pool=None, times=4, provisioning_seconds=600 / gke.time_scale)
+    slow = [
+        client.create_node_pool(parent=gke.parent, node_pool=pool_request(name=f"p{i}")) for i in range(4)
+    ]
+    gke.inject_pool_fault("slow", provisioning_seconds=5 / gke.time_scale)
+    quick = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="p4"))
+    for rpc in (
+        lambda: client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="p5")),
+        lambda: client.delete_node_pool(name=f"{gke.parent}/nodePools/done"),  # a delete is one too
+    ):
+        with pytest.raises(google_errors.TooManyRequests) as refused:
+            rpc()
+        assert refused.value.code == 429 and refused.value.reason is None
+        assert refused.value.message.endswith(
+            ': Too many operations: cluster "sandbox" hits the concurrent operations quota 5, '
+            "please try again later."
+        )
+    assert "p5" not in gke.node_pools()
+    wait_operation(client, gke, quick)  # one of the five ended: a sixth may start
+    sixth = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="p5"))
+    assert sixth.status == container_v1.Operation.Status.RUNNING and len(slow) == 4
+
+
+def test_tpu7x_needs_gke_1_34_0_gke_2201000(gke):
+    one_chip = pool_request(
+        name="ironwood", locations=["us-central1-c"], config={"machineType": "tpu7x-standard-1t"}
+    )
+    gke.set_cluster_version("1.33.5-gke.1201000")
+    message = (
+        'TPU7x (Ironwood) node pools require GKE version 1.34.0-gke.2201000 or later; cluster "sandbox" runs '
+        "1.33.5-gke.1201000."
+    )
+    with pytest.raises(google_errors.BadRequest, match=re.escape(message)):
+        gke.client().create_node_pool(parent=gke.parent, node_pool=one_chip)
+    assert gke.client().get_cluster(name=gke.parent).current_master_version == "1.33.5-gke.1201000"
+    # Other generations are not concerned; clear_faults gives the cluster its version back.
+    create_pool(gke, pool_request(name="v5e"))
+    gke.clear_faults()
+    assert gke.cluster_model.version == "1.34.0-gke.2201000"
+    create_pool(gke, one_chip)
+
+
 def test_operations_are_listed_and_unknown_ones_are_not_found(gke):
     client = gke.client()
     operation = create_pool(gke, pool_request(name="listed"))
@@ -502,6 +549,18 @@ def test_a_flex_start_slice_comes_up_whole_when_its_pods_wait_and_goes_at_its_ru
 def test_flex_start_refusals(gke, parent, pool, message):
     with pytest.raises(google_errors.BadRequest, match=re.escape(message)):
         gke.client().create_node_pool(parent=parent, node_pool=pool)
+
+
+def test_tpu7x_flex_start_is_accepted_as_xpk_makes_it(gke):
+    # xpk's Ironwood flex-start recipes: --flex in us-central1-c, a multi-host slice placed by a workload
+    # policy.
+    gke.add_workload_policy("ironwood-2x2x2", "2x2x2")
+    pool = flex_pool("ironwood", zone="us-central1-c", machine="tpu7x-standard-4t")
+    pool.placement_policy = container_v1.NodePool.PlacementPolicy(policy_name="ironwood-2x2x2")
+    create_pool(gke, pool)
+    assert gke.node_pools()["ironwood"].config.flex_start
+    with pytest.raises(GkeError, match="Flex-start for tpu7x is not available in zone 'us-east5-a'"):
+        check_flex_start(gke.cluster_model, "tpu7x", "us-east5-a", 0)
 
 
 def test_flex_start_needs_a_recent_gke_and_no_v4(gke):

@@ -51,6 +51,18 @@ CLASSIFIED = {
     "project-quota": (gke_error(403, "PERMISSION_DENIED", PROJECT_QUOTA), Reason.QUOTA, True),
     "permission": (gke_error(403, "PERMISSION_DENIED", "Required permission"), Reason.POOL_REJECTED, True),
     "not-found": (gke_error(404, "NOT_FOUND", "Not found: projects/p."), Reason.POOL_REJECTED, True),
+    # A sixth operation on a cluster, as GKE answers it: 429, no ErrorInfo reason (terraform-provider-google
+    # #15205, #15579): asked again at the next poll, never a failed job.
+    "concurrent-operations": (
+        gke_error(
+            429,
+            "RESOURCE_EXHAUSTED",
+            'Too many operations: cluster "c" hits the concurrent operations quota 5, '
+            "please try again later.",
+        ),
+        Reason.GKE_BUSY,
+        False,
+    ),
     "rate-limit": (
         gke_error(429, "RESOURCE_EXHAUSTED", "Too many operations", "RATE_LIMIT_EXCEEDED"),
         Reason.GKE_BUSY,

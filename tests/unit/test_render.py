@@ -380,3 +380,17 @@ def test_pods_can_be_kept_off_nodes_under_maintenance_notice():
         {"matchExpressions": [{"key": label, "operator": "DoesNotExist"}]},
         {"matchExpressions": [{"key": label, "operator": "Gt", "values": ["1800000000"]}]},
     ]
+
+
+def test_a_tpu7x_flex_start_pool_is_made_as_xpk_makes_it_with_its_workload_policy():
+    # xpk's Ironwood flex-start recipes: --flex (flex-start, autoscaling 0..hosts, ANY, no reservation, no
+    # auto-repair) and --placement-policy for a multi-host tpu7x slice.
+    spec = {"tpu": TPU7X_2X2X2, "capacity": {"mode": "flexStart"}, "nodePool": {"workloadPolicy": "wp-1"}}
+    (pool,) = render_plan(job(**spec, trainer=JAX), CLUSTER).node_pools
+    assert pool["config"]["flexStart"] is True
+    assert pool["config"]["machineType"] == "tpu7x-standard-4t"
+    assert pool["config"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert pool["initialNodeCount"] == 0 and pool["autoscaling"]["maxNodeCount"] == 2
+    assert pool["autoscaling"]["locationPolicy"] == "ANY"
+    assert pool["management"] == {"autoUpgrade": True, "autoRepair": False}
+    assert pool["placementPolicy"] == {"policyName": "wp-1"}

@@ -52,8 +52,44 @@ def test_flex_start_needs_a_recent_enough_cluster(version, words):
         assert problem.reason == Reason.POOL_REJECTED and problem.permanent
 
 
-def test_the_cluster_version_concerns_only_flex_start():
+def test_the_cluster_version_concerns_only_flex_start_and_tpu7x():
     assert placement.placement_problem(job(), "1.20.0-gke.1", None) is None
+
+
+def tpu7x_job(**spec):
+    return job(
+        tpu={"type": "tpu7x", "topology": "1x1x1"}, trainer={"image": "example.com/team/jax-train:1"}, **spec
+    )
+
+
+# "Ironwood (TPU7x) is available in GKE Standard clusters that run version 1.34.0-gke.2201000 and later".
+TPU7X_VERSIONS = [
+    ("", None),  # not known yet: GKE will say
+    ("1.34.0-gke.2201000", None),
+    ("1.34.1-gke.1000", None),
+    ("1.35.0-gke.1", None),
+    ("1.34.0-gke.2200999", "need GKE 1.34.0-gke.2201000 or later and the cluster runs 1.34.0-gke.2200999"),
+    ("1.33.5-gke.1201000", "need GKE 1.34.0-gke.2201000 or later and the cluster runs 1.33.5-gke.1201000"),
+]
+
+
+@pytest.mark.parametrize(("version", "words"), TPU7X_VERSIONS)
+@pytest.mark.parametrize("capacity", [{}, {"mode": "flexStart"}, {"mode": "spot"}])
+def test_tpu7x_needs_gke_1_34_0_gke_2201000_in_every_capacity_mode(version, words, capacity):
+    problem = placement.placement_problem(tpu7x_job(capacity=capacity), version, None)
+    if words is None:
+        assert problem is None
+    else:
+        assert problem is not None and words in problem.message
+        assert "upgrade the cluster" in problem.message
+        assert problem.reason == Reason.POOL_REJECTED and problem.permanent
+
+
+def test_a_tpu7x_job_on_a_1_33_cluster_withholds_its_creates_naming_the_version():
+    decision = s.decide(s.Observed(job=tpu7x_job(), now=NOW, pools=(), cluster_version="1.33.5-gke.1201000"))
+    assert decision.create_pools == [] and list(decision.refused) == [0]
+    assert decision.status.reason == Reason.POOL_REJECTED
+    assert "1.34.0-gke.2201000" in (decision.status.message or "")
 
 
 POLICIES = [

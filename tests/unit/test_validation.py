@@ -55,6 +55,21 @@ def test_a_shared_reservation_and_a_provisioning_timeout_are_accepted():
     assert job.spec.run_policy.provisioning_timeout_seconds == 3600
 
 
+@pytest.mark.parametrize(
+    "tpu", [{"type": "tpu7x", "topology": "2x2x2"}, {"type": "tpu7x", "topology": "1x1x1"}]
+)
+def test_tpu7x_flex_start_is_accepted_as_xpk_offers_it(tpu):
+    # xpk ships Ironwood flex-start recipes (docs/usage/tpu7x/recipes/flex_*_recipe.md); v4 stays refused
+    # (tests/manifests.py "flex-start-on-v4").
+    manifest = base_job(
+        tpu=tpu,
+        capacity={"mode": "flexStart"},
+        nodePool={"workloadPolicy": "ironwood-2x2x2"} if tpu["topology"] == "2x2x2" else {},
+        trainer={"image": "example.com/team/jax-train:1"},
+    )
+    assert parse_tpujob(manifest).spec.capacity.mode == "flexStart"
+
+
 def test_status_fields_for_provisioning_round_trip_through_the_wire():
     status = {
         "phase": "Provisioning",

@@ -136,9 +136,14 @@ def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> st
     return f"{given!r} does not match {pattern}"
 
 
-# "TPU v3 and v4 are not supported" for flex-start; TPU7x is not listed (GKE "About flex-start provisioning
-# mode"). Zones and the minimum GKE version are checked against the cluster by the operator.
-FLEX_START_TYPES = ("v5e", "v5p", "v6e")
+# "TPU v3 and v4 are not supported" for flex-start (GKE "About flex-start provisioning mode"). TPU7x is not
+# listed there, but xpk ships Ironwood flex-start recipes and makes those pools as for the other generations
+# (AI-Hypercomputer/xpk docs/usage/tpu7x/recipes/flex_filestore_recipe.md, flex_lustre_recipe.md:
+# `xpk cluster create --tpu-type=tpu7x-2x2x2 --flex`; src/xpk/core/capacity.py: --flex-start
+# --enable-autoscaling --location-policy=ANY --reservation-affinity=none --no-enable-autorepair --max-nodes,
+# plus --placement-policy for a multi-host tpu7x pool, src/xpk/core/nodepool.py). Zones and the minimum GKE
+# versions are checked against the cluster by the operator and GKE.
+FLEX_START_TYPES = ("v5e", "v5p", "v6e", "tpu7x")
 
 
 def _flex_start_problems(job: TPUJob, shape: tpu.SliceShape | None) -> Iterator[Problem]:

@@ -19,6 +19,7 @@ from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
+from tpujob.status.placement import tpu7x_problem
 from tpujob.trainer_metrics import ProgressReader
 
 log = logging.getLogger(__name__)
@@ -289,6 +290,9 @@ class Observer:
                 check.release_channel,
                 "on" if check.workload_identity else "off",
             )
+            if too_old := tpu7x_problem(check.version):
+                # Not the whole cluster's problem (other generations run): each tpu7x job says it too.
+                log.warning("GKE cluster %s: %s", self.cluster.parent, too_old.message)
         self.cluster_check = check
         metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
         return check

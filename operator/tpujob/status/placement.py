@@ -1,16 +1,19 @@
-"""What must hold before a pool is asked of GKE: a cluster recent enough for flex-start, and for a pool
-placed by a workload policy (tpu7x multi-host), a policy that exists and places the job's topology. Pure:
-the cluster's version and the policy as the Compute API described it are observed facts."""
+"""What must hold before a pool is asked of GKE: a cluster recent enough for flex-start and for TPU7x, and
+for a pool placed by a workload policy (tpu7x multi-host), a policy that exists and places the job's
+topology. Pure: the cluster's version and the policy as the Compute API described it are observed facts."""
 
 from __future__ import annotations
 
 from tpujob.api.job import TPUJob
-from tpujob.api.spec import CapacityMode
+from tpujob.api.spec import CapacityMode, TPUType
 from tpujob.api.status import Reason
 from tpujob.status.model import GKEError, PolicyFact
 
 # "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
 FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
+# "Ironwood (TPU7x) is available in GKE Standard clusters that run version 1.34.0-gke.2201000 and later"
+# (GKE "About Ironwood (TPU7x) in GKE", https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood).
+TPU7X_MIN_VERSION = "1.34.0-gke.2201000"
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -26,6 +29,19 @@ def flex_start_problem(cluster_version: str) -> GKEError | None:
         Reason.POOL_REJECTED,
         f"flex-start TPU node pools need GKE {FLEX_START_TPU_MIN_VERSION} or later and the cluster runs "
         f"{cluster_version}: upgrade the cluster, or use spec.capacity.mode spot, reservation or onDemand",
+        permanent=True,
+    )
+
+
+def tpu7x_problem(cluster_version: str) -> GKEError | None:
+    """A cluster too old for TPU7x (Ironwood) pools (None: fine, or its version not known yet)."""
+    if not cluster_version or version_key(cluster_version) >= version_key(TPU7X_MIN_VERSION):
+        return None
+    return GKEError(
+        Reason.POOL_REJECTED,
+        f"tpu7x (Ironwood) node pools need GKE {TPU7X_MIN_VERSION} or later and the cluster runs "
+        f"{cluster_version}: upgrade the cluster (gcloud container clusters upgrade --master "
+        f"--cluster-version={TPU7X_MIN_VERSION} or later), or use another spec.tpu.type",
         permanent=True,
     )
 
@@ -56,6 +72,8 @@ def policy_problem(policy: PolicyFact, topology: str) -> GKEError | None:
 
 def placement_problem(job: TPUJob, cluster_version: str, policy: PolicyFact | None) -> GKEError | None:
     """Why no pool of the job may be asked for now (None: they may)."""
+    if job.spec.tpu.type == TPUType.tpu7x and (problem := tpu7x_problem(cluster_version)):
+        return problem
     if job.spec.capacity.mode == CapacityMode.flex_start and (problem := flex_start_problem(cluster_version)):
         return problem
     if policy is None:

@@ -16,12 +16,19 @@ from google.cloud import container_v1
 from tpujob_sandbox.gke import zones
 from tpujob_sandbox.gke.errors import GkeError, invalid_argument
 
-# A GKE version of the REGULAR channel at the time of writing (GKE release notes); the node pools get it too.
-DEFAULT_VERSION = "1.33.5-gke.1201000"
+# The cluster's GKE version (the node pools get it too): the first that runs every TPU generation simulated
+# here, TPU7x included (see TPU7X_MIN_VERSION; a real version: xpk's tpu7x issue AI-Hypercomputer/xpk#751
+# creates its cluster with --gke-version=1.34.0-gke.2201000). Tests set an older one to meet the refusals.
+DEFAULT_VERSION = "1.34.0-gke.2201000"
 # "To run TPUs [with flex-start], use GKE version 1.33.0-gke.1712000 or later" (GKE flex-start page).
 FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
 # Flex-start VMs run at most 7 days, the default too (same page: maxRunDurationSeconds).
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
+# "Ironwood (TPU7x) is available in GKE Standard clusters that run version 1.34.0-gke.2201000 and later"
+# (GKE "About Ironwood (TPU7x) in GKE", https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood,
+# "Availability"). TPU7x's node label (cloud.google.com/gke-tpu-accelerator) is "tpu7x".
+TPU7X_MIN_VERSION = "1.34.0-gke.2201000"
+TPU7X_ACCELERATOR = "tpu7x"
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -129,6 +136,17 @@ class SimCluster:
                 raise invalid_argument(
                     f'Invalid machine type "{machine_type}" in zone "{zone}": GCE_NOT_FOUND'
                 )
+
+
+def check_tpu7x(cluster: SimCluster, accelerator: str) -> None:
+    """A TPU7x pool on a cluster older than GKE documents for Ironwood is refused at once. No public body of
+    this refusal was found: the INVALID_ARGUMENT and its words are ours (README, "Assumed")."""
+    if accelerator != TPU7X_ACCELERATOR or version_key(cluster.version) >= version_key(TPU7X_MIN_VERSION):
+        return
+    raise invalid_argument(
+        f"TPU7x (Ironwood) node pools require GKE version {TPU7X_MIN_VERSION} or later; cluster "
+        f'"{cluster.name}" runs {cluster.version}. Upgrade the cluster to create this node pool.'
+    )
 
 
 def check_flex_start(cluster: SimCluster, accelerator: str, zone: str, max_run_seconds: int) -> None:

@@ -2,6 +2,10 @@
 
 GKE runs node pool operations of one cluster one at a time where they conflict; a client that starts a
 conflicting one is refused with "Cluster is running incompatible operation" (errors.incompatible_operation).
+And a cluster runs at most CONCURRENT_OPERATIONS_QUOTA operations at once: the next one is refused with 429
+"Too many operations: cluster "C" hits the concurrent operations quota 5, please try again later."
+(hashicorp/terraform-provider-google#15205 on CreateNodePool/DeleteNodePool, #15579; the provider retries it,
+GoogleCloudPlatform/magic-modules#8828), errors.too_many_operations.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from tpujob_sandbox.gke.errors import new_operation_name
 from tpujob_sandbox.gke.nodes import now_rfc3339
 
 RUNNING_STATES = (container_v1.Operation.Status.PENDING, container_v1.Operation.Status.RUNNING)
+# "hits the concurrent operations quota 5" (hashicorp/terraform-provider-google#15205, #15579).
+CONCURRENT_OPERATIONS_QUOTA = 5
 
 
 class Operations:
@@ -71,6 +77,11 @@ class Operations:
                 if serialize or name in self._exclusive:
                     return name
         return None
+
+    def running(self) -> int:
+        """How many operations of the cluster run now (what the concurrent operations quota counts)."""
+        with self._lock:
+            return sum(1 for operation in self._operations.values() if operation.status in RUNNING_STATES)
 
     def get(self, name: str) -> container_v1.Operation | None:
         with self._lock:

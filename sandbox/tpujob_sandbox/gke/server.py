@@ -62,6 +62,7 @@ class GkeSimulator:
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
         self._clusters: dict[tuple[str, str], ClusterState] = {}
+        self._versions: dict[tuple[str, str], str] = {}  # each cluster's GKE version as it was made
         self._on_accepted: list[_AcceptHook] = []
         default = self.add_cluster(cluster or SimCluster())
         # The first cluster's parts, which most tests and the operator's default settings use.
@@ -94,6 +95,7 @@ class GkeSimulator:
         )
         state = ClusterState(model, operations, pools)
         self._clusters[(model.location, model.name)] = state
+        self._versions[(model.location, model.name)] = model.version
         return state
 
     def cluster_state(self, location: str, name: str) -> ClusterState:
@@ -198,6 +200,11 @@ class GkeSimulator:
         """Free VMs of `machine_type` in `zone` (0: stocked out; None: plenty)."""
         self.capacity.set(zone, machine_type, vms)
 
+    def set_cluster_version(self, version: str, *, location: str = "", cluster: str = "") -> None:
+        """Test control: the cluster (default: the first) runs GKE `version` until clear_faults, as after an
+        upgrade or for a cluster made on an older one. GetCluster and the version rules see it."""
+        self._clusters[(location or self.location, cluster or self.cluster)].model.version = version
+
     def set_quota(self, region: str, machine_type: str, chips: int | None) -> None:
         """Free chips of the machine type's TPU quota in `region` (None: plenty)."""
         self.quota.set(region, zones.quota_family(machine_type), chips)
@@ -230,11 +237,13 @@ class GkeSimulator:
             action()
 
     def clear_faults(self) -> None:
-        """Faults, capacity and quota limits, workload policies, test hooks and GKE's retry window: back to a
-        healthy project (a test's setting must not reach the next test)."""
+        """Faults, capacity and quota limits, workload policies, test hooks, GKE's retry window and the
+        clusters' versions: back to a healthy project (a test's setting must not reach the next test)."""
         with self._lock:
             self._on_accepted.clear()
         self.pools.reset_controls()
+        for key, state in self._clusters.items():
+            state.model.version = self._versions[key]
         self.faults.clear()
         self.capacity.clear()
         self.quota.clear()

@@ -54,8 +54,13 @@ TPU_MACHINE_TYPES_BY_ZONE: dict[str, frozenset[str]] = {
 
 # Flex-start (Dynamic Workload Scheduler) TPU node pools: "TPU v3 and v4 are not supported"; v6e in
 # asia-northeast1-b, us-east5-a, us-east5-b; v5e in us-west4-a; v5p in us-east5-a (GKE "About flex-start
-# provisioning mode", https://cloud.google.com/kubernetes-engine/docs/concepts/dws). TPU7x is not listed.
+# provisioning mode", https://cloud.google.com/kubernetes-engine/docs/concepts/dws). TPU7x is not listed
+# there, but xpk ships Ironwood flex-start recipes (AI-Hypercomputer/xpk
+# docs/usage/tpu7x/recipes/flex_filestore_recipe.md and flex_lustre_recipe.md: `xpk cluster create
+# --tpu-type=tpu7x-2x2x2 --flex`, zone "Example: us-central1-c", the one TPU7x zone of the table above):
+# tpu7x flex-start in us-central1-c (README, "Assumed").
 FLEX_START_ZONES: dict[str, frozenset[str]] = {
+    "tpu7x": frozenset({"us-central1-c"}),
     "tpu-v6e-slice": frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
     "tpu-v5-lite-podslice": frozenset({"us-west4-a"}),
     "tpu-v5p-slice": frozenset({"us-east5-a"}),
