@@ -70,7 +70,7 @@ class Gke(Section):
     )
     location: str = Field(
         "",
-        pattern="^([a-z]+-[a-z]+[0-9]+(-[a-z])?)?$",
+        pattern="^([a-z]+-[a-z]+[0-9]+(-(ai[0-9]+)?[a-z])?)?$",
         description="Cluster location: region or zone (TPUJOB_GKE_LOCATION).",
     )
     cluster: str = Field(
@@ -78,8 +78,11 @@ class Gke(Section):
     )
     zone: str = Field(
         "",
-        pattern="^([a-z]+-[a-z]+[0-9]+-[a-z])?$",
-        description="Zone of the TPU node pools (TPUJOB_GKE_ZONE).",
+        # Zones, comma-separated (TPUJOB_GKE_ZONE takes a list); AI zones too (us-central1-ai1a:
+        # https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones).
+        pattern="^([a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z](,[a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z])*)?$",
+        description="Zone(s) of the TPU node pools of a job that names none, comma-separated; one must "
+        "offer the job's TPU type (TPUJOB_GKE_ZONE).",
     )
     endpoint: str = Field("", description="GKE API endpoint override (TPUJOB_GKE_ENDPOINT).")
 

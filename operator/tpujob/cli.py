@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from tpujob import __version__, tpu
+from tpujob.api import DefaultZones
 from tpujob.api.crd import crd_yaml
 from tpujob.localrun import add_subcommand as add_run
 from tpujob.manifests import load_jobs, manifest_files, problems_in
@@ -38,8 +39,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """One plan per TPUJob in the file: a YAML document each, or in JSON the plan (one job) or a list."""
-    jobs = load_jobs(args.file)
     cluster = Cluster(project=args.project, location=args.location, cluster=args.cluster, zone=args.zone)
+    # A job that names no zone renders into --zone: checked as the operator checks its own zone.
+    jobs = load_jobs(args.file, DefaultZones(cluster.zones, "the zone given to tpujob render --zone"))
     plans = [render_plan(job, cluster).to_dict() for job in jobs]
     if args.output == "json":
         print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
@@ -120,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--project", default=defaults.project, help="GKE project")
     render.add_argument("--location", default=defaults.location, help="GKE cluster location")
     render.add_argument("--cluster", default=defaults.cluster, help="GKE cluster name")
-    render.add_argument("--zone", default=defaults.zone, help="zone of the TPU node pools")
+    render.add_argument(
+        "--zone",
+        default=defaults.zone,
+        help="zone(s) of the TPU node pools of a job that names none, comma-separated; one must offer the "
+        "job's TPU type",
+    )
     render.set_defaults(func=cmd_render)
 
     crd = commands.add_parser("crd", help="print the TPUJob CustomResourceDefinition")

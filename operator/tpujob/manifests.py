@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api import DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -33,7 +33,9 @@ def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
         yield label, document
 
 
-def problems_in(path: Path) -> Iterator[str]:
+def problems_in(path: Path, default_zones: DefaultZones | None = None) -> Iterator[str]:
+    """Every problem of every document, each naming its file and field; with `default_zones`, a job that
+    names no zone is also checked against them."""
     try:
         documents = list(load_documents(path))
     except OSError as error:
@@ -46,16 +48,16 @@ def problems_in(path: Path) -> Iterator[str]:
         yield f"{path}: no TPUJob in the file"
     for label, document in documents:
         try:
-            parse_tpujob(document)
+            parse_tpujob(document, default_zones)
         except InvalidTPUJob as invalid:
             yield from (f"{label}: {problem}" for problem in invalid.problems)
 
 
-def load_jobs(path: Path) -> list[TPUJob]:
+def load_jobs(path: Path, default_zones: DefaultZones | None = None) -> list[TPUJob]:
     """Every TPUJob in a file (one or more YAML documents), or SystemExit(1) after printing every problem."""
-    problems = list(problems_in(path))
+    problems = list(problems_in(path, default_zones))
     if not problems:
-        return [parse_tpujob(document) for _, document in load_documents(path)]
+        return [parse_tpujob(document, default_zones) for _, document in load_documents(path)]
     for line in problems:
         print(line, file=sys.stderr)
     raise SystemExit(1)

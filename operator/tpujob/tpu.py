@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -138,15 +139,44 @@ GENERATIONS: Final[dict[str, Generation]] = {
 
 TPU_TYPES: Final = tuple(GENERATIONS)
 
-# Zones that offer each generation: Cloud TPU's "TPU regions and zones"
-# (https://docs.cloud.google.com/tpu/docs/types-zones), North America and europe-west4-a as read for this
-# table (AI and single-tenant zones left out). Google adds zones: a newer one is refused here until listed.
+# Which TPU generations each zone offers: Cloud TPU's "TPU regions and zones" table, worldwide, AI zones
+# included (https://docs.cloud.google.com/tpu/docs/regions-zones, also served as /tpu/docs/types-zones).
+# North America as the page reads: TPU7x us-central1-ai1a, us-central1-c; v6e us-central1-b, us-east1-d,
+# us-east5-a, us-east5-b and the AI zones us-central1-ai1a ("us-central1-ai1" on one copy of the page: the
+# only us-central1 AI zone Compute Engine's "AI zones" page names) and us-south1-ai1b; v5p us-central1-a,
+# us-east5-a; v5e us-central1-a, us-south1-a, us-west1-c, us-west4-a; v4 us-central2-b. Europe: v6e
+# europe-west4-a; v5p and v5e europe-west4-b. Asia Pacific: v6e asia-northeast1-b (also GKE's flex-start
+# zones); v5e asia-southeast1-b. The Europe and Asia rows past europe-west4-a were read in the public audit
+# of issue #27, not in the stored copy of the page, which ends there; single-tenant zones are left out. An AI
+# zone (https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones) belongs to its region: its name is
+# the region, '-ai', a number and the parent zone's letter. Google adds zones: a newer one is refused here
+# until listed (README, "Assumptions").
+ZONE_GENERATIONS: Final[dict[str, tuple[str, ...]]] = {
+    # North America
+    "us-central1-a": ("v5e", "v5p"),
+    "us-central1-b": ("v6e",),
+    "us-central1-c": ("tpu7x",),
+    "us-central1-ai1a": ("tpu7x", "v6e"),
+    "us-central2-b": ("v4",),
+    "us-east1-d": ("v6e",),
+    "us-east5-a": ("v6e", "v5p"),
+    "us-east5-b": ("v6e",),
+    "us-south1-a": ("v5e",),
+    "us-south1-ai1b": ("v6e",),
+    "us-west1-c": ("v5e",),
+    "us-west4-a": ("v5e",),
+    # Europe
+    "europe-west4-a": ("v6e",),
+    "europe-west4-b": ("v5e", "v5p"),
+    # Asia Pacific
+    "asia-northeast1-b": ("v6e",),
+    "asia-southeast1-b": ("v5e",),
+}
+
+# The same table by generation: the zones that offer each, in the table's order.
 ZONES: Final[dict[str, tuple[str, ...]]] = {
-    "v4": ("us-central2-b",),
-    "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
-    "v5p": ("us-central1-a", "us-east5-a"),
-    "v6e": ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
-    "tpu7x": ("us-central1-c",),
+    tpu_type: tuple(zone for zone, offered in ZONE_GENERATIONS.items() if tpu_type in offered)
+    for tpu_type in TPU_TYPES
 }
 
 
@@ -156,6 +186,11 @@ def zone_problem(tpu_type: str, zone: str) -> str | None:
     if zone in offered:
         return None
     return f"{zone} does not offer {tpu_type} TPUs; zones that do: {', '.join(offered)}"
+
+
+def zones_offering(tpu_type: str, zones: Iterable[str]) -> list[str]:
+    """The zones of `zones` that offer this generation, in their order."""
+    return [zone for zone in zones if zone in ZONES.get(tpu_type, ())]
 
 
 def parse_topology(topology: str) -> tuple[int, ...] | None:

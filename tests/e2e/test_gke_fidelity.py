@@ -101,18 +101,28 @@ def test_a_quota_refusal_shows_quota_exceeded_in_gkes_words_and_is_asked_again_w
     succeed_all(jobs, kubelet, "quota", 1)
 
 
-def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs_off(jobs, gke):
-    # The operator's zone (us-central1-a) does not offer v6e: GKE refuses the request itself (400
-    # INVALID_ARGUMENT). (A zone named in the spec is checked at validation; the operator's own is not.)
+def test_a_job_whose_tpu_the_operators_zone_lacks_is_refused_at_validation_naming_gke_zone(jobs, gke):
+    # The operator's zone (us-central1-a, the test bed's gke.zone) offers v5e and v5p, not v6e: a v6e job that
+    # names no zone would have every pool refused by GKE, so it is refused before any pool is asked for.
     jobs.create(plain_job(tpu={"type": "v6e", "topology": "2x2"}))
+    status = jobs.wait_phase("train", "Failed", timeout=30)
+    assert status["reason"] == "InvalidSpec"
+    assert "spec.nodePool.zone: not set, so the pools go to us-central1-a" in status["message"]
+    assert "chart value gke.zone, env TPUJOB_GKE_ZONE" in status["message"]
+    assert "which does not offer v6e TPUs" in status["message"]
+    assert gke.calls["CreateNodePool"] == 0
+
+
+def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs_off(jobs, gke):
+    # us-east5-a offers v5p, but is not in the cluster's region (us-central1): GKE refuses the request
+    # itself (400 INVALID_ARGUMENT); the operator checks a spec's zone against the TPU, not the region.
+    jobs.create(plain_job(tpu={"type": "v5p", "topology": "2x2x1"}, nodePool={"zone": "us-east5-a"}))
     status = wait_for(
         lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
         timeout=30,
         what="the refusal in the status",
     )
-    assert (
-        'Invalid machine type "ct6e-standard-4t" in zone "us-central1-a": GCE_NOT_FOUND' in status["message"]
-    )
+    assert 'Node location "us-east5-a" is not in the cluster\'s region "us-central1"' in status["message"]
     condition = next(c for c in status["conditions"] if c["type"] == "NodePoolsReady")
     assert condition["reason"] == "NodePoolRejected"
     event = wait_for(
@@ -120,7 +130,7 @@ def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs
         timeout=10,
         what="the Warning event",
     )
-    assert event.type == "Warning" and "us-central1-a" in event.message
+    assert event.type == "Warning" and "us-east5-a" in event.message
     # Resyncs (every 2 s here) look at GKE again, but do not ask for the pool again inside the 30 s backoff.
     looks = gke.calls["GetNodePool"]
     wait_for(lambda: gke.calls["GetNodePool"] >= looks + 3, timeout=30, what="three more passes")

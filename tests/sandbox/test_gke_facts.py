@@ -78,3 +78,23 @@ def test_the_operator_catalog_agrees_with_gke(generation, topology):
     assert built.topology == shape.topology
     assert machine.chips == shape.chips_per_host
     assert machine.accelerator == shape.generation.accelerator
+
+
+def test_the_operators_zone_catalog_and_the_simulated_gkes_agree():
+    """Two statements of Cloud TPU's "TPU regions and zones" table: the operator's (tpu.ZONE_GENERATIONS)
+    and the test bed's (zones.TPU_MACHINE_TYPES_BY_ZONE); each zone offers the same generations in both."""
+    from tpujob_sandbox.gke import zones
+
+    generation_of = {m.name: g.type for g in tpu.GENERATIONS.values() for m in g.machine_types}
+    simulated = {
+        zone: {generation_of[machine] for machine in machines}
+        for zone, machines in zones.TPU_MACHINE_TYPES_BY_ZONE.items()
+    }
+    operator = {zone: set(offered) for zone, offered in tpu.ZONE_GENERATIONS.items()}
+    assert simulated == operator
+    # A zone offers every machine type of a generation it offers (the table lists generations, not VMs).
+    for zone, machines in zones.TPU_MACHINE_TYPES_BY_ZONE.items():
+        for generation in simulated[zone]:
+            assert {m.name for m in tpu.GENERATIONS[generation].machine_types} <= machines, zone
+    # Every zone of the table is a zone of a region the simulated GKE knows (AI zones included).
+    assert all(zones.is_zone(zone) for zone in operator), [z for z in operator if not zones.is_zone(z)]

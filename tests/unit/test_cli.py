@@ -158,3 +158,18 @@ def test_render_of_a_multi_document_file_names_the_bad_document(tmp_path, capsys
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"{path} (document 2): spec.tpu.slices:")
+
+
+def test_render_checks_the_zone_it_renders_into_like_the_operator(tmp_path, capsys):
+    path = write(tmp_path, "v6e.yaml", base_job(tpu={"type": "v6e", "topology": "2x2"}))
+    with pytest.raises(SystemExit) as exited:
+        main(["render", str(path), "--zone", "us-central2-b", "--location", "us-central2"])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        f"{path}: spec.nodePool.zone: not set, so the pools go to us-central2-b, the zone given to "
+        "tpujob render --zone, which does not offer v6e TPUs" in captured.err
+    )
+    assert main(["render", str(path), "--zone", "asia-northeast1-b", "--location", "asia-northeast1"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["nodePools"][0]["locations"] == ["asia-northeast1-b"]

@@ -133,3 +133,56 @@ def test_only_v4_takes_its_dimensions_in_any_order():
 )
 def test_machine_type_is_ambiguous_when_two_machine_types_serve_the_topology(tpu_type, topology, ambiguous):
     assert tpu.machine_type_is_ambiguous(tpu.GENERATIONS[tpu_type], topology) is ambiguous
+
+
+# Cloud TPU's "TPU regions and zones" table (https://docs.cloud.google.com/tpu/docs/regions-zones), as
+# issue #27 names the zones the old North-America table refused.
+@pytest.mark.parametrize(
+    ("tpu_type", "zone"),
+    [
+        ("v6e", "asia-northeast1-b"),  # named by examples/v6e-flex-start.yaml's own comment
+        ("v6e", "europe-west4-a"),
+        ("v5e", "europe-west4-b"),
+        ("v5p", "europe-west4-b"),
+        ("v5e", "asia-southeast1-b"),
+        ("tpu7x", "us-central1-ai1a"),  # an AI zone
+        ("v6e", "us-south1-ai1b"),  # an AI zone
+        ("tpu7x", "us-central1-c"),
+        ("v4", "us-central2-b"),
+        ("v5e", "us-central1-a"),
+        ("v5p", "us-central1-a"),
+    ],
+)
+def test_zones_of_the_cloud_tpu_table_offer_their_generations(tpu_type, zone):
+    assert tpu.zone_problem(tpu_type, zone) is None
+    assert tpu_type in tpu.ZONE_GENERATIONS[zone]
+    assert zone in tpu.ZONES[tpu_type]
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "zone"),
+    [
+        ("v6e", "us-central2-b"),  # only v4 there
+        ("v5e", "asia-northeast1-b"),  # v6e only
+        ("v4", "europe-west4-b"),
+        ("tpu7x", "us-central1-a"),
+        ("v5p", "us-central1-ai1a"),
+        ("v6e", "us-central1-z"),  # no such zone
+    ],
+)
+def test_a_zone_is_refused_for_a_generation_it_lacks_naming_the_zones_that_offer_it(tpu_type, zone):
+    problem = tpu.zone_problem(tpu_type, zone)
+    offered = ", ".join(tpu.ZONES[tpu_type])
+    assert problem == f"{zone} does not offer {tpu_type} TPUs; zones that do: {offered}"
+
+
+def test_every_generation_is_offered_somewhere_and_every_zone_offers_a_known_generation():
+    assert all(tpu.ZONES[t] for t in tpu.TPU_TYPES)
+    assert {g for offered in tpu.ZONE_GENERATIONS.values() for g in offered} == set(tpu.TPU_TYPES)
+
+
+def test_zones_offering_keeps_the_given_order_and_drops_the_zones_without_the_type():
+    zones = ["us-central1-b", "us-central1-a", "europe-west4-b", "us-central1"]
+    assert tpu.zones_offering("v5e", zones) == ["us-central1-a", "europe-west4-b"]
+    assert tpu.zones_offering("v6e", zones) == ["us-central1-b"]
+    assert tpu.zones_offering("v4", zones) == []

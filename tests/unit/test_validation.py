@@ -5,7 +5,8 @@ import contextlib
 import pytest
 
 from tests.manifests import MALFORMED, base_job
-from tpujob.api import InvalidTPUJob, parse_tpujob
+from tpujob import tpu
+from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, parse_tpujob
 from tpujob.api.status import TPUJobStatus
 from tpujob.render import Cluster, render_plan
 
@@ -104,3 +105,74 @@ def test_every_problem_is_reported_at_once():
     with pytest.raises(InvalidTPUJob) as caught:
         parse_tpujob(manifest)
     assert {p.path for p in caught.value.problems} == {"spec.tpu.type", "spec.trainer.image"}
+
+
+# The operator's own zone (TPUJOB_GKE_ZONE, chart value gke.zone) against a job that names no zone.
+OPERATOR_ZONE = DefaultZones(("us-central2-b",), OPERATOR_ZONE_SETTING)  # offers only v4
+
+
+def test_a_job_whose_tpu_the_operators_zone_lacks_is_refused_naming_the_chart_value_and_the_fix():
+    with pytest.raises(InvalidTPUJob) as caught:
+        parse_tpujob(base_job(tpu={"type": "v5e", "topology": "2x2"}), OPERATOR_ZONE)
+    [problem] = caught.value.problems
+    assert problem.path == "spec.nodePool.zone"
+    assert "us-central2-b, the operator's zone (chart value gke.zone, env TPUJOB_GKE_ZONE)" in problem.message
+    assert "which does not offer v5e TPUs" in problem.message
+    assert "set spec.nodePool.zone or spec.capacity.zones" in problem.message
+    assert f"zones that offer v5e: {', '.join(tpu.ZONES['v5e'])}" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("zones", "spec"),
+    [
+        (("us-central2-b",), {"tpu": {"type": "v4", "topology": "2x2x1"}}),  # the zone offers it
+        (("us-central2-b", "us-central1-a"), {}),  # one of the operator's zones offers v5e
+        (("us-central2-b",), {"nodePool": {"zone": "us-central1-a"}}),  # the job names its zone
+        (("us-central2-b",), {"capacity": {"zones": ["us-central1-a", "europe-west4-b"]}}),
+        (("us-central2-b",), {"nodePool": {"policy": "existing"}}),  # no pools made
+        (("us-central1",), {}),  # a region: the cluster check names the setting, for every job alike
+        ((), {}),  # no zone configured (existing-pool operators)
+        (("asia-southeast1-b",), {}),  # v5e in Asia
+        (("us-central1-ai1a",), {"tpu": {"type": "v6e", "topology": "2x2"}}),  # an AI zone
+    ],
+)
+def test_a_job_the_operators_zones_can_hold_or_that_names_its_own_passes(zones, spec):
+    parse_tpujob(base_job(**spec), DefaultZones(zones, OPERATOR_ZONE_SETTING))
+
+
+def test_the_problem_says_none_of_several_operator_zones_offers_the_tpu():
+    zones = DefaultZones(("us-central1-a", "europe-west4-b"), OPERATOR_ZONE_SETTING)
+    with pytest.raises(InvalidTPUJob) as caught:
+        parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}), zones)
+    assert "us-central1-a, europe-west4-b, the operator's zone" in str(caught.value)
+    assert "none of which offers v6e TPUs" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "zone", ["asia-northeast1-b", "europe-west4-a", "us-central1-ai1a", "us-south1-ai1b"]
+)
+def test_real_v6e_zones_pass_the_pattern_and_the_catalog(zone):
+    parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}, nodePool={"zone": zone}))
+    parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}, capacity={"zones": [zone]}))
+
+
+@pytest.mark.parametrize(("tpu_type", "topology"), [("v5e", "2x2"), ("v5p", "2x2x1")])
+def test_v5e_and_v5p_in_europe_west4_b_pass(tpu_type, topology):
+    parse_tpujob(base_job(tpu={"type": tpu_type, "topology": topology}, nodePool={"zone": "europe-west4-b"}))
+
+
+@pytest.mark.parametrize("zone", ["us-central1-ai", "us-central1-aia", "us-central1-ai1", "us-central1"])
+def test_a_malformed_zone_fails_the_pattern(zone):
+    with pytest.raises(InvalidTPUJob) as caught:
+        parse_tpujob(base_job(nodePool={"zone": zone}))
+    assert caught.value.problems[0].path == "spec.nodePool.zone"
+    assert "does not match" in caught.value.problems[0].message
+
+
+def test_the_pools_of_a_job_go_to_the_operators_zones_that_offer_its_tpu():
+    job = parse_tpujob(base_job())  # v5e
+    cluster = Cluster(zone="us-central1-b,us-central1-a,europe-west4-b")
+    assert render_plan(job, cluster).node_pools[0]["locations"] == ["us-central1-a"]
+    assert [p["locations"] for p in render_plan(job, Cluster(zone="us-central1")).node_pools] == [
+        ["us-central1"]
+    ]

@@ -3,6 +3,15 @@
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import TPUJobSpec
 from tpujob.api.status import TPUJobStatus
-from tpujob.api.validation import InvalidTPUJob, Problem, parse_tpujob
+from tpujob.api.validation import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, Problem, parse_tpujob
 
-__all__ = ["InvalidTPUJob", "Problem", "TPUJob", "TPUJobSpec", "TPUJobStatus", "parse_tpujob"]
+__all__ = [
+    "OPERATOR_ZONE_SETTING",
+    "DefaultZones",
+    "InvalidTPUJob",
+    "Problem",
+    "TPUJob",
+    "TPUJobSpec",
+    "TPUJobStatus",
+    "parse_tpujob",
+]

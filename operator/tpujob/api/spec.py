@@ -43,7 +43,9 @@ OAUTH_SCOPE_PATTERN = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$"
 # Identity. xpk asks for storage-full, gke-default and cloud-platform on TPU pools
 # (AI-Hypercomputer/xpk src/xpk/core/nodepool.py); cloud-platform alone already grants what the others do.
 DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
-ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
+# A Compute Engine zone: region and letter (us-central1-a), or an AI zone: region, 'ai', a number and its
+# parent zone's letter (us-central1-ai1a; https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones).
+ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z]$"
 
 
 class TPUType(enum.StrEnum):

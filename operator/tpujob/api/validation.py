@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
@@ -12,9 +14,22 @@ from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_P
 from tpujob.api.job import MAX_JOB_NAME_LENGTH, TPUJob
 from tpujob.api.pod_validation import OPERATOR_FIELDS, pod_problems
 from tpujob.api.run_policy import ExitCodeOperator
-from tpujob.api.spec import GCE_NAME_PATTERN, RESERVATION_PATTERN, CapacityMode, NodePoolPolicy
+from tpujob.api.spec import (
+    GCE_NAME_PATTERN,
+    RESERVATION_PATTERN,
+    ZONE_PATTERN,
+    CapacityMode,
+    NodePoolPolicy,
+)
 
-__all__ = ["InvalidTPUJob", "Problem", "is_default_trainer_image", "parse_tpujob", "semantic_problems"]
+__all__ = [
+    "DefaultZones",
+    "InvalidTPUJob",
+    "Problem",
+    "is_default_trainer_image",
+    "parse_tpujob",
+    "semantic_problems",
+]
 
 # The default trainer image (repository name); it is TensorFlow.
 DEFAULT_TRAINER_REPOSITORY = "tpujob-trainer"
@@ -26,14 +41,28 @@ def is_default_trainer_image(image: str) -> bool:
     return repository.startswith(DEFAULT_TRAINER_REPOSITORY)
 
 
+@dataclass(frozen=True)
+class DefaultZones:
+    """Where the pools of a job that names no zone go (the operator's TPUJOB_GKE_ZONE, `render --zone`), and
+    the setting to blame when none of them offers the job's TPU type. The pure core takes them as given."""
+
+    zones: Sequence[str]
+    setting: str  # what sets them, named in the problem: OPERATOR_ZONE_SETTING, "tpujob render --zone"
+
+
+# What the operator's TPUJOB_GKE_ZONE is called in a problem: the chart value a user sets, and the variable.
+OPERATOR_ZONE_SETTING = "the operator's zone (chart value gke.zone, env TPUJOB_GKE_ZONE)"
+
+
 class InvalidTPUJob(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("; ".join(str(p) for p in problems))
         self.problems = problems
 
 
-def parse_tpujob(manifest: Any) -> TPUJob:
-    """Validate a manifest (a dict as read from YAML or the API server) into a TPUJob."""
+def parse_tpujob(manifest: Any, default_zones: DefaultZones | None = None) -> TPUJob:
+    """Validate a manifest (a dict as read from YAML or the API server) into a TPUJob. With
+    `default_zones`, a job that names no zone is also checked against them."""
     if not isinstance(manifest, Mapping):
         raise InvalidTPUJob([Problem("(document)", "a TPUJob must be a mapping with apiVersion, kind, spec")])
     body = {k: v for k, v in manifest.items() if k != "status"}  # status is the operator's, not input
@@ -41,7 +70,7 @@ def parse_tpujob(manifest: Any) -> TPUJob:
         job = TPUJob.model_validate(body)
     except pydantic.ValidationError as error:
         raise InvalidTPUJob(sorted(set(_from_pydantic(error)))) from None
-    problems = sorted(semantic_problems(job))
+    problems = sorted(semantic_problems(job, default_zones))
     if problems:
         raise InvalidTPUJob(problems)
     return job
@@ -191,8 +220,37 @@ def _failure_policy_problems(job: TPUJob) -> Iterator[Problem]:
             )
 
 
-def semantic_problems(job: TPUJob) -> Iterator[Problem]:
-    """Rules across fields and against the TPU catalog (the schema alone cannot express them)."""
+def _default_zone_problems(
+    job: TPUJob, shape: tpu.SliceShape | None, default_zones: DefaultZones | None
+) -> Iterator[Problem]:
+    """A job that names no zone goes to the default zones: one of them must offer its TPU type, or GKE
+    refuses every pool (400 'Invalid machine type ... in zone'). Only zones are weighed: a setting that is
+    not one (a region) is the cluster check's to report, naming the setting, for every job alike."""
+    spec = job.spec
+    if (
+        default_zones is None
+        or shape is None
+        or spec.node_pool.policy != NodePoolPolicy.create
+        or spec.node_pool.zone
+        or spec.capacity.zones
+    ):
+        return
+    zones = [z for z in default_zones.zones if re.match(ZONE_PATTERN, z)]
+    if not zones or tpu.zones_offering(spec.tpu.type, zones):
+        return
+    offers = "none of which offers" if len(zones) > 1 else "which does not offer"
+    yield Problem(
+        "spec.nodePool.zone",
+        f"not set, so the pools go to {', '.join(zones)}, {default_zones.setting}, {offers} "
+        f"{spec.tpu.type} TPUs; set spec.nodePool.zone or spec.capacity.zones to a zone of the cluster's "
+        f"region that does, or change that setting; zones that offer {spec.tpu.type}: "
+        f"{', '.join(tpu.ZONES.get(spec.tpu.type, ()))}",
+    )
+
+
+def semantic_problems(job: TPUJob, default_zones: DefaultZones | None = None) -> Iterator[Problem]:
+    """Rules across fields and against the TPU catalog (the schema alone cannot express them); with
+    `default_zones`, where a job that names no zone would go."""
     spec = job.spec
     shape: tpu.SliceShape | None = None
     try:
@@ -256,6 +314,7 @@ def semantic_problems(job: TPUJob) -> Iterator[Problem]:
     ]:
         if zone and shape is not None and (problem := tpu.zone_problem(spec.tpu.type, zone)):
             yield Problem(path, problem)
+    yield from _default_zone_problems(job, shape, default_zones)
     needs_policy = (
         shape is not None
         and shape.multi_host

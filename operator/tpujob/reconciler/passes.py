@@ -11,7 +11,7 @@ from typing import Any
 
 from tpujob import kube, metrics
 from tpujob import status as s
-from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.status import TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
@@ -111,7 +111,9 @@ class Reconciler:
         job: TPUJob | None = None
         observed: s.Observed | s.InvalidObserved
         try:
-            job = parse_tpujob({**body, "status": None}).model_copy(update={"status": status})
+            # A job that names no zone is checked against the operator's own (TPUJOB_GKE_ZONE).
+            default_zones = DefaultZones(self.observer.cluster.zones, OPERATOR_ZONE_SETTING)
+            job = parse_tpujob({**body, "status": None}, default_zones).model_copy(update={"status": status})
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)

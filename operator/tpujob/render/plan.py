@@ -107,7 +107,9 @@ def job_zones(job: TPUJob, cluster: Cluster) -> list[str]:
         return list(job.spec.capacity.zones)
     if job.spec.node_pool.zone:
         return [job.spec.node_pool.zone]
-    return list(cluster.zones)
+    # The operator's zones that offer the job's TPU type (validation refuses a job none of them offers);
+    # all of them when none does, for GKE to name what it refuses (a region set as the zone, ...).
+    return tpu.zones_offering(job.spec.tpu.type, cluster.zones) or list(cluster.zones)
 
 
 def pool_management(mode: CapacityMode | str) -> dict[str, bool]:

@@ -1,11 +1,13 @@
 """Where TPUs are: which zones offer which TPU machine types, the zones of each region, and capacity.
 
 The simulation's own table, stated apart from the operator's catalog on purpose. Source: Cloud TPU "TPU
-regions and zones", https://docs.cloud.google.com/tpu/docs/types-zones (North America, as read for this
-table: TPU7x us-central1-c; v6e us-central1-b, us-east1-d, us-east5-a, us-east5-b; v5p us-central1-a,
-us-east5-a; v5e us-central1-a, us-south1-a, us-west1-c, us-west4-a; v4 us-central2-b; Europe: v6e
-europe-west4-a). AI zones (us-central1-ai1a ...) and single-tenant zones are left out. A zone missing here
-may still offer a TPU on real GKE: the README says the table is a snapshot.
+regions and zones", https://docs.cloud.google.com/tpu/docs/regions-zones (also /tpu/docs/types-zones),
+worldwide and with its AI zones: North America: TPU7x us-central1-ai1a, us-central1-c; v6e us-central1-b,
+us-east1-d, us-east5-a, us-east5-b and the AI zones us-central1-ai1a, us-south1-ai1b; v5p us-central1-a,
+us-east5-a; v5e us-central1-a, us-south1-a, us-west1-c, us-west4-a; v4 us-central2-b. Europe: v6e
+europe-west4-a; v5p and v5e europe-west4-b. Asia Pacific: v6e asia-northeast1-b; v5e asia-southeast1-b. (The
+rows past europe-west4-a as issue #27's audit read them.) Single-tenant zones are left out.
+A zone missing here may still offer a TPU on real GKE: the README says the table is a snapshot.
 
 Capacity is unlimited unless a test limits it: `Capacity.set(zone, machine_type, vms)` stands for a stockout
 (0 VMs free), `Quota.set(region, family, chips)` for a quota too small for the pool.
@@ -26,6 +28,15 @@ REGION_ZONES: dict[str, tuple[str, ...]] = {
     "us-west1": ("us-west1-a", "us-west1-b", "us-west1-c"),
     "us-west4": ("us-west4-a", "us-west4-b", "us-west4-c"),
     "europe-west4": ("europe-west4-a", "europe-west4-b", "europe-west4-c"),
+    "asia-northeast1": ("asia-northeast1-a", "asia-northeast1-b", "asia-northeast1-c"),
+    "asia-southeast1": ("asia-southeast1-a", "asia-southeast1-b", "asia-southeast1-c"),
+}
+# AI zones: a region's zones apart, for accelerators, named region-aiNx after their parent zone x; they are
+# not among a cluster's default node locations, but a node pool may name one
+# (https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones, "Use AI zones in GKE").
+AI_ZONES: dict[str, tuple[str, ...]] = {
+    "us-central1": ("us-central1-ai1a",),
+    "us-south1": ("us-south1-ai1b",),
 }
 
 _V4 = ("ct4p-hightpu-4t",)
@@ -40,14 +51,19 @@ TPU_MACHINE_TYPES_BY_ZONE: dict[str, frozenset[str]] = {
         ("us-central1-a", _V5E + _V5P),
         ("us-central1-b", _V6E),
         ("us-central1-c", _TPU7X),
+        ("us-central1-ai1a", _TPU7X + _V6E),
         ("us-central2-b", _V4),
         ("us-east1-d", _V6E),
         ("us-east5-a", _V6E + _V5P),
         ("us-east5-b", _V6E),
         ("us-south1-a", _V5E),
+        ("us-south1-ai1b", _V6E),
         ("us-west1-c", _V5E),
         ("us-west4-a", _V5E),
         ("europe-west4-a", _V6E),
+        ("europe-west4-b", _V5E + _V5P),
+        ("asia-northeast1-b", _V6E),
+        ("asia-southeast1-b", _V5E),
     )
 }
 
@@ -73,7 +89,9 @@ def region_of(location: str) -> str:
 
 
 def is_zone(location: str) -> bool:
-    return location not in REGION_ZONES and region_of(location) in REGION_ZONES
+    """A zone of a known region: a standard zone or one of its AI zones."""
+    region = region_of(location)
+    return location in REGION_ZONES.get(region, ()) or location in AI_ZONES.get(region, ())
 
 
 def offers(zone: str, machine_type: str) -> bool:
