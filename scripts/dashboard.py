@@ -163,8 +163,9 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                     "GKE errors by reason",
                     "GKE calls refused and pools gone to ERROR per second: Stockout (no TPU capacity), "
                     "QuotaExceeded, IncompatibleOperation (another operation runs), NodePoolRejected "
-                    "(a request GKE refuses as sent), NodePoolLost (a pool in ERROR without a capacity "
-                    "condition), GKEUnavailable (anything else).",
+                    "(a request GKE refuses as sent), ReservationExhausted and ReservationNotFound (the "
+                    "job's reservation is too small or missing), NodePoolLost (a pool in ERROR without a "
+                    "capacity condition), GKEUnavailable (anything else).",
                     [(f"sum by (reason) (rate(tpujob_gke_errors_total[{RATE}]))", "{{reason}}")],
                     "ops",
                 ),

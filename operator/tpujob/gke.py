@@ -45,6 +45,16 @@ STOCKOUT_REASONS = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "S
 # GoogleCloudPlatform/k8s-config-connector#321, kubeflow/kubeflow#842; "Insufficient project quota" for
 # the all-regions quotas: kubeflow/examples#597). The words are the only signal GKE gives.
 QUOTA_WORDS = re.compile(r"insufficient (regional|project) quota to satisfy request", re.IGNORECASE)
+# A pool consuming a specific reservation, refused at once. Too small: 429 "Reservation does not have enough
+# resources for the request: specific reservation "R" is insufficient for node pool "P" at zone "Z": required
+# 1 and short of 1 VM count of machine type M." (GoogleCloudPlatform/gsutil#1000). Missing: 404 "Google
+# Compute Engine: reservation "R" not found for node pool "P" at zone "Z"."
+# (GoogleCloudPlatform/cluster-toolkit#5043). Neither body is known to carry an ErrorInfo reason: words again.
+RESERVATION_SHORT_WORDS = re.compile(
+    r"reservation does not have enough resources|specific reservation .* is insufficient for node pool",
+    re.IGNORECASE,
+)
+RESERVATION_MISSING_WORDS = re.compile(r'reservation "[^"]*" not found for node pool', re.IGNORECASE)
 
 # Settings named in a configuration error: the environment variable and its chart value.
 SETTING_ZONE = "TPUJOB_GKE_ZONE (chart value gke.zone)"
@@ -90,6 +100,15 @@ def gke_message(error: Exception) -> str:
     return str(found or getattr(error, "message", None) or error)
 
 
+def _reservation_refusal(status: str, message: str) -> Reason | None:
+    """ReservationExhausted or ReservationNotFound for GKE's refusal of a pool's specific reservation."""
+    if status == "RESOURCE_EXHAUSTED" and RESERVATION_SHORT_WORDS.search(message):
+        return Reason.RESERVATION_EXHAUSTED
+    if status == "NOT_FOUND" and RESERVATION_MISSING_WORDS.search(message):
+        return Reason.RESERVATION_NOT_FOUND
+    return None
+
+
 def classify_error(error: Exception) -> s.GKEError:
     """GKE's refusal of a call -> the reason the status shows, and whether asking again can help."""
     message = gke_message(error)
@@ -104,6 +123,9 @@ def classify_error(error: Exception) -> s.GKEError:
         return s.GKEError(Reason.STOCKOUT, message)
     if reason == REASON_RATE_LIMITED or status == "FAILED_PRECONDITION":  # "incompatible operation"
         return s.GKEError(Reason.GKE_BUSY, message)
+    if (reservation := _reservation_refusal(status, message)) is not None:
+        # Someone must enlarge or create the reservation (or change the spec): asked again with a backoff.
+        return s.GKEError(reservation, message, permanent=True)
     if status == "RESOURCE_EXHAUSTED":  # 429 without a reason: GKE's rate limits
         return s.GKEError(Reason.GKE_BUSY, message)
     if status in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "OUT_OF_RANGE", "UNAUTHENTICATED"):

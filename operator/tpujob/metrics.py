@@ -39,6 +39,8 @@ GKE_ERROR_REASONS = (
     Reason.GKE_BUSY,
     Reason.GKE_UNAVAILABLE,
     Reason.POOL_REJECTED,
+    Reason.RESERVATION_EXHAUSTED,
+    Reason.RESERVATION_NOT_FOUND,
     Reason.POOL_LOST,
 )
 # The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the

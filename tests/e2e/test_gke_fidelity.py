@@ -313,3 +313,76 @@ def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
         what="the restart after the reclaim",
     )
     assert status["restartsByReason"] == {"Preempted": 1}
+
+
+# --- reservations (GKE refuses the create at once: tpujob_sandbox/gke/reservations.py) ---------------------
+
+RESERVED = {"mode": "reservation", "reservation": "res"}  # plain_job: one v5e 2x2 VM in us-central1-a
+
+
+def refused_with(jobs, name: str, reason: str) -> tuple[dict, float]:
+    """The job's status once it shows `reason`, and when it did."""
+    status = wait_for(
+        lambda: (st := jobs.status(name)).get("reason") == reason and st,
+        timeout=30,
+        what=f"{reason} in the status",
+    )
+    return status, time.monotonic()
+
+
+def assert_asked_again_with_a_backoff(gke, refused_at: float, creates: int) -> None:
+    """The create came `creates` times in all, spaced 1, 2, 4 s ... (TPUJOB_REFUSED_BACKOFF_SECONDS is 1
+    on the test bed, doubling), not at every 0.2 s poll (that would make `creates` in about a second)."""
+    wait_for(lambda: gke.calls["CreateNodePool"] >= creates, timeout=60, what=f"{creates} creates")
+    waited = time.monotonic() - refused_at
+    backoff = sum(2**n for n in range(creates - 1))  # 1 + 2 + 4 ... before each create after the first
+    print(f"create #{creates} came {waited:.1f} s after the first refusal showed (backoff {backoff} s)")
+    assert waited >= backoff - 1.5
+
+
+def test_a_reservation_too_small_shows_reservation_exhausted_with_a_backoff_then_the_job_gets_its_pool(
+    jobs, gke, kubelet
+):
+    """GKE's 429 for a reservation short of VMs: ReservationExhausted in GKE's words with a Warning event,
+    asked again with the growing backoff (before this fix: IncompatibleOperation every 5 s); once the
+    reservation's owner enlarges it, the pool comes from it and its VM goes back when the job ends."""
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 0)
+    jobs.create(plain_job("reserved", capacity=RESERVED))
+    status, refused_at = refused_with(jobs, "reserved", "ReservationExhausted")
+    assert status["message"].startswith(
+        'Reservation does not have enough resources for the request: specific reservation "res" is '
+        "insufficient for node pool"
+    )
+    assert status["message"].endswith("required 1 and short of 1 VM count of machine type ct5lp-hightpu-4t.")
+    event = wait_for(
+        lambda: next((e for e in jobs.events("reserved") if e.reason == "ReservationExhausted"), None),
+        timeout=10,
+        what="the Warning event",
+    )
+    assert event.type == "Warning"
+    assert_asked_again_with_a_backoff(gke, refused_at, creates=4)
+    assert jobs.status("reserved")["reason"] == "ReservationExhausted"
+
+    gke.reservations.resize("res", 1)  # the owner enlarged it
+    for pod in jobs.wait_pods_running("reserved", 1, timeout=60):
+        assert gke.reservations.get("res").in_use == 1
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("reserved", "Succeeded")
+    wait_for(lambda: gke.reservations.get("res").in_use == 0, timeout=30, what="the reserved VM given back")
+
+
+def test_a_missing_reservation_is_refused_as_reservation_not_found_then_the_job_proceeds_when_it_exists(
+    jobs, gke, kubelet
+):
+    """GKE's 404 for a reservation that does not exist: ReservationNotFound in GKE's words, asked again with
+    the growing backoff; once the reservation is created, the job gets its pool from it."""
+    jobs.create(plain_job("reserved", capacity=RESERVED))
+    status, refused_at = refused_with(jobs, "reserved", "ReservationNotFound")
+    assert status["message"].startswith('Google Compute Engine: reservation "res" not found for node pool')
+    condition = next(c for c in status["conditions"] if c["type"] == "NodePoolsReady")
+    assert condition["reason"] == "ReservationNotFound"
+    assert_asked_again_with_a_backoff(gke, refused_at, creates=3)
+
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
+    succeed_all(jobs, kubelet, "reserved", 1)
+    wait_for(lambda: gke.reservations.get("res").in_use == 0, timeout=30, what="the reserved VM given back")

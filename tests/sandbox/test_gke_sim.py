@@ -575,3 +575,83 @@ def test_flex_start_needs_a_recent_gke_and_no_v4(gke):
     v4_cluster = SimCluster(location="us-central2")  # where v4 lives: "TPU v3 and v4 are not supported"
     with pytest.raises(GkeError, match="does not support accelerator 'tpu-v4-podslice'"):
         check_flex_start(v4_cluster, "tpu-v4-podslice", "us-central2-b", 0)
+
+
+# --- reservations (gke/reservations.py) -----------------------------------------------------------------
+
+
+def reserved_pool(name: str, reservation: str, nodes: int = 1) -> container_v1.NodePool:
+    """A v5e pool in us-central1-a consuming `reservation`, as the operator renders a reservation pool."""
+    affinity = {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": [reservation],
+    }
+    return pool_request(
+        name=name,
+        initialNodeCount=nodes,
+        config={"machineType": "ct5lp-hightpu-4t", "reservationAffinity": affinity},
+    )
+
+
+def test_a_pool_naming_a_reservation_that_does_not_exist_is_refused_with_a_404(gke):
+    gke.reservations.create("elsewhere", "us-central1-b", "ct5lp-hightpu-4t", 4)  # another zone: not found
+    for value in ("missing", "elsewhere"):
+        with pytest.raises(google_errors.NotFound) as refused:
+            gke.client().create_node_pool(parent=gke.parent, node_pool=reserved_pool("p", value))
+        assert refused.value.message.endswith(
+            f'Google Compute Engine: reservation "{value}" not found for node pool "p" at zone '
+            '"us-central1-a".'
+        )
+    assert not gke.node_pools()
+
+
+def test_a_reservation_too_small_for_the_pool_is_refused_with_a_429_in_gkes_words(gke):
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
+    with pytest.raises(google_errors.TooManyRequests) as refused:
+        gke.client().create_node_pool(parent=gke.parent, node_pool=reserved_pool("big", "res", nodes=2))
+    assert refused.value.message.endswith(
+        'Reservation does not have enough resources for the request: specific reservation "res" is '
+        'insufficient for node pool "big" at zone "us-central1-a": required 2 and short of 1 VM count of '
+        "machine type ct5lp-hightpu-4t."
+    )
+    assert not refused.value.reason  # no ErrorInfo: the words are GKE's only mark
+    assert not gke.node_pools()
+    # A reservation of another machine type has none of the pool's VMs.
+    gke.reservations.create("v5p", "us-central1-a", "ct5p-hightpu-4t", 8)
+    with pytest.raises(google_errors.TooManyRequests, match="required 1 and short of 1 VM count"):
+        gke.client().create_node_pool(parent=gke.parent, node_pool=reserved_pool("other", "v5p"))
+
+
+def test_a_pool_takes_its_vms_from_the_reservation_and_gives_them_back_when_deleted(gke, core):
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 2)
+    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)  # on-demand stocked out: reserved VMs still come
+    finished = create_pool(gke, reserved_pool("first", "res", nodes=2))
+    assert not finished.error.message
+    assert len(nodes_of(core, "first")) == 2
+    assert gke.reservations.get("res").in_use == 2
+    client = gke.client()
+    with pytest.raises(google_errors.TooManyRequests, match="short of 1 VM count"):
+        client.create_node_pool(parent=gke.parent, node_pool=reserved_pool("second", "res"))
+    wait_operation(client, gke, client.delete_node_pool(name=f"{gke.parent}/nodePools/first"))
+    assert gke.reservations.get("res").in_use == 0
+    assert not create_pool(gke, reserved_pool("second", "res")).error.message
+
+
+def test_a_reservation_enlarged_or_shared_from_another_project_is_consumed(gke):
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 0)
+    with pytest.raises(google_errors.TooManyRequests):
+        gke.client().create_node_pool(parent=gke.parent, node_pool=reserved_pool("p", "res"))
+    gke.reservations.resize("res", 1)
+    assert not create_pool(gke, reserved_pool("p", "res")).error.message
+    gke.reservations.create("shared", "us-central1-a", "ct5lp-hightpu-4t", 1, project="owner")
+    with pytest.raises(google_errors.NotFound):  # only named with its project is it the shared one
+        gke.client().create_node_pool(parent=gke.parent, node_pool=reserved_pool("q", "shared"))
+    assert not create_pool(gke, reserved_pool("q", "projects/owner/reservations/shared")).error.message
+    assert gke.reservations.get("shared", project="owner").in_use == 1
+
+
+def test_clear_faults_removes_the_reservations(gke):
+    gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
+    gke.clear_faults()
+    assert gke.reservations.get("res") is None

@@ -34,6 +34,16 @@ QUOTA = (
     "short '16.0'. project has a quota of '0.0' with '0.0' available. View and manage quotas at "
     "https://console.cloud.google.com/iam-admin/quotas?usage=USED&project=p."
 )
+# A specific reservation too small (GoogleCloudPlatform/gsutil#1000) and missing (cluster-toolkit#5043).
+RESERVATION_SHORT = (
+    'Reservation does not have enough resources for the request: specific reservation "res" is insufficient '
+    'for node pool "np" at zone "us-central1-c": required 1 and short of 1 VM count of machine type '
+    "n2-standard-2."
+)
+RESERVATION_MISSING = (
+    'Google Compute Engine: reservation "h4d-reservation/reservationBlocks/h4d-reservation-block-0001" not '
+    'found for node pool "h4d-highmem-192-lssd-h4d-pool" at zone "us-central1-b".'
+)
 PROJECT_QUOTA = 'Insufficient project quota to satisfy request: resource "CPUS_ALL_REGIONS": request ...'
 CLASSIFIED = {
     "invalid-argument": (gke_error(400, "INVALID_ARGUMENT", AUTO_UPGRADE), Reason.POOL_REJECTED, True),
@@ -72,6 +82,40 @@ CLASSIFIED = {
         gke_error(429, "RESOURCE_EXHAUSTED", "zone exhausted", "ZONE_RESOURCE_POOL_EXHAUSTED"),
         Reason.STOCKOUT,
         False,
+    ),
+    "reservation-short": (
+        gke_error(429, "RESOURCE_EXHAUSTED", RESERVATION_SHORT),  # no ErrorInfo in the public text
+        Reason.RESERVATION_EXHAUSTED,
+        True,
+    ),
+    "reservation-missing": (
+        gke_error(404, "NOT_FOUND", RESERVATION_MISSING),
+        Reason.RESERVATION_NOT_FOUND,
+        True,
+    ),
+    # Other 429s keep their classes: a rate limit (even one naming a reservation) and a reasonless one.
+    "rate-limit-naming-a-reservation": (
+        gke_error(
+            429, "RESOURCE_EXHAUSTED", f"Too many operations. {RESERVATION_SHORT}", "RATE_LIMIT_EXCEEDED"
+        ),
+        Reason.GKE_BUSY,
+        False,
+    ),
+    "too-many-operations": (
+        gke_error(
+            429,
+            "RESOURCE_EXHAUSTED",
+            'Too many operations: cluster "c" hits the concurrent operations quota 5, please try again '
+            "later.",
+        ),
+        Reason.GKE_BUSY,
+        False,
+    ),
+    # The reservation's words under another status are not a reservation refusal.
+    "reservation-words-in-a-bad-request": (
+        gke_error(400, "INVALID_ARGUMENT", RESERVATION_SHORT),
+        Reason.POOL_REJECTED,
+        True,
     ),
     "internal": (gke_error(500, "INTERNAL", "Internal error."), Reason.GKE_UNAVAILABLE, False),
     "unavailable": (gke_error(503, "UNAVAILABLE", "Unavailable."), Reason.GKE_UNAVAILABLE, False),

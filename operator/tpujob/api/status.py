@@ -44,6 +44,8 @@ class Reason(enum.StrEnum):
     GKE_BUSY = "IncompatibleOperation"
     GKE_UNAVAILABLE = "GKEUnavailable"
     POOL_REJECTED = "NodePoolRejected"  # GKE refused the request itself: retrying it as is cannot help
+    RESERVATION_EXHAUSTED = "ReservationExhausted"  # the spec's reservation has too few free VMs (429)
+    RESERVATION_NOT_FOUND = "ReservationNotFound"  # no such reservation in the pool's zone (404)
     GKE_CONFIG = "GKEConfigError"  # the operator's GKE settings point at no usable cluster or zone
     PROVISIONING = "Provisioning"
     PROVISIONING_TIMEOUT = "ProvisioningTimeout"

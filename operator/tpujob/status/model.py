@@ -50,6 +50,8 @@ WARNING_REASONS = frozenset(
         Reason.STOCKOUT,
         Reason.QUOTA,
         Reason.POOL_REJECTED,
+        Reason.RESERVATION_EXHAUSTED,
+        Reason.RESERVATION_NOT_FOUND,
         Reason.GKE_CONFIG,
         Reason.UNSCHEDULABLE,
         Reason.ZONE_FALLBACK,
@@ -151,7 +153,8 @@ class GKEError:
     """The last failed GKE call for a slice, classified (see gke.classify_error)."""
 
     reason: (
-        str  # Reason.STOCKOUT, Reason.QUOTA, Reason.GKE_BUSY, Reason.GKE_UNAVAILABLE, Reason.POOL_REJECTED
+        str  # Reason.STOCKOUT, Reason.QUOTA, Reason.GKE_BUSY, Reason.GKE_UNAVAILABLE, Reason.POOL_REJECTED,
+        # Reason.RESERVATION_EXHAUSTED, Reason.RESERVATION_NOT_FOUND
     )
     message: str
     permanent: bool = False  # cannot succeed soon: someone must change the job, the cluster or the quota

@@ -25,6 +25,11 @@ from tpujob.status.model import (
 from tpujob.status.placement import placement_problem
 from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
 
+# Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
+_NEEDS_SOMEONE = frozenset(
+    {Reason.POOL_REJECTED, Reason.GKE_CONFIG, Reason.RESERVATION_EXHAUSTED, Reason.RESERVATION_NOT_FOUND}
+)
+
 
 def pools_ready(b: Builder) -> bool:
     """Create policy: one RUNNING pool per slice before any pod. Returns True when pods may run."""
@@ -54,7 +59,7 @@ def pools_ready(b: Builder) -> bool:
         b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
         return True
     # Permanent refusals first: they need someone to act, the rest only time.
-    problems.sort(key=lambda problem: problem[0] not in (Reason.POOL_REJECTED, Reason.GKE_CONFIG))
+    problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)

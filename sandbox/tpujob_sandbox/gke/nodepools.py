@@ -38,6 +38,7 @@ from tpujob_sandbox.gke.faults import Faults, PoolFault, call_fault_error
 from tpujob_sandbox.gke.nodes import NodeRegistry, node_name
 from tpujob_sandbox.gke.operations import CONCURRENT_OPERATIONS_QUOTA, Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, pool_policy_missing
+from tpujob_sandbox.gke.reservations import Reservations, specific_reservation
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class _Pool:
         return duration.total_seconds() if duration else float(FLEX_START_MAX_RUN_SECONDS)
 
     holds_capacity: bool = False
+    # The specific reservation its VMs come out of ((project, name)), taken at create, given back at delete.
+    reservation: tuple[str, str] | None = None
 
 
 def _duration(real_seconds: float, time_scale: float) -> str:
@@ -100,6 +103,7 @@ class NodePools:
         *,
         capacity: zones.Capacity,
         quota: zones.Quota,
+        reservations: Reservations,
         time_scale: float,
         later: Callable[..., None],
         clock: Callable[[], float] = time.monotonic,
@@ -111,6 +115,7 @@ class NodePools:
         self.policies = policies
         self.capacity = capacity
         self.quota = quota
+        self.reservations = reservations
         self.time_scale = time_scale
         self.reset_controls()
         self._later = later  # (gke_seconds, function, *args)
@@ -166,6 +171,7 @@ class NodePools:
             if busy:
                 raise errors.incompatible_operation(busy)
             self._check_concurrent_operations()
+            reservation = self._take_reservation(pool, machine_type, pool_zones[0], shape.nodes)
             pool.config.machine_type = machine_type
             pool.locations = pool_zones
             pool.status = Status.PROVISIONING
@@ -175,7 +181,9 @@ class NodePools:
             pool.version = pool.version or self.cluster.version
             pool.etag = secrets.token_hex(8)
             operation = self.operations.start(container_v1.Operation.Type.CREATE_NODE_POOL, pool.name)
-            record = _Pool(pool, shape, pool_zones[0], create_operation=operation.name)
+            record = _Pool(
+                pool, shape, pool_zones[0], create_operation=operation.name, reservation=reservation
+            )
             self._pools[pool.name] = record
             injected = self.faults.take_pool(pool.name)
         delay = PROVISIONING_SECONDS
@@ -232,6 +240,19 @@ class NodePools:
             check_flex_start(self.cluster, shape.machine.accelerator, pool_zones[0], run_seconds)
         return shape, pool_zones
 
+    def _take_reservation(
+        self, pool: container_v1.NodePool, machine_type: str, zone: str, vms: int
+    ) -> tuple[str, str] | None:
+        """A pool consuming a specific reservation takes its VMs from it when GKE accepts the create, or is
+        refused at once: 404 when it does not exist, 429 when it is too small (reservations.py's sources)."""
+        affinity = pool.config.reservation_affinity
+        value = specific_reservation(
+            affinity.consume_reservation_type.name, affinity.key, list(affinity.values)
+        )
+        if value is None:
+            return None
+        return self.reservations.take(value, pool.name, zone, machine_type, vms)
+
     def _provision(self, record: _Pool, fault: PoolFault | None) -> None:
         with self._lock:
             if self._pools.get(record.pool.name) is not record or record.delete_operation:
@@ -274,7 +295,9 @@ class NodePools:
     def _reserve(self, record: _Pool) -> tuple[int, str] | None:  # (a Code, GKE's message)
         """Quota, then capacity, for the whole slice at once; None when both are taken."""
         machine = record.shape.machine
-        if not machine.is_tpu:
+        if not machine.is_tpu or record.reservation is not None:
+            # Reserved VMs are held for the project already: no on-demand capacity or quota is asked for
+            # (Compute "Reservations overview": a reservation's VMs count against quota when it is made).
             return None
         region, family = zones.region_of(record.zone), zones.quota_family(machine.name)
         chips = machine.chips * record.shape.nodes
@@ -290,6 +313,11 @@ class NodePools:
             return Code.GCE_STOCKOUT, message
         record.holds_capacity = True
         return None
+
+    def _release_reservation(self, record: _Pool) -> None:
+        if record.reservation is not None:
+            self.reservations.give_back(record.reservation, record.shape.nodes)
+            record.reservation = None
 
     def _release_capacity(self, record: _Pool) -> None:
         if not record.holds_capacity:
@@ -408,6 +436,7 @@ class NodePools:
             with self._lock:
                 self._pools.pop(name, None)
                 self._release_capacity(record)
+                self._release_reservation(record)
         self.operations.finish(record.delete_operation)
 
     def remove_all(self, *, drain: bool = True) -> None:
@@ -418,6 +447,7 @@ class NodePools:
             self._pools.clear()
             for record in records:
                 self._release_capacity(record)
+                self._release_reservation(record)
         self.operations.cancel_running("The node pool was removed.")
         for record in records:
             for node in record.node_names:

@@ -26,6 +26,7 @@ from tpujob_sandbox.gke.nodepools import NodePools
 from tpujob_sandbox.gke.nodes import STANDALONE_NODE_OWNER, NodeRegistry
 from tpujob_sandbox.gke.operations import Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
+from tpujob_sandbox.gke.reservations import Reservations
 from tpujob_sandbox.gke.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,16 @@ class GkeSimulator:
         # Capacity and quota belong to zones and the project, shared by every cluster of the project.
         self.capacity = zones.Capacity()
         self.quota = zones.Quota()
+        # Compute reservations of the project (test control: `reservations.create(name, zone, type, vms)`).
+        cluster = cluster or SimCluster()
+        self.reservations = Reservations(cluster.project)
         self._core = k8s.CoreV1Api(api_client)
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
         self._clusters: dict[tuple[str, str], ClusterState] = {}
         self._versions: dict[tuple[str, str], str] = {}  # each cluster's GKE version as it was made
         self._on_accepted: list[_AcceptHook] = []
-        default = self.add_cluster(cluster or SimCluster())
+        default = self.add_cluster(cluster)
         # The first cluster's parts, which most tests and the operator's default settings use.
         self.cluster_model, self.pools, self.operations = default.model, default.pools, default.operations
         self.autoscaler = FlexStartAutoscaler(
@@ -90,6 +94,7 @@ class GkeSimulator:
             self.policies,
             capacity=self.capacity,
             quota=self.quota,
+            reservations=self.reservations,
             time_scale=self.time_scale,
             later=self._later,
         )
@@ -237,8 +242,9 @@ class GkeSimulator:
             action()
 
     def clear_faults(self) -> None:
-        """Faults, capacity and quota limits, workload policies, test hooks, GKE's retry window and the
-        clusters' versions: back to a healthy project (a test's setting must not reach the next test)."""
+        """Faults, capacity and quota limits, reservations, workload policies, test hooks, GKE's retry window
+        and the clusters' versions: back to a healthy project (a test's setting must not reach the next
+        test)."""
         with self._lock:
             self._on_accepted.clear()
         self.pools.reset_controls()
@@ -247,6 +253,7 @@ class GkeSimulator:
         self.faults.clear()
         self.capacity.clear()
         self.quota.clear()
+        self.reservations.clear()
         self.policies.clear()
 
     def record_call(self, call: RecordedCall) -> None:
