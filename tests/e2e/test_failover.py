@@ -347,7 +347,14 @@ class TestPartition:
 
         api.heal()
         # It rejoins under the replica that took over, and writes nothing to the jobs it left.
-        wait_for(lambda: pair.active({HIGH, LOW}) == LOW, timeout=30, what="both live, the low one leading")
+        # The healed replica's watches and peering writes come back through kopf's reconnect backoff, which
+        # under two pytest workers took longer than 30 s once.
+        wait_for(
+            lambda: pair.active({HIGH, LOW}) == LOW,
+            timeout=60,
+            what="both live, the low one leading",
+            last_state=pair.peers,
+        )
 
         def settled_jobs() -> bool:
             # The leader records the pools' deletion (STOPPING, then Deleted): a write of its own, not the
