@@ -217,6 +217,14 @@ def check_cluster(
 # --- node pools ----------------------------------------------------------------------------------------
 
 
+def telling_condition(conditions: list[container_v1.StatusCondition]) -> container_v1.StatusCondition | None:
+    """The condition that says why a pool failed: GKE puts two on a pool it could not make, only one with the
+    (deprecated) `code` that names the cause (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED), both with `canonicalCode`
+    RESOURCE_EXHAUSTED, in no documented order: the one with a code, else the first."""
+    with_code = [c for c in conditions if c.code]
+    return with_code[0] if with_code else (conditions[0] if conditions else None)
+
+
 class NodePools:
     """Create, inspect and delete one cluster's node pools."""
 
@@ -246,8 +254,8 @@ class NodePools:
             pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:
             return s.PoolView(slice_index, name, s.POOL_MISSING)
-        condition = pool.conditions[0] if pool.conditions else None
-        code = condition.code.name if condition is not None else ""
+        condition = telling_condition(list(pool.conditions))
+        code = condition.code.name if condition is not None and condition.code else ""
         message = condition.message if condition is not None else pool.status_message
         zone = pool.locations[0] if pool.locations else ""
         view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)

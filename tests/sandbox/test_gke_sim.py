@@ -247,7 +247,9 @@ def test_a_stockout_is_retried_by_gke_and_the_slice_comes_up_whole_when_capacity
         timeout=30,
         what="the stockout",
     )
-    (condition,) = pool.conditions
+    # Two conditions, the cause's code on the second only, RESOURCE_EXHAUSTED on both (issue #27's audit).
+    without_code, condition = pool.conditions
+    assert not without_code.code and without_code.canonical_code == 8
     assert condition.code == container_v1.StatusCondition.Code.GCE_STOCKOUT
     assert condition.canonical_code == 8  # RESOURCE_EXHAUSTED
     assert "does not have enough resources available to fulfill the request" in condition.message
@@ -294,8 +296,8 @@ def test_quota_too_small_for_the_slice_fails_asynchronously(gke, core):
         timeout=30,
         what="the quota failure",
     )
-    assert pool.conditions[0].code == container_v1.StatusCondition.Code.GCE_QUOTA_EXCEEDED
-    assert "QUOTA_EXCEEDED" in pool.conditions[0].message
+    assert pool.conditions[1].code == container_v1.StatusCondition.Code.GCE_QUOTA_EXCEEDED
+    assert "QUOTA_EXCEEDED" in pool.conditions[1].message
     gke.set_quota("us-central1", "ct5p-hightpu-4t", 8)  # the administrator raised it
     wait_operation(client, gke, operation)
     assert len(nodes_of(core, "short")) == 2

@@ -220,3 +220,15 @@ def test_a_stocked_out_pool_is_given_up_only_by_an_operation_that_ended_in_error
     client = _PoolAndOperation(operation)
     pools = gke.NodePools(Cluster(), client)  # type: ignore[arg-type]
     assert pools.state(0, "p", "operation-1").retrying is retrying
+
+
+def test_the_condition_with_the_cause_tells_whichever_comes_first():
+    """GKE puts two conditions on a pool it could not make, the cause's code on one only."""
+    plain = container_v1.StatusCondition(message="m", canonical_code=8)
+    cause = container_v1.StatusCondition(
+        code=container_v1.StatusCondition.Code.GCE_QUOTA_EXCEEDED, message="quota", canonical_code=8
+    )
+    assert gke.telling_condition([plain, cause]) is cause
+    assert gke.telling_condition([cause, plain]) is cause
+    assert gke.telling_condition([plain]) is plain
+    assert gke.telling_condition([]) is None

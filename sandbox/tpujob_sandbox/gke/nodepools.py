@@ -381,8 +381,12 @@ class NodePools:
         with self._lock:
             record.pool.status = Status.ERROR  # type: ignore[assignment]  # proto-plus enum members type as int
             record.pool.status_message = message  # deprecated, still filled by GKE
+            # Two conditions, as GKE reports a pool it could not make (the audit of issue #27): the cause's
+            # deprecated `code` on one only, `canonicalCode` on both. Their order is not documented: the one
+            # without the code comes first here, so a reader of the first alone would miss the cause.
             record.pool.conditions = [
-                container_v1.StatusCondition(code=code, message=message, canonical_code=canonical)
+                container_v1.StatusCondition(message=message, canonical_code=canonical),
+                container_v1.StatusCondition(code=code, message=message, canonical_code=canonical),
             ]
 
     def recreate_nodes(self, pool: str, after_gke_seconds: float | None = None) -> None:
