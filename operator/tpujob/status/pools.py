@@ -112,6 +112,10 @@ def _slice_pool(
         reason = pool_error_reason(pool.condition)
         if capacity is not None or _error_outlived_grace(b, pool):
             b.decision.delete_pools.append(pool.name)  # recreated once GKE has removed it
+        if capacity == Reason.QUOTA:
+            # GKE ended the create on a quota shortfall: asked again on the refusals' backoff (someone must
+            # raise the quota), not at the next poll.
+            b.decision.refused[pool.slice] = GKEError(Reason.QUOTA, pool.message, permanent=True)
         return pool, (reason, pool.message)
     if pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
         return pool, cause  # still why the job waits, until the pool is recreated

@@ -286,7 +286,9 @@ class NodePools:
             return
         code, message = problem
         self._set_error(record, message, code, errors.RESOURCE_EXHAUSTED)
-        if self._clock() >= record.retry_until:
+        # A quota shortfall ends the create in seconds (issue #27's audit: GKE does not wait for quota as it
+        # waits for capacity); a stockout is retried until the window ends.
+        if code == Code.GCE_QUOTA_EXCEEDED or self._clock() >= record.retry_until:
             self.operations.finish(record.create_operation, errors.RESOURCE_EXHAUSTED, message)
             return
         self.operations.hold_cluster(record.create_operation)
