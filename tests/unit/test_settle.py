@@ -253,6 +253,6 @@ def test_a_create_gke_ended_on_quota_is_given_back_and_asked_again_on_the_backof
     decision = s.decide(s.Observed(job=the_job, now=NOW, pools=(ended,)))
     assert decision.delete_pools == [name]
     if backed_off:
-X
+        assert decision.refused == {0: s.GKEError(Reason.QUOTA, "GKE's words", permanent=True)}
     else:
         assert decision.refused == {}
