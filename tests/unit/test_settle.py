@@ -245,8 +245,8 @@ def test_nothing_met_leaves_the_decision_as_it_was():
     [("GCE_QUOTA_EXCEEDED", True), ("GCE_STOCKOUT", False)],
 )
 def test_a_create_gke_ended_on_quota_is_given_back_and_asked_again_on_the_backoff(code, backed_off):
-    """GKE ends a create on a quota shortfall at once (a stockout only after retrying): the pool goes, and a
-    new create waits for the refusals' backoff (someone must raise the quota); after a stockout it does not."""
+    """GKE ends a create on a quota shortfall at once (a stockout only after retrying): the pool goes, and
+    a new create waits for the refusals' backoff (someone must raise the quota); after a stockout, not."""
     the_job = job()
     name = naming.node_pool_name(the_job, 0)
     ended = s.PoolView(0, name, "ERROR", "GKE's words", code, retrying=False)
