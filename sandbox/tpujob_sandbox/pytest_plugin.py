@@ -178,8 +178,14 @@ def gke(sandbox: Sandbox) -> Iterator[GkeSimulator]:
 
 
 @pytest.fixture
-def kubelet(sandbox: Sandbox) -> KubeletSimulator:
-    return sandbox.kubelet
+def kubelet(sandbox: Sandbox) -> Iterator[KubeletSimulator]:
+    """The simulated kubelet, with its registry's test controls (`registry.missing`, `registry.private`)
+    cleared before and after the test: it serves the whole session, so an image or host one test refuses
+    must not keep a later test's pods Pending in ErrImagePull."""
+    simulator = sandbox.kubelet
+    simulator.registry.clear()
+    yield simulator
+    simulator.registry.clear()
 
 
 def namespace_name(test_name: str) -> str:

@@ -115,6 +115,15 @@ def test_a_private_registry_wants_the_pull_secrets_credentials():
     assert pull(registry, PRIVATE, credentials=wrong).reason == "ErrImagePull"
 
 
+def test_a_cleared_registry_has_every_image_and_wants_no_credentials():
+    registry = Registry()
+    registry.private("us-docker.pkg.dev", "_json_key", "k3y")
+    registry.missing("registry.example/a/trainer:v1")
+    registry.clear()
+    assert pull(registry, PRIVATE).reason == ""
+    assert pull(registry).reason == ""
+
+
 def test_invalid_names_and_never_pull_say_so_in_the_kubelets_words():
     invalid = pull(Registry(), "Team/Trainer:v1")
     assert (invalid.reason, invalid.message) == (

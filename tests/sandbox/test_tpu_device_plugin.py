@@ -166,6 +166,12 @@ def pod_manifest(name: str, node: str, image: str, **container) -> dict:
     }
 
 
+def pod_state(core, namespace: str, name: str) -> tuple[str, list[object]]:
+    """The pod's phase and its containers' states: why a pod holds no chips yet (Pending, ErrImagePull)."""
+    status = core.read_namespaced_pod(name, namespace).status
+    return status.phase, [s.state for s in status.container_statuses or []]
+
+
 def of_pod(found, name: str, pod: str) -> list[float]:
     return [value for labels, value in found.get(name, []) if labels.get("pod") == pod]
 
@@ -200,7 +206,7 @@ def test_a_busy_program_keeps_its_chips_busy_and_a_stopped_one_leaves_them_idle(
         lambda: (v := of_pod(scrape(gke, node), "duty_cycle", "busy")) and min(v) > 20,
         timeout=60,
         what="the busy program's chips to read a high duty cycle",
-        last_state=lambda: scrape(gke, node),
+        last_state=lambda: (pod_state(core, namespace, "busy"), scrape(gke, node)),
     )
     found = scrape(gke, node)
     assert len(of_pod(found, "duty_cycle", "busy")) == 4

@@ -101,6 +101,14 @@ class Registry:
         with self._lock:
             self._private[host] = (username, password)
 
+    def clear(self) -> None:
+        """Back to the default: every valid reference exists and needs no credentials. The test bed's
+        `kubelet` fixture clears these controls around each test: the kubelet lives for the session, and a
+        host one test made private would refuse a later test's pods (ErrImagePull, Pending)."""
+        with self._lock:
+            self._missing.clear()
+            self._private.clear()
+
     def pull_error(self, image: str, credentials: list[tuple[str, str, str]]) -> str | None:
         """The runtime's error pulling `image` with (host, username, password) credentials; None: pulled."""
         reference = normalized(image)
