@@ -268,8 +268,8 @@ def test_killed_right_after_gke_accepts_a_re_requested_pool_the_next_process_lea
     def retrying_without_deletes() -> bool:
         assert gke.calls["DeleteNodePool"] == deletes, "the new process deleted a pool GKE is retrying"
         assert jobs.status("again").get("reason") == "Stockout"
-        # 40 more attempts by GKE (a minute of GKE time each): several passes of the new process.
-        return gke.pools.attempts[pool] >= attempts + 40
+        # 10 more attempts by GKE (4 minutes of GKE time each, 4.8 s here): several passes of the new process.
+        return gke.pools.attempts[pool] >= attempts + 10
 
     wait_for(retrying_without_deletes, timeout=60, interval=0.1, what="GKE retrying, no delete")
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)  # capacity is back
