@@ -117,6 +117,9 @@ class Operator(Section):
     refused_backoff_seconds: Seconds = Field(
         30, description=f"TPUJOB_REFUSED_BACKOFF_SECONDS. {SECONDS_NOTE}"
     )
+    progress_reads_per_second: Seconds = Field(
+        10, description=f"TPUJOB_PROGRESS_READS_PER_SECOND. {SECONDS_NOTE}"
+    )
     api_connect_timeout_seconds: Seconds = Field(
         10, description=f"TPUJOB_API_CONNECT_TIMEOUT_SECONDS. {SECONDS_NOTE}"
     )

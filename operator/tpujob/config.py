@@ -61,6 +61,12 @@ class OperatorConfig(BaseSettings):
         description="a worker whose container cannot start this long (an image pull that fails, a missing "
         "Secret) shows the kubelet's reason as the job's (ErrImagePull, CreateContainerConfigError, ...)",
     )
+    progress_reads_per_second: float = Field(
+        10,
+        gt=0,
+        description="read running trainers' step counters (status.progress) at most this often in all: each "
+        "job every (running jobs / this) seconds, at once when its progressDeadlineSeconds comes",
+    )
 
     # client-go's defaults are 5 / 10 for a client and 20 / 30 for kube-controller-manager; an operator that
     # writes a few objects per job on a shared API server sits between those and an unlimited client.

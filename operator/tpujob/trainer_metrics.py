@@ -1,11 +1,20 @@
 """Worker 0's step counter, read from its metrics endpoint while the job runs: the trainer contract's series
 in Prometheus' text format (README, "Bring your own image"). The operator reaches pods as Prometheus does,
-by pod IP and the trainer container's port named `metrics`; the trainer needs no Kubernetes permission."""
+by pod IP and the trainer container's port named `metrics`; the trainer needs no Kubernetes permission.
+
+Reads are paced: each job is read at most every (jobs being read / TPUJOB_PROGRESS_READS_PER_SECOND)
+seconds, so the reads and the status writes a moving step brings stay within a fixed share of the request
+budget however many jobs run (10,000 running jobs at one read per 30 s resync would be 333 reads and 333
+status writes a second, over the default 50 requests/s). A job whose stall deadline has come is read at
+once: a trainer is never restarted as Stalled on a stale read."""
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,9 +52,51 @@ def parse(text: str, attempt: int) -> s.ProgressSample | None:
     )
 
 
+# Default of TPUJOB_PROGRESS_READS_PER_SECOND.
+DEFAULT_READS_PER_SECOND = 10.0
+
+
+def read_due(
+    last_read: float | None, now: float, jobs_read: int, reads_per_second: float, urgent: bool
+) -> bool:
+    """Whether to read a job's progress now (monotonic seconds): never read yet, a stall deadline due
+    (`urgent`), or its turn in a round that reads every job once per jobs_read / reads_per_second seconds."""
+    if last_read is None or urgent:
+        return True
+    return now - last_read >= max(jobs_read, 1) / reads_per_second
+
+
 class ProgressReader:
-    def __init__(self, timeout: float = READ_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        timeout: float = READ_TIMEOUT_SECONDS,
+        reads_per_second: float = DEFAULT_READS_PER_SECOND,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.timeout = timeout
+        self.reads_per_second = reads_per_second
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_read: dict[str, float] = {}  # job uid -> when its progress was last read
+
+    def due(self, uid: str, urgent: bool) -> bool:
+        """Whether the job's turn to be read has come; if so, it is counted as read now."""
+        now = self._clock()
+        with self._lock:
+            if not read_due(
+                self._last_read.get(uid), now, len(self._last_read), self.reads_per_second, urgent
+            ):
+                return False
+            self._last_read[uid] = now
+            return True
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._last_read.pop(uid, None)
+
+    def uids(self) -> set[str]:
+        with self._lock:
+            return set(self._last_read)
 
     def read(self, pod: s.PodView) -> tuple[s.ProgressSample | None, str]:
         """(the sample, "") or (None, why not) for a running worker pod."""

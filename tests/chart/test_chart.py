@@ -119,6 +119,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "operator.apiConnectTimeoutSeconds=2,operator.apiReadTimeoutSeconds=15",
         "--set", "operator.gkeTimeoutSeconds=45,operator.refusedBackoffSeconds=40",
+        "--set", "operator.progressReadsPerSecond=2.5",
         "--set", "peering.lifetimeSeconds=20,peering.renewDeadlineSeconds=12",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
@@ -152,6 +153,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_API_READ_TIMEOUT_SECONDS": "15",
         "TPUJOB_GKE_TIMEOUT_SECONDS": "45",
         "TPUJOB_REFUSED_BACKOFF_SECONDS": "40",
+        "TPUJOB_PROGRESS_READS_PER_SECOND": "2.5",
         # Each replica draws its own: one value shared by the Deployment's replicas would pause them all.
         "TPUJOB_PEERING_PRIORITY": "",
     }

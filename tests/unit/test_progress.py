@@ -9,7 +9,7 @@ from tpujob import status as s
 from tpujob.api import parse_tpujob
 from tpujob.api.status import Phase, Progress, Reason, TPUJobStatus
 from tpujob.render import naming
-from tpujob.trainer_metrics import parse
+from tpujob.trainer_metrics import ProgressReader, parse, read_due
 
 T0 = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -209,3 +209,41 @@ def test_a_deleted_workers_last_state_is_kept_for_the_pass_that_quotes_it():
     )
     quoted = s.decide(observed)
     assert quoted.status.progress.last_words == "slice 0 worker 0: SIGTERM while stuck: hang (t.py:1)"
+
+
+# --- the reads' pace ---------------------------------------------------------------------------------
+
+
+def test_reads_are_paced_to_a_fixed_rate_in_all_however_many_jobs_run():
+    # 100 jobs at 10 reads/s: each is read every 10 s; 10,000 jobs: every 1,000 s.
+    assert not read_due(last_read=0.0, now=9.9, jobs_read=100, reads_per_second=10, urgent=False)
+    assert read_due(last_read=0.0, now=10.0, jobs_read=100, reads_per_second=10, urgent=False)
+    assert not read_due(last_read=0.0, now=999.0, jobs_read=10_000, reads_per_second=10, urgent=False)
+    # A job never read, or one whose stall deadline came, is read at once.
+    assert read_due(last_read=None, now=0.0, jobs_read=10_000, reads_per_second=10, urgent=False)
+    assert read_due(last_read=0.0, now=0.1, jobs_read=10_000, reads_per_second=10, urgent=True)
+
+
+def test_the_reader_counts_the_jobs_it_reads_and_forgets_deleted_ones():
+    now = [0.0]
+    reader = ProgressReader(reads_per_second=1, clock=lambda: now[0])
+    assert reader.due("a", urgent=False) and reader.due("b", urgent=False)  # first reads: at once
+    now[0] = 1.5
+    assert not reader.due("a", urgent=False)  # two jobs at 1 read/s: every 2 s
+    reader.forget("b")
+    assert reader.due("a", urgent=False)  # one job: every 1 s
+    assert reader.uids() == {"a"}
+
+
+def test_a_read_is_urgent_for_a_new_attempt_and_when_the_stall_deadline_comes():
+    job = running_job(deadline=600)
+    assert s.read_urgent(job, T0)  # no progress record for the attempt yet
+    read = Progress(step=5, step_time="2026-11-24T12:00:00Z", read_time="2026-11-24T12:00:00Z", attempt=0)
+    job = job.model_copy(update={"status": job.status.model_copy(update={"progress": read})})
+    assert not s.read_urgent(job, T0 + dt.timedelta(seconds=599))
+    assert s.read_urgent(job, T0 + dt.timedelta(seconds=600))
+    restarted = job.model_copy(update={"status": job.status.model_copy(update={"attempt": 1})})
+    assert s.read_urgent(restarted, T0)
+    assert not s.read_urgent(
+        running_job().model_copy(update={"status": job.status}), T0 + dt.timedelta(days=1)
+    )

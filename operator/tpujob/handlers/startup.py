@@ -121,6 +121,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         startup_grace_seconds=config.startup_grace_seconds,
         poll_provisioning_seconds=config.poll_provisioning_seconds,
         refused_backoff_seconds=config.refused_backoff_seconds,
+        progress_reads_per_second=config.progress_reads_per_second,
     )
     reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.peering is not None:

@@ -20,7 +20,7 @@ from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 from tpujob.status.placement import tpu7x_problem
-from tpujob.trainer_metrics import ProgressReader
+from tpujob.trainer_metrics import DEFAULT_READS_PER_SECOND, ProgressReader
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ class Settings:
     startup_grace_seconds: float = 30.0
     poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
     refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
+    progress_reads_per_second: float = DEFAULT_READS_PER_SECOND
 
 
 class Observer:
@@ -175,7 +176,7 @@ class Observer:
         self.api = api
         self.pools = pools
         self.policies = policies
-        self.progress = ProgressReader()
+        self.progress = ProgressReader(reads_per_second=settings.progress_reads_per_second)
         self.memory = memory
         self.settings = settings
         # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.
@@ -214,7 +215,8 @@ class Observer:
         )
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))
-        if (worker_0 := running_worker_0(job, pods)) is not None:
+        worker_0 = running_worker_0(job, pods)
+        if worker_0 is not None and self.progress.due(uid, urgent=s.read_urgent(job, now)):
             sample, error = self.progress.read(worker_0)
             observed = dataclasses.replace(observed, progress=sample, progress_error=error)
         if creates_pools and (config := self.configuration_errors(job)):

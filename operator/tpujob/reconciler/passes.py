@@ -64,11 +64,12 @@ class Reconciler:
     def forget(self, uid: str) -> None:
         self.memory.forget(uid)
         self.recorder.forget(uid)
+        self.observer.progress.forget(uid)
 
     def forget_all(self) -> None:
         """A replica standing by: what it remembers (its own status writes, pods in flight) goes stale
         while another one works, and the job gauges it exports are the active replica's to export."""
-        for uid in self.memory.uids() | self.recorder.uids():
+        for uid in self.memory.uids() | self.recorder.uids() | self.observer.progress.uids():
             self.forget(uid)
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:

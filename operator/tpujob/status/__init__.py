@@ -21,6 +21,7 @@ from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
 from tpujob.status.model import __all__ as _model_names
 from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "decide",
     "decide_invalid",
     "pool_error_reason",
+    "read_urgent",
     "settle",
     *_model_names,
 ]

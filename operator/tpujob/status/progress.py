@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
+from tpujob.api.job import TPUJob
 from tpujob.api.status import Progress, Reason
 from tpujob.status.builder import Builder, begin_restart, fail
 from tpujob.status.model import PodView, ProgressSample, parse_timestamp, timestamp
@@ -49,6 +50,19 @@ def track(b: Builder) -> bool:
     else:
         begin_restart(b, Reason.STALLED, detail, infrastructure=False)
     return True
+
+
+def read_urgent(job: TPUJob, now: dt.datetime) -> bool:
+    """Whether worker 0's step must be read now, whatever the reads' pace: the attempt has no progress
+    record yet, or its stall deadline has come (a Stalled restart is decided on a fresh read only)."""
+    status = job.status
+    if status is None or status.progress is None or status.progress.attempt != status.attempt:
+        return True
+    deadline = job.spec.run_policy.progress_deadline_seconds
+    return (
+        deadline is not None
+        and (now - parse_timestamp(status.progress.step_time)).total_seconds() >= deadline
+    )
 
 
 def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) -> Progress:
