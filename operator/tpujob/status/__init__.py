@@ -20,7 +20,12 @@ from tpujob.status.invalid import InvalidObserved, decide_invalid
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
 from tpujob.status.model import __all__ as _model_names
-from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.pool_conditions import (
+    capacity_shortage,
+    node_recreation,
+    pool_error_reason,
+    recreates_nodes,
+)
 from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
 
 __all__ = [
@@ -31,7 +36,9 @@ __all__ = [
     "capacity_shortage",
     "decide",
     "decide_invalid",
+    "node_recreation",
     "pool_error_reason",
+    "recreates_nodes",
     "settle",
     *_model_names,
 ]
