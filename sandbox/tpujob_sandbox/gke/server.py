@@ -243,10 +243,14 @@ class GkeSimulator:
             start_time=start, end_time=end, maintenance_exclusion_options=options
         )
 
-    def run_upgrade_round(self, *, minor: bool = False, location: str = "", cluster: str = "") -> list[str]:
+    def run_upgrade_round(
+        self, *, minor: bool = False, end_of_support: bool = False, location: str = "", cluster: str = ""
+    ) -> list[str]:
         """GKE's automatic node upgrade reaches the cluster now: the pools it starts upgrading (upgrades.py;
-        exclusions of the cluster and of each pool are respected)."""
-        return self.upgrades.upgrade_round(self._state(location, cluster), minor=minor)
+        the exclusions of the cluster and of each pool are respected until `end_of_support`)."""
+        return self.upgrades.upgrade_round(
+            self._state(location, cluster), minor=minor, end_of_support=end_of_support
+        )
 
     def auto_repair(self, pool: str, node: str = "", *, location: str = "", cluster: str = "") -> None:
         """GKE auto-repairs `node` of `pool` (default: its first): the whole slice is drained, recreated."""

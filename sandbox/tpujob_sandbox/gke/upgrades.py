@@ -76,21 +76,29 @@ class NodeUpgrades:
         self._later = later  # (gke_seconds, function, *args)
 
     def upgrade_round(
-        self, state: ClusterState, *, minor: bool = False, now: dt.datetime | None = None
+        self,
+        state: ClusterState,
+        *,
+        minor: bool = False,
+        end_of_support: bool = False,
+        now: dt.datetime | None = None,
     ) -> list[str]:
         """GKE's automatic node upgrade reaches the cluster (as in an open maintenance window): every RUNNING
-        pool with nodes that no exclusion shields is upgraded. Returns the pools it started upgrading."""
+        pool with nodes that no exclusion shields is upgraded. `end_of_support`: the pools' version reached
+        its end of support, where every exclusion ends (a pool's "until end of support", and no cluster
+        exclusion may outlast it), so none shields. Returns the pools it started upgrading."""
         now = now or dt.datetime.now(dt.UTC)
-        exclusion = blocking_exclusion(state.model.maintenance_policy, now, minor=minor)
+        exclusion = (
+            "" if end_of_support else blocking_exclusion(state.model.maintenance_policy, now, minor=minor)
+        )
         if exclusion:
-            log.info(
-                "gke-sim: node upgrades of %s held by maintenance exclusion %s", state.model.name, exclusion
-            )
+            log.info("gke-sim: node upgrades of %s held by exclusion %s", state.model.name, exclusion)
             return []
         started = []
         for name, pool in state.pools.all().items():
             running = pool.status == container_v1.NodePool.Status.RUNNING
-            if not running or shielded(pool) or not state.pools.node_names(name):
+            held = shielded(pool) and not end_of_support
+            if not running or held or not state.pools.node_names(name):
                 continue
             self._recreate(state, name, OperationType.UPGRADE_NODES)
             started.append(name)
