@@ -109,6 +109,7 @@ def test_a_provisioning_timeout_does_not_end_a_job_whose_slice_gke_recreates():
         advance(job, first), now=NOW + dt.timedelta(hours=1), pools=pool(job, "RECONCILING", "UPGRADE_NODES")
     )
     assert later.status.phase == Phase.PROVISIONING and later.status.reason == Reason.NODE_UPGRADE
+    assert later.status.provisioning_since == "2026-11-21T12:00:00Z"  # the wait shows, for the stuck alert
 
 
 def test_a_failure_on_a_pool_gke_leaves_alone_is_judged_as_before():

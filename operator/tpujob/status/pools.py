@@ -62,14 +62,14 @@ def pools_ready(b: Builder) -> bool:
     # Permanent refusals first: they need someone to act, the rest only time.
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
+    if b.status.provisioning_since is None:
+        b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
     if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
         # GKE brings the slice back itself, however long it takes: no provisioning timeout, no zone fallback.
         b.condition("NodePoolsReady", False, reason, message)
         b.set_phase(Phase.PROVISIONING, reason, message)
         b.decision.requeue(b.observed.poll_provisioning_seconds)
         return False
-    if b.status.provisioning_since is None:
-        b.status.provisioning_since = timestamp(b.now)
     if provisioning_timed_out(b, reason, message):
         return False
     if moved := fall_back_if_due(b, reason):
