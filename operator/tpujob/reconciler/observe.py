@@ -1,6 +1,7 @@
-"""What a pass sees: the job, its pods (from the watch), its pools (from GKE, only while they change),
-the cluster as GetCluster described it, GKE's maintenance notices, and the operator's memory of what the
-watch has not shown yet. Reads only; the result is a `status.Observed` for the pure decision."""
+"""What a pass sees: the job, its pods (from the watch), its pools (from GKE, only while they change or a
+worker fails or goes), the cluster as GetCluster described it, GKE's maintenance notices, and the
+operator's memory of what the watch has not shown yet. Reads only; the result is a `status.Observed` for
+the pure decision."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ A pass is: observe every fact -> `decide` once -> act (the executor) -> `settle`
 (GKE's operations and refusals, deletes accepted, pods refused) into the status -> one write.
 
 Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
-`pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes, read once), `placement`
-(what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
+`pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes and node-recreating
+operations, read once), `recreation` (GKE upgrading or repairing a slice: NodeUpgrade, NodeRepair),
+`placement` (what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
 `builder` (the decision under construction and the steps the others share), `invalid` (a spec the
 operator cannot run), `settle` (the pass' answers, folded in).
 """
