@@ -5,7 +5,8 @@ What GKE documents, and where it is encoded here:
   all of them, NO_MINOR_OR_NODE_UPGRADES minor ones and every node pool upgrade, NO_MINOR_UPGRADES minor ones
   only (container_v1 MaintenanceExclusionOptions.Scope). A pool whose `maintenancePolicy.
   exclusionUntilEndOfSupport.enabled` is set "will not be automatically upgraded by GKE until the node pool
-  version's end of support date" (the API field; terraform's google_container_node_pool documents it so).
+  version's end of support date" (the API field, as pulumi-gcp's docs generated from terraform's
+  google_container_node_pool describe it).
   `upgrade_round` skips what they shield, as GKE's auto-upgrade would.
 - Node auto-repair does not respect maintenance windows or exclusions (GKE "Maintenance windows and
   exclusions": automatic repairs are maintenance that ignores them); a node NotReady for about 10 minutes
