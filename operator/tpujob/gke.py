@@ -12,6 +12,7 @@ a pool's `conditions[].code` for what fails after the create was accepted.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import re
@@ -156,6 +157,7 @@ class ClusterCheck:
     workload_identity: bool = False
     release_channel: str = ""
     version: str = ""
+    maintenance: str = ""  # what the cluster's maintenance policy does to node upgrades (maintenance_summary)
 
     @property
     def ready(self) -> bool:
@@ -211,7 +213,42 @@ def check_cluster(
         workload_identity=bool(found.workload_identity_config.workload_pool),
         release_channel=found.release_channel.channel.name,
         version=found.current_master_version,
+        maintenance=maintenance_summary(found.maintenance_policy, dt.datetime.now(dt.UTC)),
     )
+
+
+# Exclusion scopes that hold node upgrades (container_v1 MaintenanceExclusionOptions.Scope: NO_UPGRADES
+# "excludes all upgrades", NO_MINOR_OR_NODE_UPGRADES "also exclude all node pool upgrades"; NO_MINOR_UPGRADES
+# lets node patch upgrades through).
+_HOLD_NODE_UPGRADES = ("NO_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES")
+
+
+def maintenance_summary(policy: container_v1.MaintenancePolicy, now: dt.datetime) -> str:
+    """The cluster's maintenance policy as it bears on TPU pools, in one line: its window, and until when an
+    active exclusion holds node upgrades. The operator's own pools carry their own exclusion (render.plan's
+    UPGRADE_SHIELD); this is for pools made elsewhere (policy existing), and a reader's peace of mind."""
+    window = policy.window
+    if window.recurring_window.recurrence:
+        recurring = window.recurring_window
+        when = f"maintenance window {recurring.recurrence} from {_rfc3339(recurring.window.start_time)}"
+    elif window.daily_maintenance_window.start_time:
+        when = f"daily maintenance window from {window.daily_maintenance_window.start_time} UTC"
+    else:
+        when = "no maintenance window (GKE may upgrade nodes at any time)"
+    holding = [
+        (exclusion.end_time, name)
+        for name, exclusion in window.maintenance_exclusions.items()
+        if exclusion.start_time <= now < exclusion.end_time
+        and exclusion.maintenance_exclusion_options.scope.name in _HOLD_NODE_UPGRADES
+    ]
+    if not holding:
+        return f"{when}; no exclusion holds node upgrades now"
+    end, name = max(holding)
+    return f"{when}; node upgrades held until {_rfc3339(end)} (exclusion {name})"
+
+
+def _rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- node pools ----------------------------------------------------------------------------------------
@@ -259,6 +296,10 @@ class NodePools:
         message = condition.message if condition is not None else pool.status_message
         zone = pool.locations[0] if pool.locations else ""
         view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
+        if pool.status == container_v1.NodePool.Status.RECONCILING:
+            # GKE works on the pool: an upgrade or a repair recreates every host of the slice.
+            kind, running = self._node_recreation(name)
+            return dataclasses.replace(view, disruption=kind, disruption_operation=running)
         if s.capacity_shortage(code) is not None:
             # GKE retries a stockout while the create operation runs; once it ends, GKE has given up. A
             # recorded operation that ended may belong to an earlier create of a pool by this name (the
@@ -271,6 +312,19 @@ class NodePools:
                     operation, retrying = newest, self._running(newest)
             return dataclasses.replace(view, retrying=retrying, operation=operation)
         return view
+
+    def _node_recreation(self, pool: str) -> tuple[str, str]:
+        """GKE's running operation that recreates `pool`'s nodes, as (its type, its name); ("", "") when none.
+        A repair's target may be one node under the pool (`.../nodePools/P/node/N`: container_v1
+        Operation.target_link)."""
+        response = self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
+        pool_link = f"/clusters/{self.cluster.cluster}/nodePools/{pool}"
+        for op in response.operations:
+            kind = op.operation_type.name
+            on_pool = op.target_link.endswith(pool_link) or f"{pool_link}/node/" in op.target_link
+            if on_pool and s.recreates_nodes(kind) and op.status != container_v1.Operation.Status.DONE:
+                return kind, op.name
+        return "", ""
 
     def _create_operation(self, pool: str) -> str:
         """The newest create operation of `pool` (after a restart the operator may not have recorded it)."""

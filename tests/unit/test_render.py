@@ -62,6 +62,8 @@ def test_pools_and_pods_follow_the_slice_shape(tpu_spec, n_pools, hosts, chips, 
         assert pool["locations"] == ["us-east5-b"]
         # Release-channel clusters (GKE's default) refuse a pool with auto-upgrade off.
         assert pool["management"] == {"autoUpgrade": True, "autoRepair": True}
+        # Shielded from node auto-upgrades while it exists: its own exclusion until end of support.
+        assert pool["maintenancePolicy"] == {"exclusionUntilEndOfSupport": {"enabled": True}}
         if placement:
             assert pool["placementPolicy"] == {"type": "COMPACT", "tpuTopology": placement}
         else:

@@ -53,6 +53,10 @@ class Reason(enum.StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # flex-start: the slice is queued for capacity
     RUN_DURATION = "RunDurationReached"  # flex-start: the slice's VMs reach their run duration
     MAINTENANCE = "Maintenance"  # GKE announced host maintenance for a node of the slice
+    NODE_UPGRADE = "NodeUpgrade"  # GKE upgrades the slice's node pool (UPGRADE_NODES): every host recreated
+    NODE_REPAIR = (
+        "NodeRepair"  # GKE auto-repairs a host of the slice (AUTO_REPAIR_NODES): every host recreated
+    )
     MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
     ZONE_FALLBACK = "ZoneFallback"  # no capacity in one zone for too long: the next zone is tried
     STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time

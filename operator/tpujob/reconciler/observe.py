@@ -1,6 +1,7 @@
-"""What a pass sees: the job, its pods (from the watch), its pools (from GKE, only while they change),
-the cluster as GetCluster described it, GKE's maintenance notices, and the operator's memory of what the
-watch has not shown yet. Reads only; the result is a `status.Observed` for the pure decision."""
+"""What a pass sees: the job, its pods (from the watch), its pools (from GKE, only while they change or a
+worker fails or goes), the cluster as GetCluster described it, GKE's maintenance notices, and the
+operator's memory of what the watch has not shown yet. Reads only; the result is a `status.Observed` for
+the pure decision."""
 
 from __future__ import annotations
 
@@ -117,16 +118,32 @@ def _waiting_container(status: dict[str, Any]) -> tuple[str, str, str]:
     return "", "", ""
 
 
-def needs_gke_look(job: TPUJob, status: TPUJobStatus) -> bool:
-    """Ask GKE only while pools change; a running job's pools are watched through its pods."""
+def needs_gke_look(
+    job: TPUJob, status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str] = frozenset()
+) -> bool:
+    """Ask GKE only while pools change; a running job's pools are watched through its pods, and looked at
+    when one of its workers fails or goes (GKE may be upgrading or repairing the slice)."""
     if job.spec.node_pool.policy != NodePoolPolicy.create:
         return False
     states = {p.state for p in status.node_pools}
     settled_running = (
-        status.phase in (Phase.STARTING, Phase.RUNNING) and states <= s.POOL_READY_STATES and states
+        status.phase in (Phase.STARTING, Phase.RUNNING)
+        and states <= s.POOL_READY_STATES
+        and states
+        and not workers_disturbed(status, pods, in_flight)
     )
     settled_gone = status.phase in (*s.TERMINAL_PHASES, Phase.SUSPENDED) and states <= {s.POOL_DELETED}
     return not (settled_running or settled_gone)
+
+
+def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str]) -> bool:
+    """A worker of the current attempt failed, is being deleted (evicted by a drain), or is gone since the
+    status counted it (pods created but not yet seen by the watch are not gone)."""
+    current = [p for p in pods if p.attempt == status.attempt]
+    if any(p.phase == "Failed" or p.deleting for p in current):
+        return True
+    counted = status.workers.pending + status.workers.running + status.workers.succeeded
+    return len(current) + len(in_flight) < counted
 
 
 def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
@@ -190,7 +207,8 @@ class Observer:
     ) -> s.Observed:
         uid = job.metadata.uid or ""
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
-        looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus())
+        in_flight = self.memory.pods_in_flight(uid, pods)
+        looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus(), pods, in_flight)
         refused = self.memory.refusals(uid)
         check = self.cluster_check
         observed = s.Observed(
@@ -199,7 +217,7 @@ class Observer:
             pods=tuple(pods),
             pools=self.pool_views(job) if looks else None,
             service_exists=self.memory.service_exists(uid, service_exists),
-            pods_in_flight=self.memory.pods_in_flight(uid, pods),
+            pods_in_flight=in_flight,
             pods_refused=self.memory.pod_refusal(uid),
             departed=self.memory.departed(uid, pods),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
@@ -295,6 +313,16 @@ class Observer:
             if too_old := tpu7x_problem(check.version):
                 # Not the whole cluster's problem (other generations run): each tpu7x job says it too.
                 log.warning("GKE cluster %s: %s", self.cluster.parent, too_old.message)
+        if check.ready and (
+            self.cluster_check is None or self.cluster_check.maintenance != check.maintenance
+        ):
+            # Said again when it changes (an exclusion added or ended), at each sweep's GetCluster.
+            log.info(
+                "GKE cluster %s: %s; the operator's pools carry their own exclusion from node upgrades "
+                "(exclusionUntilEndOfSupport); node auto-repair and host maintenance still restart a slice",
+                self.cluster.parent,
+                check.maintenance,
+            )
         self.cluster_check = check
         metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
         return check

@@ -117,10 +117,22 @@ def pool_management(mode: CapacityMode | str) -> dict[str, bool]:
     without it with HTTP 400 "Auto_upgrade cannot be false when release_channel REGULAR is set" ("Node
     auto-upgrade defaults to true and cannot be disabled":
     https://cloud.google.com/kubernetes-engine/docs/reference/rest/Shared.Types/ReleaseChannel); a pool with
-    it on is accepted with or without a channel. Running slices are protected from upgrades by a maintenance
-    exclusion on the cluster instead. Auto-repair on, except for flex-start (xpk's --flex pools are made
-    with --no-enable-autorepair)."""
+    it on is accepted with or without a channel. Running slices are shielded from upgrades by the pool's own
+    maintenance exclusion instead (UPGRADE_SHIELD). Auto-repair on, except for flex-start (xpk's --flex pools
+    are made with --no-enable-autorepair): a repair recreates the whole slice, and the job restarts as
+    NodeRepair without spending maxRestarts."""
     return {"autoUpgrade": True, "autoRepair": mode != CapacityMode.flex_start}
+
+
+# The pool's own maintenance exclusion: GKE does not auto-upgrade it "until the node pool version's end of
+# support date" (NodePool.maintenancePolicy.exclusionUntilEndOfSupport; start and end are output only).
+# Chosen over a cluster exclusion (maintenancePolicy.window.maintenanceExclusions, NO_MINOR_OR_NODE_UPGRADES):
+# it shields only the pools the operator makes, exactly while they exist (a job's pools go when it ends, so
+# "until end of support" means "while the job runs"), needs no permission to update the cluster, and leaves
+# the cluster's other pools and its own policy to their owners. It does not stop node auto-repair, host
+# maintenance, or the upgrade GKE forces at the version's end of support: those restart the job as
+# NodeRepair, Maintenance or NodeUpgrade, none of them counted.
+UPGRADE_SHIELD: dict[str, Any] = {"exclusionUntilEndOfSupport": {"enabled": True}}
 
 
 def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None = None) -> dict[str, Any]:
@@ -168,6 +180,7 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         # int64 is a JSON string in GKE's REST API.
         "maxPodsConstraint": {"maxPodsPerNode": str(pool_spec.max_pods_per_node)},
         "management": pool_management(capacity.mode),
+        "maintenancePolicy": UPGRADE_SHIELD,
     }
     if capacity.mode == CapacityMode.flex_start:
         # Created empty; GKE brings the whole slice up when its pods wait, from 0 to every host at once

@@ -10,8 +10,9 @@ A pass is: observe every fact -> `decide` once -> act (the executor) -> `settle`
 (GKE's operations and refusals, deletes accepted, pods refused) into the status -> one write.
 
 Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
-`pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes, read once), `placement`
-(what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
+`pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes and node-recreating
+operations, read once), `recreation` (GKE upgrading or repairing a slice: NodeUpgrade, NodeRepair),
+`placement` (what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
 `builder` (the decision under construction and the steps the others share), `invalid` (a spec the
 operator cannot run), `settle` (the pass' answers, folded in).
 """
@@ -20,7 +21,12 @@ from tpujob.status.invalid import InvalidObserved, decide_invalid
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
 from tpujob.status.model import __all__ as _model_names
-from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.pool_conditions import (
+    capacity_shortage,
+    node_recreation,
+    pool_error_reason,
+    recreates_nodes,
+)
 from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
 
@@ -32,8 +38,10 @@ __all__ = [
     "capacity_shortage",
     "decide",
     "decide_invalid",
+    "node_recreation",
     "pool_error_reason",
     "read_urgent",
+    "recreates_nodes",
     "settle",
     *_model_names,
 ]

@@ -39,6 +39,7 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.pools import place, pools_ready
+from tpujob.status.recreation import restart_for_recreation
 from tpujob.status.startup import startup_timed_out, why_not_started
 
 
@@ -66,6 +67,7 @@ def decide(observed: Observed) -> Decision:
     if _deadline_passed(b):
         return b.finish()
     place(b)
+    restart_for_recreation(b)  # GKE upgrades or repairs the slice: restart, then wait for the pool below
     if not pools_ready(b):
         return b.finish()
     _run_workers(b)

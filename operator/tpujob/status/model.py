@@ -42,7 +42,15 @@ CONTAINER_START_PROBLEMS = frozenset(
 SAME_PROBLEM = {"ImagePullBackOff": "ErrImagePull"}
 
 INFRASTRUCTURE_REASONS = frozenset(
-    {Reason.PREEMPTED, Reason.NODE_LOST, Reason.POOL_LOST, Reason.RUN_DURATION, Reason.MAINTENANCE}
+    {
+        Reason.PREEMPTED,
+        Reason.NODE_LOST,
+        Reason.POOL_LOST,
+        Reason.RUN_DURATION,
+        Reason.MAINTENANCE,
+        Reason.NODE_UPGRADE,
+        Reason.NODE_REPAIR,
+    }
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
 WARNING_REASONS = frozenset(
@@ -57,6 +65,8 @@ WARNING_REASONS = frozenset(
         Reason.ZONE_FALLBACK,
         Reason.STARTUP_TIMEOUT,
         Reason.POD_REJECTED,
+        Reason.NODE_UPGRADE,
+        Reason.NODE_REPAIR,
         *CONTAINER_START_PROBLEMS,
     }
 )
@@ -146,6 +156,10 @@ class PoolView:
     retrying: bool | None = None
     operation: str = ""  # the create operation, once known
     zone: str = ""  # where GKE has it ("" when not known)
+    # GKE's running operation that recreates the pool's nodes (its type, UPGRADE_NODES or AUTO_REPAIR_NODES,
+    # and its name); "" when none runs or GKE was not asked.
+    disruption: str = ""
+    disruption_operation: str = ""
 
 
 @dataclass(frozen=True)

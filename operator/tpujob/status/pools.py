@@ -24,6 +24,7 @@ from tpujob.status.model import (
 )
 from tpujob.status.placement import placement_problem
 from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.recreation import describe as recreation
 
 # Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
 _NEEDS_SOMEONE = frozenset(
@@ -62,7 +63,13 @@ def pools_ready(b: Builder) -> bool:
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
     if b.status.provisioning_since is None:
-        b.status.provisioning_since = timestamp(b.now)
+        b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
+    if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
+        # GKE brings the slice back itself, however long it takes: no provisioning timeout, no zone fallback.
+        b.condition("NodePoolsReady", False, reason, message)
+        b.set_phase(Phase.PROVISIONING, reason, message)
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
+        return False
     if provisioning_timed_out(b, reason, message):
         return False
     if moved := fall_back_if_due(b, reason):
@@ -117,6 +124,8 @@ def _slice_pool(
             # raise the quota), not at the next poll.
             b.decision.refused[pool.slice] = GKEError(Reason.QUOTA, pool.message, permanent=True)
         return pool, (reason, pool.message)
+    if pool.state == "RECONCILING" and (doing := recreation(pool)) is not None:
+        return pool, doing  # the job waits for GKE to bring the slice's hosts back
     if pool.state == POOL_STOPPING and (cause := _pool_removal_cause(b)) is not None:
         return pool, cause  # still why the job waits, until the pool is recreated
     if pool.state not in POOL_READY_STATES | POOL_WAIT_STATES:

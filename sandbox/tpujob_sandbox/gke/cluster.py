@@ -8,7 +8,7 @@ never succeed as written.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.cloud import container_v1
@@ -54,6 +54,9 @@ class SimCluster:
     release_channel: ReleaseChannel = ReleaseChannel.REGULAR
     version: str = DEFAULT_VERSION
     workload_pool: str = ""  # "<project>.svc.id.goog" when Workload Identity is on
+    # The cluster's maintenance window and exclusions as GetCluster returns them (`maintenancePolicy`), which
+    # GKE's automatic node upgrades respect (upgrades.py); tests set them.
+    maintenance_policy: container_v1.MaintenancePolicy = field(default_factory=container_v1.MaintenancePolicy)
 
     def __post_init__(self) -> None:
         if zones.region_of(self.location) not in zones.REGION_ZONES:
@@ -98,6 +101,7 @@ class SimCluster:
         cluster.release_channel.channel = channel  # type: ignore[assignment]  # proto-plus enums type as int
         if self.workload_pool:
             cluster.workload_identity_config.workload_pool = self.workload_pool
+        cluster.maintenance_policy = container_v1.MaintenancePolicy(self.maintenance_policy)
         return cluster
 
     # --- what GKE refuses because of this cluster ---------------------------------------------------

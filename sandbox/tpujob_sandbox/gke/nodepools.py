@@ -17,6 +17,7 @@ Provisioning, as GKE does it for a TPU pool:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import secrets
@@ -181,6 +182,11 @@ class NodePools:
             )
             pool.version = pool.version or self.cluster.version
             pool.etag = secrets.token_hex(8)
+            exclusion = pool.maintenance_policy.exclusion_until_end_of_support
+            if exclusion.enabled:
+                # Output only: "the exclusion creation time" (NodePool.ExclusionUntilEndOfSupport); its end
+                # (the version's end of support) is left unset: no table of those dates here (README).
+                exclusion.start_time = dt.datetime.now(dt.UTC)
             operation = self.operations.start(container_v1.Operation.Type.CREATE_NODE_POOL, pool.name)
             record = _Pool(
                 pool, shape, pool_zones[0], create_operation=operation.name, reservation=reservation
@@ -392,13 +398,23 @@ class NodePools:
                 container_v1.StatusCondition(code=code, message=message, canonical_code=canonical),
             ]
 
+    def set_reconciling(self, name: str, reconciling: bool) -> None:
+        """GKE works on the pool's nodes (an upgrade, a repair): RECONCILING ("some work is actively being
+        done on the node pool, such as upgrading node software": container_v1 NodePool.Status), then
+        RUNNING."""
+        with self._lock:
+            record = self._pools.get(name)
+            if record is not None and not record.delete_operation:
+                record.pool.status = Status.RECONCILING if reconciling else Status.RUNNING  # type: ignore[assignment]  # proto-plus enum members type as int
+
     def recreate_nodes(self, pool: str, after_gke_seconds: float | None = None) -> None:
         """After a preemption GKE recreates the slice's VMs: register the pool's missing Nodes again."""
         self._later(
-            PROVISIONING_SECONDS if after_gke_seconds is None else after_gke_seconds, self._restore, pool
+            PROVISIONING_SECONDS if after_gke_seconds is None else after_gke_seconds, self.restore_nodes, pool
         )
 
-    def _restore(self, pool: str) -> None:
+    def restore_nodes(self, pool: str) -> None:
+        """Register the pool's Nodes that are missing (its VMs are back)."""
         with self._lock:
             record = self._pools.get(pool)
         if record is None:

@@ -30,9 +30,13 @@ class Operations:
         self._exclusive: set[str] = set()
         self._lock = threading.RLock()
 
-    def start(self, kind: int, pool: str) -> container_v1.Operation:
+    def start(self, kind: int, pool: str, node: str = "") -> container_v1.Operation:
+        """A running operation on `pool`; with `node`, its target is that node of the pool, as a repair's is
+        ("For node pool repairs, there may be multiple nodes being repaired, but only one will be the target":
+        container_v1 Operation.target_link, whose example ends `/nodePools/my-np/node/my-node`)."""
         name = new_operation_name()
         base = "https://container.googleapis.com/v1"
+        target = f"{base}/{self.cluster_parent}/nodePools/{pool}" + (f"/node/{node}" if node else "")
         operation = container_v1.Operation(
             name=name,
             zone=self.location,
@@ -40,7 +44,7 @@ class Operations:
             operation_type=kind,
             status=container_v1.Operation.Status.RUNNING,
             self_link=f"{base}/projects/{self.project}/locations/{self.location}/operations/{name}",
-            target_link=f"{base}/{self.cluster_parent}/nodePools/{pool}",
+            target_link=target,
             start_time=now_rfc3339(),
         )
         with self._lock:

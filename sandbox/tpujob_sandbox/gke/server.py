@@ -5,6 +5,7 @@ which the real clients drive unchanged through `client_options.api_endpoint`, is
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections import Counter
@@ -28,6 +29,7 @@ from tpujob_sandbox.gke.operations import Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
 from tpujob_sandbox.gke.reservations import Reservations
 from tpujob_sandbox.gke.state import ClusterState
+from tpujob_sandbox.gke.upgrades import NodeUpgrades
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class GkeSimulator:
             time_scale=time_scale,
         )
         self.maintenance = HostMaintenance(self._core, later=self._later)
+        self.upgrades = NodeUpgrades(self._core, later=self._later)
         # GKE's TPU device plugin on each TPU node: its Prometheus endpoint (device_plugin.py).
         self.device_plugin = TpuDevicePlugin(self._core, owner=node_owner, time_scale=time_scale)
         self._http = GkeHttpApi(self)
@@ -222,6 +225,40 @@ class GkeSimulator:
         state = self._clusters[(location or self.location, cluster or self.cluster)]
         self.maintenance.announce(state.pools, pool, at)
 
+    def add_maintenance_exclusion(
+        self,
+        name: str,
+        start: dt.datetime,
+        end: dt.datetime,
+        scope: str = "NO_MINOR_OR_NODE_UPGRADES",
+        *,
+        location: str = "",
+        cluster: str = "",
+    ) -> None:
+        """A maintenance exclusion on the cluster (GetCluster's
+        maintenancePolicy.window.maintenanceExclusions), until clear_faults."""
+        model = self._state(location, cluster).model
+        options = container_v1.MaintenanceExclusionOptions(scope=scope)  # the enum by its name, as in JSON
+        model.maintenance_policy.window.maintenance_exclusions[name] = container_v1.TimeWindow(
+            start_time=start, end_time=end, maintenance_exclusion_options=options
+        )
+
+    def run_upgrade_round(
+        self, *, minor: bool = False, end_of_support: bool = False, location: str = "", cluster: str = ""
+    ) -> list[str]:
+        """GKE's automatic node upgrade reaches the cluster now: the pools it starts upgrading (upgrades.py;
+        the exclusions of the cluster and of each pool are respected until `end_of_support`)."""
+        return self.upgrades.upgrade_round(
+            self._state(location, cluster), minor=minor, end_of_support=end_of_support
+        )
+
+    def auto_repair(self, pool: str, node: str = "", *, location: str = "", cluster: str = "") -> None:
+        """GKE auto-repairs `node` of `pool` (default: its first): the whole slice is drained, recreated."""
+        self.upgrades.auto_repair(self._state(location, cluster), pool, node)
+
+    def _state(self, location: str, cluster: str) -> ClusterState:
+        return self._clusters[(location or self.location, cluster or self.cluster)]
+
     def on_accepted(self, rpc: str, action: Callable[[], None], *, nth: int = 1) -> None:
         """Test control, not a GKE behaviour: run `action` when GKE has accepted the `nth` `rpc` call from
         now, before the caller has GKE's answer (as if the caller died at that instant)."""
@@ -242,14 +279,15 @@ class GkeSimulator:
             action()
 
     def clear_faults(self) -> None:
-        """Faults, capacity and quota limits, reservations, workload policies, test hooks, GKE's retry window
-        and the clusters' versions: back to a healthy project (a test's setting must not reach the next
-        test)."""
+        """Faults, capacity and quota limits, reservations, workload policies, test hooks, GKE's retry window,
+        the clusters' versions and maintenance policies: back to a healthy project (a test's setting must not
+        reach the next test)."""
         with self._lock:
             self._on_accepted.clear()
         self.pools.reset_controls()
         for key, state in self._clusters.items():
             state.model.version = self._versions[key]
+            state.model.maintenance_policy = container_v1.MaintenancePolicy()
         self.faults.clear()
         self.capacity.clear()
         self.quota.clear()

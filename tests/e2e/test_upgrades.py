@@ -1,0 +1,85 @@
+"""GKE's node upgrades and auto-repairs against running slices, on the test bed: the pools the operator makes
+are shielded from upgrade rounds by their own exclusion; what still recreates a slice (a repair, an upgrade at
+the version's end of support) restarts the job under its own reason, without spending maxRestarts."""
+
+from __future__ import annotations
+
+from tests.manifests import plain_job
+from tpujob_sandbox import wait_for
+
+V5P_MULTI_HOST = {"type": "v5p", "topology": "2x2x2"}  # 2 hosts in us-central1-a, the operator's zone
+
+
+def running_slice(jobs, name: str) -> tuple[list, str]:
+    """A 2-host job, running, with maxRestarts 0 (a counted restart would fail it); its pods and pool."""
+    jobs.create(plain_job(name, tpu=V5P_MULTI_HOST, runPolicy={"maxRestarts": 0}))
+    pods = jobs.wait_pods_running(name, 2, attempt=0, timeout=60)
+    jobs.wait_phase(name, "Running", timeout=30)
+    return pods, jobs.status(name)["nodePools"][0]["name"]
+
+
+def operations_on(gke, pool: str, kind: str) -> list:
+    return [
+        op
+        for op in gke.operations.all()
+        if op.operation_type.name == kind and f"/nodePools/{pool}" in op.target_link
+    ]
+
+
+def succeed(jobs, kubelet, name: str, attempt: int) -> dict:
+    for pod in jobs.wait_pods_running(name, 2, attempt=attempt, timeout=90):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    return jobs.wait_phase(name, "Succeeded", timeout=60)
+
+
+def test_an_upgrade_round_passes_a_running_slice_by_its_pools_own_exclusion(operator, jobs, gke, kubelet):
+    first, pool = running_slice(jobs, "shielded")
+    assert gke.node_pools()[pool].maintenance_policy.exclusion_until_end_of_support.enabled
+
+    assert gke.run_upgrade_round() == []  # GKE's round reaches the cluster and leaves the slice alone
+    assert not operations_on(gke, pool, "UPGRADE_NODES")
+    assert {p.metadata.uid for p in jobs.pods("shielded", attempt=0)} == {p.metadata.uid for p in first}
+    status = succeed(jobs, kubelet, "shielded", attempt=0)
+    assert status.get("restarts", 0) == 0
+
+
+def test_an_auto_repair_of_one_host_restarts_the_job_as_node_repair_uncounted(operator, jobs, gke, kubelet):
+    first, pool = running_slice(jobs, "repaired")
+    sick = sorted(gke.node_names(pool))[1]
+
+    gke.auto_repair(pool, sick)  # the whole slice is drained and recreated, exclusions or not
+    status = wait_for(
+        lambda: (st := jobs.status("repaired")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart",
+        last_state=lambda: operator.log()[-2000:],
+    )
+    assert status["restartsByReason"] == {"NodeRepair": 1}
+    assert status.get("applicationRestarts", 0) == 0
+    assert "AUTO_REPAIR_NODES" in status["message"]
+    assert any(e.reason == "NodeRepair" for e in jobs.events("repaired"))
+    (repair,) = operations_on(gke, pool, "AUTO_REPAIR_NODES")
+    assert repair.target_link.endswith(f"/node/{sick}")
+
+    second = jobs.wait_pods_running("repaired", 2, attempt=1, timeout=90)  # on the recreated hosts
+    assert {p.metadata.name for p in first}.isdisjoint(p.metadata.name for p in second)
+    status = succeed(jobs, kubelet, "repaired", attempt=1)
+    assert status["restarts"] == 1 and status.get("applicationRestarts", 0) == 0
+
+
+def test_an_upgrade_at_end_of_support_restarts_the_job_as_node_upgrade_uncounted(
+    operator, jobs, gke, kubelet
+):
+    _, pool = running_slice(jobs, "upgraded")
+
+    assert gke.run_upgrade_round(end_of_support=True) == [pool]  # no exclusion outlasts end of support
+    status = wait_for(
+        lambda: (st := jobs.status("upgraded")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart",
+        last_state=lambda: operator.log()[-2000:],
+    )
+    assert status["restartsByReason"] == {"NodeUpgrade": 1}
+    assert status.get("applicationRestarts", 0) == 0
+    status = succeed(jobs, kubelet, "upgraded", attempt=1)
+    assert status["restarts"] == 1

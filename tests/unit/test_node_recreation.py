@@ -1,0 +1,241 @@
+"""GKE upgrading or repairing a slice's nodes: which operations mean it, what the GKE client reads of them,
+when the operator looks, what the cluster's maintenance policy says, and the restart the decision makes of
+it (NodeUpgrade, NodeRepair: never counted)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from google.cloud import container_v1
+
+from tests.manifests import base_job
+from tpujob import gke
+from tpujob import status as s
+from tpujob.api import parse_tpujob
+from tpujob.api.status import Phase, Reason, TPUJobStatus, WorkerCounts
+from tpujob.reconciler.observe import needs_gke_look, workers_disturbed
+from tpujob.render import Cluster, naming
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+RECREATING = {"UPGRADE_NODES": Reason.NODE_UPGRADE, "AUTO_UPGRADE_NODES": Reason.NODE_UPGRADE,
+              "AUTO_REPAIR_NODES": Reason.NODE_REPAIR}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kind", [*(t.name for t in container_v1.Operation.Type), "", None, "SOME_FUTURE_TYPE"]
+)
+def test_only_node_upgrades_and_auto_repairs_recreate_a_pools_nodes(kind):
+    assert s.node_recreation(kind) == RECREATING.get(kind or "")
+    assert s.recreates_nodes(kind) is (kind in RECREATING)
+
+
+# --- the decision ------------------------------------------------------------------------------------
+
+
+def running_job(**run_policy):
+    manifest = base_job(
+        "train", tpu={"type": "v5p", "topology": "2x2x2"}, runPolicy={"maxRestarts": 0, **run_policy}
+    )
+    manifest["metadata"].update(uid="u1", generation=1)
+    job = parse_tpujob(manifest)
+    pool = naming.node_pool_name(job, 0)
+    status = TPUJobStatus(
+        phase=Phase.RUNNING,
+        reason="Running",
+        start_time="2026-11-21T11:00:00Z",
+        running_time="2026-11-21T11:05:00Z",
+        workers=WorkerCounts(expected=2, running=2),
+        node_pools=[{"name": pool, "slice": 0, "state": "RUNNING"}],
+    )
+    return job.model_copy(update={"status": status})
+
+
+def workers(job, phase: str, attempt: int = 0, **extra):
+    return tuple(
+        s.PodView(naming.pod_name(job, sl, w, attempt), sl, w, attempt, phase, **extra)
+        for sl, w in s.expected_workers(job)
+    )
+
+
+def pool(job, state: str, disruption: str = "") -> tuple[s.PoolView, ...]:
+    name = naming.node_pool_name(job, 0)
+    return (
+        s.PoolView(
+            0, name, state, disruption=disruption, disruption_operation="operation-9" * bool(disruption)
+        ),
+    )
+
+
+def step(job, now=NOW, **observed):
+    return s.decide(s.Observed(job=job, now=now, **observed))
+
+
+def advance(job, decision):
+    return job.model_copy(update={"status": decision.status})
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"), [("UPGRADE_NODES", "NodeUpgrade"), ("AUTO_REPAIR_NODES", "NodeRepair")]
+)
+def test_a_slice_gke_recreates_restarts_the_job_uncounted_and_waits_for_the_pool(kind, reason):
+    job = running_job()  # maxRestarts 0: a counted restart would fail the job
+    evicted = workers(job, "Running", deleting=True)
+    decision = step(job, pods=evicted, pools=pool(job, "RECONCILING", kind))
+    status = decision.status
+    assert (status.phase, status.reason) == (Phase.PROVISIONING, reason)
+    assert f"{kind} operation operation-9" in status.message
+    assert status.restarts_by_reason == {reason: 1} and status.application_restarts == 0
+    assert status.attempt == 1 and decision.create_pods == []
+    assert [e.reason for e in decision.events] == [reason] and decision.events[0].type == "Warning"
+
+    # Still recreating, long past any provisioning timeout: the job waits, restarts no more.
+    later = step(
+        advance(job, decision), now=NOW + dt.timedelta(hours=3), pools=pool(job, "RECONCILING", kind)
+    )
+    assert (later.status.phase, later.status.reason, later.status.restarts) == (Phase.PROVISIONING, reason, 1)
+    # GKE is done: the new attempt's workers are created.
+    back = step(advance(job, later), pools=pool(job, "RUNNING"))
+    assert back.create_pods == [(0, 0), (0, 1)] and back.status.attempt == 1
+    assert back.status.restarts == 1
+
+
+def test_a_provisioning_timeout_does_not_end_a_job_whose_slice_gke_recreates():
+    job = running_job(provisioningTimeoutSeconds=60)
+    first = step(
+        job, pods=workers(job, "Running", deleting=True), pools=pool(job, "RECONCILING", "UPGRADE_NODES")
+    )
+    later = step(
+        advance(job, first), now=NOW + dt.timedelta(hours=1), pools=pool(job, "RECONCILING", "UPGRADE_NODES")
+    )
+    assert later.status.phase == Phase.PROVISIONING and later.status.reason == Reason.NODE_UPGRADE
+    assert later.status.provisioning_since == "2026-11-21T12:00:00Z"  # the wait shows, for the stuck alert
+
+
+def test_a_failure_on_a_pool_gke_leaves_alone_is_judged_as_before():
+    job = running_job()
+    preempted = workers(job, "Failed", reason="Terminated", exit_code=143)
+    decision = step(job, pods=preempted, pools=pool(job, "RUNNING"))
+    assert decision.status.restarts_by_reason == {Reason.PREEMPTED: 1}
+
+
+# --- when the operator asks GKE ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pods", "in_flight", "looks"),
+    [
+        ("running", 0, False),  # a settled running job's pools are watched through its pods
+        ("deleting", 0, True),  # a drain evicts them
+        ("failed", 0, True),
+        ("one gone", 0, True),  # gone before the watch showed it going
+        ("one gone", 1, False),  # created, not yet seen: not gone
+    ],
+)
+def test_a_running_job_asks_gke_about_its_pools_when_a_worker_fails_or_goes(pods, in_flight, looks):
+    job = running_job()
+    views = {
+        "running": workers(job, "Running"),
+        "deleting": workers(job, "Running", deleting=True),
+        "failed": workers(job, "Failed"),
+        "one gone": workers(job, "Running")[:1],
+    }[pods]
+    flying = frozenset(f"in-flight-{i}" for i in range(in_flight))
+    assert job.status is not None
+    assert workers_disturbed(job.status, list(views), flying) is looks
+    assert needs_gke_look(job, job.status, list(views), flying) is looks
+
+
+# --- what the GKE client reads --------------------------------------------------------------------------
+
+
+class _ReconcilingPool:
+    """GetNodePool and ListOperations as GKE answers them while it works on pool `p` (real container_v1
+    types)."""
+
+    def __init__(self, *operations: container_v1.Operation, status=container_v1.NodePool.Status.RECONCILING):
+        self.operations, self.status = list(operations), status
+
+    def get_node_pool(self, name: str, timeout: float) -> container_v1.NodePool:
+        return container_v1.NodePool(name="p", status=self.status)
+
+    def list_operations(self, parent: str, timeout: float) -> container_v1.ListOperationsResponse:
+        return container_v1.ListOperationsResponse(operations=self.operations)
+
+
+LINK = "https://container.googleapis.com/v1/projects/my-project/zones/us-central1-a/clusters/my-cluster/nodePools"
+Type, OpStatus = container_v1.Operation.Type, container_v1.Operation.Status
+
+
+def op(kind, target: str, status=OpStatus.RUNNING, name: str = "operation-9") -> container_v1.Operation:
+    return container_v1.Operation(name=name, operation_type=kind, target_link=target, status=status)
+
+
+@pytest.mark.parametrize(
+    ("operations", "seen"),
+    [
+        ([op(Type.UPGRADE_NODES, f"{LINK}/p")], ("UPGRADE_NODES", "operation-9")),
+        (
+            [op(Type.AUTO_REPAIR_NODES, f"{LINK}/p/node/gke-x-1")],
+            ("AUTO_REPAIR_NODES", "operation-9"),
+        ),  # a node
+        ([op(Type.UPGRADE_NODES, f"{LINK}/p", OpStatus.DONE)], ("", "")),  # over
+        ([op(Type.UPGRADE_NODES, f"{LINK}/p2")], ("", "")),  # another pool's
+        ([op(Type.SET_LABELS, f"{LINK}/p")], ("", "")),  # work that leaves the nodes be
+        ([], ("", "")),
+    ],
+)
+def test_a_reconciling_pool_names_the_operation_recreating_its_nodes(operations, seen):
+    client = _ReconcilingPool(*operations)
+    view = gke.NodePools(Cluster(), client).state(0, "p")  # type: ignore[arg-type]
+    assert (view.state, view.disruption, view.disruption_operation) == ("RECONCILING", *seen)
+
+
+def test_a_running_pool_is_not_asked_about_operations():
+    client = _ReconcilingPool(
+        op(Type.UPGRADE_NODES, f"{LINK}/p"), status=container_v1.NodePool.Status.RUNNING
+    )
+    assert gke.NodePools(Cluster(), client).state(0, "p").disruption == ""  # type: ignore[arg-type]
+
+
+# --- the cluster's maintenance policy, as the cluster check reports it ---------------------------------
+
+
+def exclusion(scope: str, start: dt.datetime, end: dt.datetime) -> container_v1.TimeWindow:
+    options = container_v1.MaintenanceExclusionOptions(scope=scope)
+    return container_v1.TimeWindow(start_time=start, end_time=end, maintenance_exclusion_options=options)
+
+
+DAY = dt.timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("exclusions", "said"),
+    [
+        ({}, "no exclusion holds node upgrades now"),
+        ({"f": exclusion("NO_MINOR_OR_NODE_UPGRADES", NOW - DAY, NOW + DAY)},
+         "node upgrades held until 2026-11-22T12:00:00Z (exclusion f)"),
+        ({"a": exclusion("NO_UPGRADES", NOW - DAY, NOW + DAY),
+          "b": exclusion("NO_UPGRADES", NOW, NOW + 2 * DAY)},
+         "node upgrades held until 2026-11-23T12:00:00Z (exclusion b)"),  # the last to end
+        ({"m": exclusion("NO_MINOR_UPGRADES", NOW - DAY, NOW + DAY)}, "no exclusion holds node upgrades now"),
+        ({"old": exclusion("NO_UPGRADES", NOW - 2 * DAY, NOW - DAY)},
+         "no exclusion holds node upgrades now"),
+        ({"soon": exclusion("NO_UPGRADES", NOW + DAY, NOW + 2 * DAY)},
+         "no exclusion holds node upgrades now"),
+    ],
+)  # fmt: skip
+def test_the_cluster_check_says_until_when_node_upgrades_are_held(exclusions, said):
+    policy = container_v1.MaintenancePolicy()
+    for name, window in exclusions.items():
+        policy.window.maintenance_exclusions[name] = window
+    summary = gke.maintenance_summary(policy, NOW)
+    assert summary == f"no maintenance window (GKE may upgrade nodes at any time); {said}"
+
+
+def test_the_cluster_check_names_the_maintenance_window():
+    policy = container_v1.MaintenancePolicy()
+    policy.window.recurring_window.recurrence = "FREQ=WEEKLY;BYDAY=SA,SU"
+    policy.window.recurring_window.window.start_time = NOW
+    summary = gke.maintenance_summary(policy, NOW)
+    assert summary.startswith("maintenance window FREQ=WEEKLY;BYDAY=SA,SU from 2026-11-21T12:00:00Z;")
