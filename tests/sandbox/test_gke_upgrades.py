@@ -27,10 +27,15 @@ def slice_pool(name: str, **fields) -> container_v1.NodePool:
     )
 
 
-def operations(gke, kind: str) -> list[container_v1.Operation]:
+def operations(gke, kind: str, pool: str) -> list[container_v1.Operation]:
+    """The cluster's `kind` operations on `pool` or one of its nodes (the simulator is shared by the tests
+    of a session: other tests' operations are listed too)."""
     parent = f"projects/{gke.project}/locations/{gke.location}"
     return [
-        op for op in gke.client().list_operations(parent=parent).operations if op.operation_type.name == kind
+        op
+        for op in gke.client().list_operations(parent=parent).operations
+        if op.operation_type.name == kind
+        and (op.target_link.endswith(f"/nodePools/{pool}") or f"/nodePools/{pool}/" in op.target_link)
     ]
 
 
@@ -56,11 +61,11 @@ def test_an_upgrade_round_recreates_unshielded_slices_and_passes_shielded_ones_b
 
     assert gke.run_upgrade_round() == ["open"]
     assert status_of(gke, "open") == RECONCILING
-    (upgrade,) = operations(gke, "UPGRADE_NODES")  # automatic upgrades are UPGRADE_NODES operations
+    (upgrade,) = operations(gke, "UPGRADE_NODES", "open")  # automatic upgrades are UPGRADE_NODES operations
     assert upgrade.target_link.endswith("/nodePools/open")
     assert upgrade.status.name == "RUNNING"
     wait_running_again(gke, "open")
-    assert operations(gke, "UPGRADE_NODES")[0].status.name == "DONE"
+    assert operations(gke, "UPGRADE_NODES", "open")[0].status.name == "DONE"
     after = {n.metadata.name: n.metadata.uid for n in nodes_of(core, "open")}
     assert after.keys() == before.keys()  # the same hosts, as new Node objects: the whole slice recreated
     assert not set(after.values()) & set(before.values())
@@ -107,10 +112,10 @@ def test_an_auto_repair_of_one_host_drains_and_recreates_the_whole_slice_whateve
 
     gke.auto_repair("sick", second)
     assert status_of(gke, "sick") == RECONCILING
-    (repair,) = operations(gke, "AUTO_REPAIR_NODES")
+    (repair,) = operations(gke, "AUTO_REPAIR_NODES", "sick")
     assert repair.target_link.endswith(f"/nodePools/sick/node/{second}")  # one node is the target
     wait_running_again(gke, "sick")
-    assert operations(gke, "AUTO_REPAIR_NODES")[0].status.name == "DONE"
+    assert operations(gke, "AUTO_REPAIR_NODES", "sick")[0].status.name == "DONE"
     after = nodes_of(core, "sick")
     assert {n.metadata.name for n in after} == {first, second}
     assert not {n.metadata.uid for n in after} & before  # both hosts recreated, not only the sick one
