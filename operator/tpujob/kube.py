@@ -6,27 +6,55 @@ exec credential plugins such as `gke-gcloud-auth-plugin` included. So the watche
 as one identity. Bodies go out as dicts and answers are not turned into models (`_preload_content`
 off): a created pod's answer is not worth decoding, and the models would cost every pass. One pooled
 set of connections, thread-safe: passes run in worker threads. Every request takes a token from the
-operator's client-side limit first (tpujob.ratelimit), as a client-go controller's do.
+operator's client-side limit first (tpujob.ratelimit), as a client-go controller's do, at the priority the
+Kube method that makes it names (`_at`): the generated API classes pass no extra argument down to
+`request`, so the priority travels in a context variable, set for the duration of the call.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from kubernetes import client, config
 
 from tpujob import peering
 from tpujob.api import constants as c
-from tpujob.ratelimit import RequestLimiter
+from tpujob.ratelimit import Priority, RequestLimiter
 
 ApiError = client.ApiException
 # (connect, read) seconds: the client sets a timeout only for an int or such a pair (a float is ignored,
 # kubernetes/client/rest.py), so a dead connection would hang a pass thread for good.
 Timeout = tuple[float, float]
 DEFAULT_TIMEOUT: Timeout = (10.0, 60.0)
+
+# The priority of the requests the current call makes (a context variable: each thread has its own).
+_PRIORITY: contextvars.ContextVar[Priority] = contextvars.ContextVar(
+    "tpujob_priority", default=Priority.STATUS
+)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _at(priority: Priority) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Every request the decorated method makes waits for its token at `priority`."""
+
+    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(method)
+        def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            token = _PRIORITY.set(priority)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _PRIORITY.reset(token)
+
+        return call
+
+    return decorate
 
 
 class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
@@ -49,7 +77,7 @@ class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
         if method != "GET" and not self.may_write():
             raise peering.NotLeading(f"{method} refused: this replica is not the active one")
         if self.limiter is not None:
-            self.limiter.acquire()
+            self.limiter.acquire(_PRIORITY.get())
         kwargs["_request_timeout"] = kwargs.get("_request_timeout") or self.timeout
         return super().request(method, *args, **kwargs)
 
@@ -104,20 +132,25 @@ class Kube:
 
     # --- pods, Services, Events ------------------------------------------------------------------
 
+    @_at(Priority.WORKLOAD)
     def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the pod exists already."""
         return _created(self.core.create_namespaced_pod, namespace, body)
 
+    @_at(Priority.WORKLOAD)
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
         return _created(self.core.create_namespaced_service, namespace, body)
 
+    @_at(Priority.EVENT)
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         return _created(self.core.create_namespaced_event, namespace, body)
 
+    @_at(Priority.WORKLOAD)  # frees TPUs for the next job
     def delete_pod(self, namespace: str, name: str) -> bool:
         """False when the pod is gone already."""
         return _deleted(lambda: self.core.delete_namespaced_pod(name, namespace, **_RAW))
 
+    @_at(Priority.WORKLOAD)  # a pass' read
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = _answer(self.core.list_node(label_selector=label_selector, **_RAW))[
             "items"
@@ -165,6 +198,7 @@ class Kube:
 
     # --- TPUJobs ---------------------------------------------------------------------------------
 
+    @_at(Priority.WORKLOAD)  # a pass' read before it creates
     def get_tpujob(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return _answer(self.custom.get_namespaced_custom_object(*_TPUJOBS(namespace), name, **_RAW))
@@ -196,10 +230,12 @@ class Kube:
             if not token:
                 return uids
 
+    @_at(Priority.WORKLOAD)  # the finalizer, before a pass creates its node pools
     def patch_tpujob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (a resourceVersion in it makes it conditional)."""
         return _answer(self.custom.patch_namespaced_custom_object(*_TPUJOBS(namespace), name, patch, **_RAW))
 
+    @_at(Priority.STATUS)
     def patch_tpujob_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the status subresource: the spec is left as it is."""
         return _answer(

@@ -20,6 +20,7 @@ from tpujob import status as s
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.ratelimit import Priority
 from tpujob.status import cost, goodput, waiting
 
 RESTART_REASONS = (
@@ -90,11 +91,31 @@ TIME_TO_RUNNING = Histogram(
 RECONCILE_DURATION = Histogram(
     "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
 )
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+PRIORITIES = tuple(p.name.lower() for p in Priority)
 # Like client-go's rest_client_rate_limiter_duration_seconds: every request observes its wait, 0 mostly.
 API_RATE_LIMITER_WAIT = Histogram(
     "tpujob_api_rate_limiter_wait_seconds",
-    "Time a Kubernetes API request waited for the operator's client-side limit (TPUJOB_API_QPS / _BURST).",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    "Time a Kubernetes API request waited for the operator's client-side limit (TPUJOB_API_QPS / _BURST), "
+    "by its priority (workload: pods and Services; status; event).",
+    ["priority"],
+    buckets=WAIT_BUCKETS,
+)
+# Events are posted by one background poster from a bounded queue, as client-go's event broadcaster does.
+EVENTS_DROPPED = Counter(
+    "tpujob_events_dropped_total",
+    "Events not posted because the poster's queue was full (a burst of more Events than it holds).",
+)
+EVENT_LAG = Histogram(
+    "tpujob_event_lag_seconds",
+    "From a pass deciding an Event to the API server answering its post (the poster's queue, the token).",
+    buckets=WAIT_BUCKETS,
+)
+STATUS_WRITE_LAG = Histogram(
+    "tpujob_status_write_lag_seconds",
+    "From a pass settling a TPUJob's new status to the API server answering its write (mostly the wait for "
+    "a token behind pod and Service creates).",
+    buckets=WAIT_BUCKETS,
 )
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
 OPERATOR_ACTIVE = Gauge(
@@ -253,6 +274,8 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
     registry.register(CHIPS_HELD)
     registry.register(NEXT_MAINTENANCE)
     BUILD_INFO.info({"version": __version__})
+    for priority in PRIORITIES:
+        API_RATE_LIMITER_WAIT.labels(priority)
     for phase in Phase:
         PHASE_TRANSITIONS.labels(phase)
     for reason in RESTART_REASONS:
@@ -365,8 +388,8 @@ class PassRecorder:
         CHIPS_HELD.forget(uid)
 
 
-def record_api_wait(seconds: float) -> None:
-    API_RATE_LIMITER_WAIT.observe(seconds)
+def record_api_wait(priority: Priority, seconds: float) -> None:
+    API_RATE_LIMITER_WAIT.labels(priority.name.lower()).observe(seconds)
 
 
 def record_pool_call(operation: str, error: s.GKEError | None) -> None:

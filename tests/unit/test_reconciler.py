@@ -218,6 +218,7 @@ def test_a_lost_event_does_not_fail_the_pass() -> None:
     actions.post_events(
         meta, [s.Event("Normal", "A", "a"), s.Event("Normal", "B", "b")], dt.datetime.now(dt.UTC)
     )
+    assert actions.events.drain(timeout=10), "the poster goes on after a failed post"
     assert [body["reason"] for body in api.of("create_event")] == ["A", "B"]
 
 
@@ -334,11 +335,13 @@ def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
     (_, patch) = api.of("patch_tpujob_status")[-1]
     assert (patch["status"]["phase"], patch["status"]["reason"]) == (Phase.FAILED, Reason.INVALID_SPEC)
     assert patch["status"]["nodePools"][0]["state"] == s.POOL_STOPPING
+    assert passes.actions.events.drain(timeout=10)
     assert [e["reason"] for e in api.of("create_event")] == [Reason.INVALID_SPEC]
 
     # The next pass reads its own write: nothing more to release, no second event.
     passes.reconcile(body, [], True)
     assert pools.deleted == [name]
+    assert passes.actions.events.drain(timeout=10)
     assert len(api.of("create_event")) == 1
 
 
@@ -428,6 +431,7 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and
     assert status["status"]["reason"] == Reason.POD_REJECTED
     assert "no PriorityClass with name team-high was found" in status["status"]["message"]
     assert outcome.requeue_after == pytest.approx(10.0)
+    assert passes.actions.events.drain(timeout=10)
     reasons = [event["reason"] for event in api.of("create_event")]
     assert reasons == [Reason.POD_REJECTED]
 

@@ -18,6 +18,8 @@ from tpujob.ratelimit import RequestLimiter
 from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings
 
 log = logging.getLogger(__name__)
+# How long a stopping operator keeps posting its queued Events.
+EVENTS_DRAIN_SECONDS = 5.0
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -107,6 +109,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register()
         start_http_server(config.metrics_port)
+    # One budget for every request, served by priority: pods and Services, then status writes, then Events.
     limiter = RequestLimiter(config.api_qps, config.api_burst, on_wait=metrics.record_api_wait)
     # A connection for every thread that may call at once (passes, and each pass' concurrent creates): a
     # full pool discards connections, and every new one costs a TLS handshake.
@@ -122,6 +125,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         poll_provisioning_seconds=config.poll_provisioning_seconds,
         refused_backoff_seconds=config.refused_backoff_seconds,
         progress_reads_per_second=config.progress_reads_per_second,
+        confirm_before_create=config.peering is not None,
     )
     reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.peering is not None:
@@ -157,3 +161,5 @@ async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     for handle in runtime.requeues.values():
         handle.cancel()
+    # Queued Events are posted, a little while (in a thread: the poster waits for tokens).
+    await asyncio.get_running_loop().run_in_executor(None, runtime.reconciler.close, EVENTS_DRAIN_SECONDS)

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import logging
 import socket
+import time
 from typing import Any
 
 from tpujob import kube, metrics
@@ -17,6 +18,7 @@ from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.gke import NodePools
 from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
 from tpujob.render import plan as render
 
@@ -79,6 +81,11 @@ class Actions:
         self.memory = memory
         self.instance = socket.gethostname()  # the pod's name, in Events
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
+        self.events = EventPoster(api.create_event)
+
+    def close(self, timeout: float) -> None:
+        self.events.stop(timeout)
+        self._creators.shutdown(wait=False)
 
     def apply(
         self,
@@ -185,23 +192,23 @@ class Actions:
         self.api.patch_tpujob(meta["namespace"], meta["name"], patch)
 
     def post_events(self, meta: dict[str, Any], events: list[s.Event], now: dt.datetime) -> None:
-        """Through the operator's own bounded connection pool (kopf's poster opens a connection per
-        object at once: hundreds in a burst). Best effort: a lost event must not fail the pass."""
-        namespace, name = meta["namespace"], meta["name"]
+        """Queued for the background poster (poster.py), through the operator's own bounded connection pool
+        (kopf's poster opens a connection per object at once: hundreds in a burst). Best effort: a lost
+        event must not fail the pass, nor wait for a token before the next job's pods."""
         for event in events:
-            try:
-                self.api.create_event(namespace, event_manifest(meta, event, now, self.instance))
-            except Exception as error:
-                log.warning("%s/%s: event %s not posted: %s", namespace, name, event.reason, error)
+            self.events.enqueue(meta["namespace"], event_manifest(meta, event, now, self.instance))
 
     def patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> str | None:
-        """Write the status subresource; the written resourceVersion, None if the job is gone."""
+        """Write the status subresource; the written resourceVersion, None if the job is gone. Its token
+        comes after the waiting pod and Service creates of other passes (Priority.STATUS)."""
+        settled = time.monotonic()
         try:
             written = self.api.patch_tpujob_status(meta["namespace"], meta["name"], {"status": status})
         except kube.ApiError as error:
             if error.status == 404:  # deleted meanwhile: nothing to record
                 return None
             raise
+        metrics.STATUS_WRITE_LAG.observe(time.monotonic() - settled)
         return str(written["metadata"]["resourceVersion"])
 
     def delete_job(self, namespace: str, name: str) -> None:

@@ -177,6 +177,10 @@ class Settings:
     poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
     refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
     progress_reads_per_second: float = DEFAULT_READS_PER_SECOND
+    # Read each job from the API server before creating for it. A replica that stood by (peering) needs it:
+    # its watch's cache may hold a job deleted meanwhile. A standalone operator's watch began with its
+    # process, and the read would cost a token per job on the way to its pods.
+    confirm_before_create: bool = True
 
 
 class Observer:

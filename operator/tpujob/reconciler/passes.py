@@ -71,6 +71,11 @@ class Reconciler:
         while another one works, and the job gauges it exports are the active replica's to export."""
         for uid in self.memory.uids() | self.recorder.uids() | self.observer.progress.uids():
             self.forget(uid)
+        self.actions.events.discard()
+
+    def close(self, timeout: float) -> None:
+        """At shutdown: the queued Events posted for up to `timeout` seconds."""
+        self.actions.close(timeout)
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
         """The job as this operator's last status write left it: the pass that wrote it saw everything
@@ -121,7 +126,11 @@ class Reconciler:
         else:
             observed = self.observer.observe(job, pods, service_exists, now)
             decision = s.decide(observed)
-        if decision.creates and not self.actions.job_exists(meta["namespace"], meta["name"], meta["uid"]):
+        if (
+            decision.creates
+            and self.settings.confirm_before_create
+            and not self.actions.job_exists(meta["namespace"], meta["name"], meta["uid"])
+        ):
             # The body came from the watch's cache, which a replica that stood by may still hold for a job
             # deleted meanwhile: nothing is created for a job the API server no longer has.
             return self._vanished(meta)
