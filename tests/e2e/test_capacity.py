@@ -230,7 +230,11 @@ def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_
         timeout=30,
         what="the notice in status",
     )
-    assert any(e.reason == "MaintenanceScheduled" for e in jobs.events("maint"))
+    wait_for(
+        lambda: any(e.reason == "MaintenanceScheduled" for e in jobs.events("maint")),
+        timeout=10,
+        what="the MaintenanceScheduled event",
+    )
     operator.kill()  # SIGKILL between the notice and the restart: the new process restarts the job once
     operator.start()
     status = wait_for(

@@ -45,7 +45,7 @@ def test_an_ignore_rule_restarts_without_spending_max_restarts(jobs, gke, kubele
     status = jobs.status("train")
     assert status["restartsByReason"] == {"IgnoredByPolicy": 1}
     assert status.get("applicationRestarts", 0) == 0
-    (event,) = warnings(jobs, "train", "IgnoredByPolicy")
+    (event,) = wait_for(lambda: warnings(jobs, "train", "IgnoredByPolicy"), timeout=10, what="the event")
     assert "exit code 42: lost the coordinator" in event.message
     assert "(onExitCodes In [42] -> Ignore) ignores it" in event.message
     kubelet.succeed(jobs.namespace, again.metadata.name)

@@ -61,7 +61,9 @@ def test_an_image_that_cannot_be_pulled_shows_the_kubelets_words_then_fails_at_t
     # One Warning for the pull problem however often the kubelet retried, one for the timeout.
     pulls = warnings(jobs, "pull", "ErrImagePull") + warnings(jobs, "pull", "ImagePullBackOff")
     assert len(pulls) == 1
-    assert len(warnings(jobs, "pull", "StartupTimeout")) == 1
+    # Events are posted from a queue, after the status write that the wait above saw.
+    timeouts = wait_for(lambda: warnings(jobs, "pull", "StartupTimeout"), timeout=10, what="the event")
+    assert len(timeouts) == 1
 
 
 def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_startup_timeout(
@@ -77,7 +79,10 @@ def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_
     )
     status = reason_shows(jobs, "secret", ("CreateContainerConfigError",))
     assert 'secret "hf-token" not found' in status["message"]
-    assert len(warnings(jobs, "secret", "CreateContainerConfigError")) == 1
+    problems = wait_for(
+        lambda: warnings(jobs, "secret", "CreateContainerConfigError"), timeout=10, what="the event"
+    )
+    assert len(problems) == 1
     fails_at_its_startup_timeout(jobs, gke, "secret")
 
 
