@@ -113,9 +113,13 @@ EVENT_LAG = Histogram(
 )
 STATUS_WRITE_LAG = Histogram(
     "tpujob_status_write_lag_seconds",
-    "From a pass settling a TPUJob's new status to the API server answering its write (mostly the wait for "
-    "a token behind pod and Service creates).",
+    "From a pass deciding a TPUJob's new status (the first one not yet written) to the API server answering "
+    "its write: mostly the wait for a token behind pod and Service creates.",
     buckets=WAIT_BUCKETS,
+)
+STATUS_WRITES_COALESCED = Counter(
+    "tpujob_status_writes_coalesced_total",
+    "Status writes not sent because a newer status of the same TPUJob replaced them while they waited.",
 )
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
 OPERATOR_ACTIVE = Gauge(

@@ -20,7 +20,7 @@ from tpujob.reconciler import Reconciler
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
-from tpujob.reconciler.passes import with_removals
+from tpujob.reconciler.passes import Outcome, with_removals
 from tpujob.render import Cluster, naming
 
 
@@ -187,15 +187,14 @@ def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> No
 def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised() -> None:
     api = RecordingKube()
     actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
-    meta = {"name": "j", "namespace": "ns", "uid": "u"}
-    assert actions.patch_status(meta, {"phase": "Running"}) == "101"
+    assert actions.patch_status("ns", "j", {"phase": "Running"}) == "101"
 
     api.fail["patch_tpujob_status"] = kube.ApiError(404, "NotFound")
-    assert actions.patch_status(meta, {"phase": "Running"}) is None
+    assert actions.patch_status("ns", "j", {"phase": "Running"}) is None
 
     api.fail["patch_tpujob_status"] = kube.ApiError(409, "Conflict")
     with pytest.raises(kube.ApiError):
-        actions.patch_status(meta, {"phase": "Running"})
+        actions.patch_status("ns", "j", {"phase": "Running"})
 
 
 def test_the_finalizer_is_added_once_guarded_by_the_resource_version() -> None:
@@ -257,17 +256,32 @@ def test_own_status_write_is_read_back_until_the_watch_has_it() -> None:
     memory = JobMemory()
     body = job_body(status={"phase": "Pending"})
     assert memory.current_status(body) == {"phase": "Pending"}
-    memory.wrote("uid-1", {"phase": "Provisioning"}, "7")
+    memory.decided("uid-1", {"phase": "Provisioning"})
+    assert memory.current_status(body) == {"phase": "Provisioning"}, "decided, not yet written"
+    memory.written("uid-1", "7")
     assert memory.current_status(body) == {"phase": "Provisioning"}
     assert not memory.is_own_write(body)
     assert memory.is_own_write(job_body(resourceVersion="7"))
+    memory.forget("uid-1")
+    memory.written("uid-1", "8")  # a write that was in flight when the job was deleted
+    assert memory.uids() == set()
 
 
 # --- the pass: observe, decide, act ----------------------------------------------------------------
 
 
+class SettledReconciler(Reconciler):
+    """Each pass returns once its status write and Events, sent by background threads, were sent: the
+    tests read what a pass wrote."""
+
+    def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+        outcome = super().reconcile(body, pods, service_exists)
+        assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
+        return outcome
+
+
 def reconciler(pools: RecordingPools | None, api: RecordingKube | None = None) -> Reconciler:
-    return Reconciler(Cluster(), api or RecordingKube(), pools)  # type: ignore[arg-type]
+    return SettledReconciler(Cluster(), api or RecordingKube(), pools)  # type: ignore[arg-type]
 
 
 def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status() -> None:
@@ -298,16 +312,16 @@ def test_a_pass_on_a_job_the_api_server_no_longer_has_creates_nothing_and_report
     assert api.of("get_tpujob") == ["train"]
 
 
-def test_a_job_gone_at_its_status_write_is_vanished_and_forgotten() -> None:
+def test_a_job_gone_at_its_status_write_is_forgotten() -> None:
     api, pools = RecordingKube(), RecordingPools()
     api.fail["patch_tpujob_status"] = kube.ApiError(status=404, reason="Not Found")
     passes = reconciler(pools, api)
     body = job_body()
     body["metadata"]["finalizers"] = [c.FINALIZER]
 
-    outcome = passes.reconcile(body, [], False)
+    passes.reconcile(body, [], False)
 
-    assert outcome.vanished
+    assert len(api.of("patch_tpujob_status")) == 1
     assert passes.memory.uids() == set()  # nothing remembered for it
 
 

@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import logging
 import socket
-import time
 from typing import Any
 
 from tpujob import kube, metrics
@@ -198,17 +197,15 @@ class Actions:
         for event in events:
             self.events.enqueue(meta["namespace"], event_manifest(meta, event, now, self.instance))
 
-    def patch_status(self, meta: dict[str, Any], status: dict[str, Any]) -> str | None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str | None:
         """Write the status subresource; the written resourceVersion, None if the job is gone. Its token
-        comes after the waiting pod and Service creates of other passes (Priority.STATUS)."""
-        settled = time.monotonic()
+        comes after the waiting pod and Service creates of every pass (Priority.STATUS)."""
         try:
-            written = self.api.patch_tpujob_status(meta["namespace"], meta["name"], {"status": status})
+            written = self.api.patch_tpujob_status(namespace, name, {"status": status})
         except kube.ApiError as error:
             if error.status == 404:  # deleted meanwhile: nothing to record
                 return None
             raise
-        metrics.STATUS_WRITE_LAG.observe(time.monotonic() - settled)
         return str(written["metadata"]["resourceVersion"])
 
     def delete_job(self, namespace: str, name: str) -> None:

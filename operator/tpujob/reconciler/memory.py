@@ -15,8 +15,8 @@ from tpujob import status as s
 class JobMemory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # The status this operator last wrote: the watch may not have delivered it yet, and deciding on an
-        # older one would, for example, count one restart twice.
+        # The status this operator last decided, written or on its way (status_writer.py): the watch may not
+        # have delivered it yet, and deciding on an older one would, for example, count one restart twice.
         self._written: dict[str, dict[str, Any]] = {}
         # The resourceVersion of each job's last status write (its watch echo is skipped).
         self._written_version: dict[str, str] = {}
@@ -61,15 +61,22 @@ class JobMemory:
     # --- status writes ---------------------------------------------------------------------------
 
     def current_status(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The job's status: our last write if the watch has not caught up with it."""
+        """The job's status: the last one we decided, if any (the watch shows it later, or it is still being
+        written)."""
         with self._lock:
             written = self._written.get(body["metadata"]["uid"])
         return written if written is not None else dict(body.get("status") or {})
 
-    def wrote(self, uid: str, status: dict[str, Any], resource_version: str) -> None:
+    def decided(self, uid: str, status: dict[str, Any]) -> None:
+        """A pass decided this status: the job's current one from now on, before it is written."""
         with self._lock:
             self._written[uid] = status
-            self._written_version[uid] = resource_version
+
+    def written(self, uid: str, resource_version: str) -> None:
+        """A status write answered with this version (not kept for a job forgotten meanwhile)."""
+        with self._lock:
+            if uid in self._written:
+                self._written_version[uid] = resource_version
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
         meta = body["metadata"]

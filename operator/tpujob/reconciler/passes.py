@@ -18,6 +18,7 @@ from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.observe import Observer, Settings, pod_view
 from tpujob.reconciler.release import Releaser
+from tpujob.reconciler.status_writer import StatusWriter
 from tpujob.render import Cluster
 
 log = logging.getLogger(__name__)
@@ -60,21 +61,25 @@ class Reconciler:
         self.actions = Actions(api, pools, self.memory)
         self.releaser = Releaser(pools, self.observer, self.actions, self.forget)
         self.recorder = metrics.PassRecorder()
+        self.status_writer = StatusWriter(self._write_status, self.memory, self.forget)
 
     def forget(self, uid: str) -> None:
         self.memory.forget(uid)
         self.recorder.forget(uid)
         self.observer.progress.forget(uid)
+        self.status_writer.forget(uid)
 
     def forget_all(self) -> None:
         """A replica standing by: what it remembers (its own status writes, pods in flight) goes stale
         while another one works, and the job gauges it exports are the active replica's to export."""
         for uid in self.memory.uids() | self.recorder.uids() | self.observer.progress.uids():
             self.forget(uid)
+        self.status_writer.discard()
         self.actions.events.discard()
 
     def close(self, timeout: float) -> None:
-        """At shutdown: the queued Events posted for up to `timeout` seconds."""
+        """At shutdown: the waiting status writes and queued Events sent, for up to `timeout` seconds each."""
+        self.status_writer.stop(timeout)
         self.actions.close(timeout)
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
@@ -146,10 +151,14 @@ class Reconciler:
             self.memory.accepted(meta["uid"])
         decision = s.settle(observed, decision, applied)
         status_after = decision.status.to_wire()
-        if status_after != status_before and not self._write_status(
-            meta, status_after, [status_before, body.get("status") or {}]
-        ):
-            return self._vanished(meta)
+        if status_after != status_before:
+            self.status_writer.submit(
+                meta["uid"],
+                meta["namespace"],
+                meta["name"],
+                status_after,
+                [status_before, body.get("status") or {}],
+            )
         self.actions.post_events(meta, decision.events, now)
         if job is not None:
             self.recorder.record(job, status, decision.status, now)
@@ -160,15 +169,11 @@ class Reconciler:
         return Outcome(requeue_after=decision.requeue_after)
 
     def _write_status(
-        self, meta: dict[str, Any], status: dict[str, Any], stored: list[dict[str, Any]]
-    ) -> bool:
+        self, namespace: str, name: str, status: dict[str, Any], stored: list[dict[str, Any]]
+    ) -> str | None:
         """A merge patch that also removes what the new status no longer has (startingSince once the
-        workers run, ...): `stored` are the statuses the object may hold now. False: the job is gone."""
-        version = self.actions.patch_status(meta, with_removals(status, stored))
-        if version is None:
-            return False
-        self.memory.wrote(meta["uid"], status, version)
-        return True
+        workers run, ...): `stored` are the statuses the object may hold now. None: the job is gone."""
+        return self.actions.patch_status(namespace, name, with_removals(status, stored))
 
     def _vanished(self, meta: dict[str, Any]) -> Outcome:
         log.info("%s/%s: gone from the API server; forgotten", meta["namespace"], meta["name"])
