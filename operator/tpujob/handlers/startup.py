@@ -18,8 +18,8 @@ from tpujob.ratelimit import RequestLimiter
 from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings
 
 log = logging.getLogger(__name__)
-# How long a stopping operator keeps posting its queued Events.
-EVENTS_DRAIN_SECONDS = 5.0
+# How long a stopping operator keeps sending its waiting status writes, and then its queued Events.
+DRAIN_SECONDS = 5.0
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -161,5 +161,5 @@ async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     for handle in runtime.requeues.values():
         handle.cancel()
-    # Queued Events are posted, a little while (in a thread: the poster waits for tokens).
-    await asyncio.get_running_loop().run_in_executor(None, runtime.reconciler.close, EVENTS_DRAIN_SECONDS)
+    # Waiting status writes and Events are sent, a little while (in a thread: they wait for tokens).
+    await asyncio.get_running_loop().run_in_executor(None, runtime.reconciler.close, DRAIN_SECONDS)

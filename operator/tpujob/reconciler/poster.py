@@ -76,13 +76,14 @@ class EventPoster:
         return dropped
 
     def stop(self, timeout: float) -> None:
-        """Post what is queued for up to `timeout` seconds, then stop; the rest is dropped."""
+        """Post what is queued for up to `timeout` seconds in all, then stop; the rest is dropped."""
+        deadline = time.monotonic() + timeout
         self.drain(timeout)
         with self._changed:
             self._stopped = True
             self._queue.clear()
             self._changed.notify_all()
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         while True:

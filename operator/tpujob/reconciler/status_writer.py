@@ -99,14 +99,15 @@ class StatusWriter:
             return self._changed.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
     def stop(self, timeout: float) -> None:
-        """Write what is waiting for up to `timeout` seconds, then stop."""
+        """Write what is waiting for up to `timeout` seconds in all, then stop."""
+        deadline = time.monotonic() + timeout
         self.drain(timeout)
         with self._changed:
             self._stopped = True
             self._pending.clear()
             self._changed.notify_all()
-        for thread in self._threads:
-            thread.join(timeout)
+        for thread in self._threads:  # a write in flight ends within its request timeout; not waited for
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _next(self) -> tuple[str, _Pending] | None:
         """Under the lock: the first due write of a job with none in flight; None when stopped."""
