@@ -15,7 +15,7 @@ from tpujob import cli
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import indexed_job
-from tpujob.handlers.startup import set_peering
+from tpujob.handlers.startup import set_peering, watch_only_owned
 from tpujob.handlers.workqueue import Runtime, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
@@ -138,3 +138,22 @@ def test_kopf_run_gets_no_peering_arguments(monkeypatch: pytest.MonkeyPatch) -> 
     assert cli.main(["operator", "--verbose"]) == 0
     assert len(calls) == 1
     assert not {"standalone", "peering_name", "priority"} & set(calls[0])
+
+
+@pytest.mark.parametrize(
+    ("group", "version", "plural", "selectors"),
+    [
+        ("", "v1", "pods", ["app.kubernetes.io/managed-by=tpujob-operator"]),
+        ("", "v1", "services", ["app.kubernetes.io/managed-by=tpujob-operator"]),
+        ("tpujob.dev", "v1alpha1", "tpujobs", []),
+        ("", "v1", "events", []),
+    ],
+)
+def test_kopf_watches_only_the_operators_own_pods_and_services(
+    group: str, version: str, plural: str, selectors: list[str]
+) -> None:
+    """The labelSelector kopf puts on each watch and list (kopf/_cogs/clients/watching.py collects it)."""
+    settings = kopf.OperatorSettings()
+    watch_only_owned(settings)
+    resource = references.Resource(group, version, plural, namespaced=True)
+    assert settings.watching.label_selectors.collect(resource) == selectors

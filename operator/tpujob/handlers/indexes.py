@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from tpujob.api import constants as c
-from tpujob.handlers.events import JOBS, OWNED
+from tpujob.handlers.events import JOBS, PODS, SERVICES
 from tpujob.reconciler import pod_view
 
 # The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
@@ -46,11 +46,11 @@ def indexed_job(body: Any) -> dict[str, Any]:
     return indexed
 
 
-@kopf.index("", "v1", "pods", labels=OWNED)
+@kopf.index(*PODS)
 async def pod_index(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {(namespace, labels.get(c.LABEL_JOB_NAME, "")): pod_view(body)}
 
 
-@kopf.index("", "v1", "services", labels=OWNED)
+@kopf.index(*SERVICES)
 async def service_index(namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
     return {(namespace, name): True}

@@ -12,6 +12,7 @@ from prometheus_client import start_http_server
 from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
+from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.workqueue import Indexes, Runtime
 from tpujob.ratelimit import RequestLimiter
@@ -64,6 +65,13 @@ def set_peering(settings: kopf.OperatorSettings, config: OperatorConfig, priorit
         settings.peering.lifetime = config.peering_lifetime_seconds
 
 
+def watch_only_owned(settings: kopf.OperatorSettings) -> None:
+    """kopf watches only the operator's own pods and Services: the API server filters them by label, so
+    the handlers and indexes filter nothing, and pods of other workloads cost the operator nothing."""
+    for resource in (PODS, SERVICES):
+        settings.watching.label_selectors[resource] = OWNED_SELECTOR
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
@@ -78,6 +86,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = config.api_connect_timeout_seconds
+    watch_only_owned(settings)
     priority = config.peering_priority or peering.new_priority()
     set_peering(settings, config, priority)
     # The CRD exists before the operator starts (the chart installs it first): discover resources once
