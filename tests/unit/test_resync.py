@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -95,11 +96,16 @@ class FakeReconciler:
             raise RuntimeError("nodes unreadable")
 
 
-def fake_runtime(order: list[str], namespace: str | None = None, fail: bool = False) -> Any:
+def fake_runtime(
+    order: list[str], namespace: str | None = None, fail: bool = False, passed: dict[str, float] | None = None
+) -> Any:
+    """Jobs whose UIDs are their names; `passed`: when a job's last pass began, as seconds before now."""
+    now = time.monotonic()  # the event loop's clock
     return SimpleNamespace(
-        config=SimpleNamespace(namespace=namespace),
+        config=SimpleNamespace(namespace=namespace, resync_seconds=30.0),
         reconciler=FakeReconciler(order, fail),
-        indexes=SimpleNamespace(jobs={key: [{}] for key in KEYS}),
+        indexes=SimpleNamespace(jobs={key: [{"metadata": {"uid": key[1]}}] for key in KEYS}),
+        passed={uid: now - ago for uid, ago in (passed or {}).items()},
     )
 
 
@@ -168,6 +174,7 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
         sweep_requested=asyncio.Event(),
         requeues={},
         locks={},
+        passed={},
         reconciler=SimpleNamespace(forget=forgotten.append),
     )
     asked: list[tuple[str, str]] = []
@@ -185,3 +192,11 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
     assert runtime.vanished == {"uid-gone", "uid-recreated-old"}
     assert sorted(forgotten) == ["uid-gone", "uid-recreated-old"]
     assert runtime.sweep_requested.is_set()  # the orphan sweep runs now, not at its next interval
+
+
+def test_a_round_skips_the_jobs_that_had_a_pass_within_the_interval():
+    """job-1 and job-2 had a pass 5 s ago (an event's); job-3's was 31 s ago, before the 30 s interval."""
+    order: list[str] = []
+    run_round(fake_runtime(order, passed={"job-1": 5.0, "job-2": 5.0, "job-3": 31.0}), order, [0.0, 1.0])
+    assert sorted(order[1:]) == sorted(name for _, name in KEYS if name not in ("job-1", "job-2"))
+    assert gauge("tpujob_resync_round_jobs") == len(KEYS) - 2

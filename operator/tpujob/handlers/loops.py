@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tpujob import metrics, peering
-from tpujob.handlers.workqueue import Runtime, forget, reconcile, request_pass
+from tpujob.handlers.workqueue import Runtime, forget, passed_since, reconcile, request_pass
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,9 @@ def stand_by(runtime: Runtime) -> None:
 
 async def resync_forever(runtime: Runtime) -> None:
     """A safety net: every job gets a pass at least every resync interval, so a lost watch event or a
-    lost requeue is made good. One loop for all jobs, a few passes at a time; a standby skips its rounds."""
+    lost requeue is made good (a job that had a pass for another cause within the interval before a round
+    waits for the next: at most two intervals between its looks). One loop for all jobs, a few passes at a
+    time; a standby skips its rounds."""
     while True:
         await asyncio.sleep(runtime.config.resync_seconds)
         if not runtime.active:
@@ -132,16 +134,18 @@ async def resync_round(
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """One round: the maintenance notices (cluster-wide operator only), then a pass for every job known at
-    the round's start, `concurrency` at a time. Records how long the whole round took and how many jobs it
-    covered (tpujob_resync_round_seconds / _jobs) and when it ended."""
+    the round's start that had none within the resync interval, `concurrency` at a time (in a burst of
+    events most jobs just had one). Records how long the whole round took and how many jobs it gave a pass
+    (tpujob_resync_round_seconds / _jobs) and when it ended."""
     started = clock()
+    recent = asyncio.get_running_loop().time() - runtime.config.resync_seconds
     if runtime.config.namespace is None:  # nodes are cluster-scoped: a namespaced operator cannot read them
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
-    keys = list(runtime.indexes.jobs)
+    keys = [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
     await pass_all(keys, lambda namespace, name: pass_for(runtime, namespace, name), concurrency)
     metrics.RESYNC_ROUND_SECONDS.set(clock() - started)
     metrics.RESYNC_ROUND_JOBS.set(len(keys))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,8 @@ class Runtime:
         self.queued: set[tuple[str, str]] = set()
         self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
+        # When each job's last pass began (the loop's clock), by UID: the resync skips a job looked at since.
+        self.passed: dict[str, float] = {}
         # Jobs the watch's cache still holds but the API server no longer has (deleted while this replica
         # stood by with its watches paused): no pass acts on them again.
         self.vanished: set[str] = set()
@@ -95,6 +98,7 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     lock = runtime.locks.setdefault(uid, asyncio.Lock())
     async with lock:
         runtime.queued.discard(key)  # the pass reads the state from here: a newer event needs a new pass
+        runtime.passed[uid] = asyncio.get_running_loop().time()
         bodies = list(_values(jobs, key))  # the newest, after waiting for the lock
         if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
             return
@@ -147,9 +151,16 @@ def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     task.add_done_callback(runtime.passes.discard)
 
 
+def passed_since(runtime: Runtime, key: tuple[str, str], since: float) -> bool:
+    """Whether the job at `key` had a pass begin at or after `since` (the loop's clock)."""
+    bodies = list(_values(runtime.indexes.jobs, key))
+    return bool(bodies) and runtime.passed.get(bodies[0]["metadata"]["uid"], -math.inf) >= since
+
+
 def forget(runtime: Runtime, uid: str) -> None:
     handle = runtime.requeues.pop(uid, None)
     if handle:
         handle.cancel()
     runtime.locks.pop(uid, None)
+    runtime.passed.pop(uid, None)
     runtime.reconciler.forget(uid)
