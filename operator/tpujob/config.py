@@ -31,7 +31,12 @@ class OperatorConfig(BaseSettings):
     namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
-    resync_seconds: float = Field(30, gt=0, description="look at every TPUJob at least this often")
+    resync_seconds: float = Field(
+        30,
+        gt=0,
+        description="a resync round gives a pass to every TPUJob that had none within this interval (so each "
+        "job gets one at least every two intervals)",
+    )
     sweep_seconds: float = Field(300, gt=0, description="delete node pools whose TPUJob is gone this often")
     workers: int = Field(16, ge=1, description="threads for Kubernetes and GKE calls")
     restart_backoff_seconds: float = Field(

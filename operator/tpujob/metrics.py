@@ -167,7 +167,10 @@ RESYNC_ROUND_SECONDS = Gauge(
     "tpujob_resync_round_seconds",
     "Time the last resync round took to give every TPUJob a pass (maintenance notices read included).",
 )
-RESYNC_ROUND_JOBS = Gauge("tpujob_resync_round_jobs", "TPUJobs the last resync round gave a pass.")
+RESYNC_ROUND_JOBS = Gauge(
+    "tpujob_resync_round_jobs",
+    "TPUJobs the last resync round gave a pass (those with no other pass within the interval).",
+)
 RESYNC_ROUND_END = Gauge(
     "tpujob_resync_round_end_timestamp_seconds",
     "Unix time the last resync round ended; 0 before the first (a stale value: the resync loop is stuck).",
