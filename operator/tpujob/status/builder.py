@@ -35,7 +35,7 @@ class Builder:
         self.previous_reason = previous.reason
         self.previous_workers = previous.workers
         self._phase_event: Event | None = None
-        self.status = previous.model_copy(deep=True)
+        self.status = previous.fresh_copy()
         self.decision = Decision(status=self.status)
 
     def event(self, type_: str, reason: str, message: str) -> None:

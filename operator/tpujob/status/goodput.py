@@ -175,7 +175,7 @@ def account(previous: TPUJobStatus, status: TPUJobStatus, pods: Iterable[PodView
     phase the job was in (previous.phase), then the ended attempts' progress moves the parts of their running
     time that were not training out of productive. Does nothing when neither the phase changed nor an
     attempt's progress arrived."""
-    goodput = status.goodput.model_copy(deep=True) if status.goodput else Goodput()
+    goodput = status.goodput.fresh_copy() if status.goodput else Goodput()
     ended = _ended_attempts(pods, goodput.accounted_attempt)
     if goodput.accounted_until is None:
         goodput.accounted_until = timestamp(now)

@@ -30,7 +30,7 @@ class InvalidObserved:
 def decide_invalid(observed: InvalidObserved) -> Decision:
     """Failed as InvalidSpec, with one Warning event when the problems change; live pods and pools go."""
     previous = observed.status
-    status = previous.model_copy(deep=True)
+    status = previous.fresh_copy()
     decision = Decision(status=status)
     decision.delete_pods = [pod.name for pod in observed.pods if not pod.deleting]
     decision.delete_pools = [p.name for p in previous.node_pools if p.state not in POOL_RELEASED_STATES]
