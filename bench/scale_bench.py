@@ -18,7 +18,14 @@ TPUJOB_API_QPS = `--qps` (default 0: no client-side limit). The bench then:
    tpujob_resync_round_seconds / tpujob_resync_round_jobs from its /metrics: the time one round took to
    give every job a pass, in the steady state (every job already has its pods and status);
 4. reads the operator's peak RSS (VmHWM), RSS now and CPU seconds from /proc, and the API server's and
-   etcd's RSS.
+   etcd's RSS;
+5. the operator's CPU over two resync intervals with nothing changing (idle, as a % of a core);
+6. with `--restart`: stops the operator and starts a new process, and times it until it has given every job
+   a pass (its reconcile count reaches N), with its peak RSS and the API requests (all verbs but WATCH, all
+   clients: an upper bound of its own) per job meanwhile.
+
+Per job, the latency from its create sent to its pods seen (p50, p95), and jobs/s: jobs / the time from the
+first create to the last job's pods.
 
 A round covers all N in time when its job count is at least N and its duration at most the resync
 interval: then no job waits more than two intervals for a look. Every wait is bounded; a wait that times
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import sys
 import tempfile
@@ -50,7 +58,9 @@ from operator_bench import (
     PodWatch,
     create_namespace,
     limits,
+    percentile,
     proc_figures,
+    scrape_requests,
     tpujob_manifest,
     write_json,
 )
@@ -69,6 +79,7 @@ from tpujob_sandbox import (
 NAMESPACE = "scale"
 PAGE = 500
 MAX_CREATE_ERRORS = 20
+IDLE_INTERVALS = 2
 GAUGES = (
     "tpujob_resync_round_seconds",
     "tpujob_resync_round_jobs",
@@ -89,6 +100,9 @@ class ScaleResult:
     create_seconds: float | None = None  # first create sent -> last create answered
     pods_complete: int = 0  # jobs with all their pods seen
     pods_seconds: float | None = None  # first create sent -> every job's pods seen
+    jobs_per_second: float | None = None  # jobs with their pods / pods_seconds
+    pods_p50_seconds: float | None = None  # each job's create sent -> its pods seen
+    pods_p95_seconds: float | None = None
     statuses_written: int = 0
     statuses_seconds: float | None = None  # first create sent -> every job's status has a phase
     phases: dict[str, int] = field(default_factory=dict)
@@ -100,6 +114,13 @@ class ScaleResult:
     rss_peak_mib: float | None = None
     rss_mib: float | None = None
     cpu_seconds: float | None = None
+    idle_cpu_percent: float | None = None  # the operator's CPU over IDLE_INTERVALS resync intervals, steady
+    # A second operator process started after the first stops, among the N live jobs: until every job had a
+    # pass from it (its reconcile count reaches N), its peak RSS then, and the API requests (all but WATCH,
+    # every client: an upper bound of its own) per job meanwhile.
+    restart_seconds: float | None = None
+    restart_rss_peak_mib: float | None = None
+    restart_requests_per_job: float | None = None
     apiserver_rss_peak_mib: float | None = None
     apiserver_rss_mib: float | None = None
     etcd_rss_mib: float | None = None
@@ -181,9 +202,18 @@ class ScaleRun:
             self.operator.start()
             self.wait("the operator's /metrics", self._metrics_up, 120, 0.5)
             pods = PodWatch(self.bed.api_client, NAMESPACE).start()
-            names, first_sent = self._create_all()
-            if names and self._wait_pods(pods, names, first_sent) and self._wait_statuses(first_sent):
-                self._wait_round()
+            names, sent = self._create_all()
+            first_sent = min(sent.values(), default=time.monotonic())
+            steady = (
+                bool(names)
+                and self._wait_pods(pods, names, sent)
+                and self._wait_statuses(first_sent)
+                and self._wait_round()
+            )
+            if steady:
+                self._idle_cpu()
+                if self.args.restart:
+                    self._restart()
         except Broken as error:
             self.result.notes.append(f"broke: {error}")
             log(f"broke: {error}")
@@ -198,17 +228,20 @@ class ScaleRun:
     def _metrics_up(self) -> tuple[bool, str]:
         return "tpujob_resync_round_seconds" in scrape(self.metrics_port), "not yet"
 
-    def _create_all(self) -> tuple[list[str], float]:
+    def _create_all(self) -> tuple[list[str], dict[str, float]]:
+        """The jobs created, and when each create was sent (monotonic)."""
         names = [f"j{i:05d}" for i in range(self.n)]
         lock = threading.Lock()
         stop = threading.Event()
         created: list[str] = []
         errors: list[str] = []
+        sent: dict[str, float] = {}
 
         def create(name: str) -> None:
             if stop.is_set():
                 return
             manifest = tpujob_manifest(name, NAMESPACE, self.bench.tpu, "existing")
+            sent[name] = time.monotonic()
             try:
                 self.custom.create_namespaced_custom_object(
                     c.GROUP, c.VERSION, NAMESPACE, c.PLURAL, manifest, _request_timeout=60
@@ -234,10 +267,11 @@ class ScaleRun:
             self.result.notes.append(f"{len(errors)} creates failed; first: {errors[0]}")
             if stop.is_set():
                 self.result.notes.append(f"stopped creating after {MAX_CREATE_ERRORS} failures")
-        return sorted(created), first_sent
+        return sorted(created), {name: sent[name] for name in created}
 
-    def _wait_pods(self, pods: PodWatch, names: list[str], first_sent: float) -> bool:
+    def _wait_pods(self, pods: PodWatch, names: list[str], sent: dict[str, float]) -> bool:
         wanted = set(names)
+        first_sent = min(sent.values())
 
         def progress() -> tuple[bool, str]:
             complete = len(set(pods.complete_at(self.bench.pods)) & wanted)
@@ -249,6 +283,10 @@ class ScaleRun:
             complete = pods.complete_at(self.bench.pods)
             last = max(complete[name] for name in names)
             self.result.pods_seconds = round(last - first_sent, 1)
+            self.result.jobs_per_second = round(len(names) / (last - first_sent), 1)
+            latencies = [complete[name] - sent[name] for name in names]
+            self.result.pods_p50_seconds = round(percentile(latencies, 50), 1)
+            self.result.pods_p95_seconds = round(percentile(latencies, 95), 1)
             log(f"every job's pods seen {self.result.pods_seconds} s after the first create")
         return done
 
@@ -279,7 +317,9 @@ class ScaleRun:
             log(f"every status written {self.result.statuses_seconds} s after the first create")
         return done
 
-    def _wait_round(self) -> None:
+    def _wait_round(self) -> bool:
+        """The first resync round begun after every status was written that gave every job a pass (a round
+        skips jobs passed within the interval: the first ones after a burst may skip many)."""
         moment = time.time()
         at_moment = scrape(self.metrics_port)
         seen: dict[str, float] = {}
@@ -289,16 +329,17 @@ class ScaleRun:
             seen = scrape(self.metrics_port)
             end = seen.get("tpujob_resync_round_end_timestamp_seconds", 0.0)
             began = end - seen.get("tpujob_resync_round_seconds", 0.0)
+            jobs = seen.get("tpujob_resync_round_jobs", 0.0)
             return (
-                end > 0 and began >= moment,
-                f"last round ended {time.time() - end:.0f} s ago" if end else "no round yet",
+                end > 0 and began >= moment and jobs >= self.result.created,
+                f"last round ended {time.time() - end:.0f} s ago, {jobs:.0f} jobs" if end else "no round yet",
             )
 
-        # The next round starts within one interval plus the end of the round under way; allow that round
+        # A full round starts within two intervals plus the end of the round under way; allow that round
         # as long again as the interval, and more with many jobs.
-        timeout = 3 * self.args.resync + max(300.0, self.n * 0.1)
-        if not self.wait("a resync round begun after every status was written", progress, timeout, 1.0):
-            return
+        timeout = 4 * self.args.resync + max(300.0, self.n * 0.1)
+        if not self.wait("a full resync round begun after every status was written", progress, timeout, 1.0):
+            return False
         self.result.round_seconds = round(seen["tpujob_resync_round_seconds"], 2)
         self.result.round_jobs = int(seen["tpujob_resync_round_jobs"])
         self.result.round_in_time = (
@@ -315,10 +356,52 @@ class ScaleRun:
         self.result.round_passes = int(passes)
         self.result.round_pass_mean_seconds = round(spent / passes, 4) if passes else None
         log(f"resync round: {self.result.round_seconds} s for {self.result.round_jobs} jobs")
+        return True
+
+    def _idle_cpu(self) -> None:
+        """The operator's CPU while nothing changes, over IDLE_INTERVALS resync intervals (whole rounds)."""
+        process = self.operator.process
+        assert process is not None
+        before, started = proc_figures(process.pid)[2], time.monotonic()
+        deadline = started + IDLE_INTERVALS * self.args.resync
+        while time.monotonic() < deadline:
+            self.check_alive()
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))  # a fixed window, not a wait
+        spent = proc_figures(process.pid)[2] - before
+        self.result.idle_cpu_percent = round(100 * spent / (time.monotonic() - started), 1)
+        log(f"idle: {self.result.idle_cpu_percent} % of a core")
+
+    def _restart(self) -> None:
+        """Stop the operator, start a new process, and wait until it has given every job a pass."""
+        self._figures()  # the first process' figures, before it goes
+        self.operator.stop()
+        requests_before = sum(v for k, v in scrape_requests(self.bed.api_client).items() if k[0] != "WATCH")
+        started = time.monotonic()
+        self.operator.start()
+
+        def progress() -> tuple[bool, str]:
+            passes = 0.0
+            with contextlib.suppress(OSError):
+                passes = scrape(self.metrics_port).get("tpujob_reconcile_duration_seconds_count", 0.0)
+            return passes >= self.result.created, f"{passes:.0f} passes of {self.result.created}"
+
+        if not self.wait("every job's pass by the new operator", progress, self.timeout, 0.2):
+            return
+        self.result.restart_seconds = round(time.monotonic() - started, 1)
+        requests = sum(v for k, v in scrape_requests(self.bed.api_client).items() if k[0] != "WATCH")
+        self.result.restart_requests_per_job = round((requests - requests_before) / self.result.created, 3)
+        process = self.operator.process
+        assert process is not None
+        self.result.restart_rss_peak_mib = round(proc_figures(process.pid)[0], 1)
+        log(
+            f"restart: every job passed in {self.result.restart_seconds} s, "
+            f"{self.result.restart_requests_per_job} requests/job, "
+            f"peak {self.result.restart_rss_peak_mib} MiB"
+        )
 
     def _figures(self) -> None:
         process = self.operator.process
-        if process is not None and process.poll() is None:
+        if process is not None and process.poll() is None and self.result.rss_peak_mib is None:
             peak, now, cpu = proc_figures(process.pid)
             self.result.rss_peak_mib, self.result.rss_mib = round(peak, 1), round(now, 1)
             self.result.cpu_seconds = round(cpu, 1)
@@ -340,17 +423,21 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def table(results: list[ScaleResult]) -> str:
     lines = [
-        "| N | Q | resync s | created | create s | all pods s | all statuses s | round s | round jobs "
-        "| round in time | RSS peak / now MiB | CPU s | API server RSS peak / now MiB | etcd RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| N | Q | resync s | created | create s | all pods s | jobs/s | pods p50 / p95 s | all statuses s "
+        "| round s | round jobs | round in time | idle CPU % | RSS peak / now MiB | CPU s "
+        "| restart: all passed s / peak MiB / req per job | API server RSS peak / now MiB | etcd RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         in_time = "-" if r.round_in_time is None else ("yes" if r.round_in_time else "NO")
         lines.append(
             f"| {r.n} | {r.qps:g} | {r.resync_seconds:g} | {r.created} | {_fmt(r.create_seconds)} "
-            f"| {_fmt(r.pods_seconds)} | {_fmt(r.statuses_seconds)} | {_fmt(r.round_seconds, 2)} "
-            f"| {'-' if r.round_jobs is None else r.round_jobs} | {in_time} "
-            f"| {_fmt(r.rss_peak_mib, 0)} / {_fmt(r.rss_mib, 0)} | {_fmt(r.cpu_seconds)} "
+            f"| {_fmt(r.pods_seconds)} | {_fmt(r.jobs_per_second)} "
+            f"| {_fmt(r.pods_p50_seconds)} / {_fmt(r.pods_p95_seconds)} | {_fmt(r.statuses_seconds)} "
+            f"| {_fmt(r.round_seconds, 2)} | {'-' if r.round_jobs is None else r.round_jobs} | {in_time} "
+            f"| {_fmt(r.idle_cpu_percent)} | {_fmt(r.rss_peak_mib, 0)} / {_fmt(r.rss_mib, 0)} "
+            f"| {_fmt(r.cpu_seconds)} | {_fmt(r.restart_seconds)} / {_fmt(r.restart_rss_peak_mib, 0)} "
+            f"/ {_fmt(r.restart_requests_per_job, 3)} "
             f"| {_fmt(r.apiserver_rss_peak_mib, 0)} / {_fmt(r.apiserver_rss_mib, 0)} "
             f"| {_fmt(r.etcd_rss_mib, 0)} |"
         )
@@ -365,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=0, help="TPUJOB_API_QPS; 0: no limit (default)")
     parser.add_argument("--burst", type=int, help="TPUJOB_API_BURST; default: 2 x qps")
     parser.add_argument("--resync", type=float, default=30.0, help="TPUJOB_RESYNC_SECONDS (default 30)")
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="then stop the operator and time a new one's passes over all jobs",
+    )
     parser.add_argument("--tpu", default="v5e:2x2", help="TYPE:TOPOLOGY of every job (one single-host slice)")
     parser.add_argument(
         "--timeout", type=float, help="seconds per wait for pods / statuses; default 300 + N/10"
