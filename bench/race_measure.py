@@ -43,7 +43,8 @@ def _metrics(api: k8s.ApiClient) -> str:
 
 def scrape_requests(api: k8s.ApiClient) -> Counter[RequestKey]:
     """apiserver_request_total summed over codes, scopes and versions. Mind: 1.20 labels a GET of one
-    custom resource (e.g. GET tpujobs/NAME) LIST; the audit log has the true verb."""
+    custom resource (e.g. GET tpujobs/NAME) LIST (kubernetes/kubernetes#95556); the audit log has the true
+    verb."""
     counts: Counter[RequestKey] = Counter()
     for family in text_string_to_metric_families(_metrics(api)):
         if family.name != "apiserver_request":
