@@ -39,21 +39,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench and race_*, beside this file
 
 from google.cloud import container_v1
 from kubernetes import client as k8s
-from operator_bench import (
-    CREATE_THREADS,
-    Bench,
+from operator_bench import CREATE_THREADS, Bench
+from race_measure import (
     PodWatch,
     create_namespace,
     delete_namespace,
     limits,
     percentile,
-    tpujob_manifest,
     write_json,
 )
+from race_objects import tpujob_manifest
 
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob

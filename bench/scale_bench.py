@@ -49,22 +49,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench and race_*, beside this file
 
 from kubernetes import client as k8s
-from operator_bench import (
-    CREATE_THREADS,
-    Bench,
+from operator_bench import CREATE_THREADS, Bench
+from prometheus_client.parser import text_string_to_metric_families
+from race_measure import (
     PodWatch,
     create_namespace,
     limits,
     percentile,
     proc_figures,
     scrape_requests,
-    tpujob_manifest,
     write_json,
 )
-from prometheus_client.parser import text_string_to_metric_families
+from race_objects import tpujob_manifest
 
 from tpujob.api import constants as c
 from tpujob_sandbox import (

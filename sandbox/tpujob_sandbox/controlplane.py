@@ -37,6 +37,24 @@ SCHEDULER = ("system:kube-scheduler", ())
 CONTROLLER_MANAGER = ("system:kube-controller-manager", ())
 
 
+# An audit policy that names who touches a resource: every request to it at Metadata level (user, user
+# agent, verb, URI; no bodies), nothing else. Audit logging costs the API server CPU, so it is off
+# unless a bench asks for it. https://kubernetes.io/docs/tasks/debug/debug-cluster/audit/
+def audit_policy(group: str, resource: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {
+                "level": "Metadata",
+                "resources": [{"group": group, "resources": [resource]}],
+            },
+            {"level": "None"},
+        ],
+    }
+
+
 class ControlPlaneError(RuntimeError):
     """A component failed to start; the message carries the tail of its log."""
 
@@ -110,7 +128,20 @@ def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[str]:
+def apiserver_args(
+    binary: Path, state: Path, pki: Pki, ports: Ports, audit_policy_file: Path | None = None
+) -> list[str]:
+    audit = (
+        [
+            f"--audit-policy-file={audit_policy_file}",
+            f"--audit-log-path={state / 'logs' / 'audit.log'}",
+            "--audit-log-format=json",
+            # Written as requests complete, not batched: a bench reads the file right after its phase.
+            "--audit-log-mode=blocking",
+        ]
+        if audit_policy_file
+        else []
+    )
     return [
         str(binary),
         f"--etcd-servers=http://{LOOPBACK}:{ports.etcd_client}",
@@ -137,6 +168,7 @@ def apiserver_args(binary: Path, state: Path, pki: Pki, ports: Ports) -> list[st
         # Only one API server and no real network: nothing should rewrite the `kubernetes` endpoints.
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
+        *audit,
         "--v=1",
     ]
 
@@ -207,6 +239,8 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # More kube-controller-manager flags, e.g. its client-side limit (--kube-api-qps) for a benchmark.
     controller_manager_flags: tuple[str, ...] = ()
+    # (group, resource) whose requests the API server writes to `audit_log`, or None: no audit log.
+    audit: tuple[str, str] | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -221,6 +255,11 @@ class ControlPlane:
         return self.state_dir / "logs"
 
     @property
+    def audit_log(self) -> Path:
+        """One JSON audit event a line (only with `audit`)."""
+        return self.logs / "audit.log"
+
+    @property
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self.processes.items()}
 
@@ -233,6 +272,10 @@ class ControlPlane:
         # Self-signed serving certs: only liveness is checked on these two, not identity.
         unverified = ssl._create_unverified_context()
         admin_token = tokens.by_user[ADMIN[0]]
+        policy_file = None
+        if self.audit:
+            policy_file = self.state_dir / "audit-policy.yaml"
+            policy_file.write_text(yaml.safe_dump(audit_policy(*self.audit)))
         components: list[tuple[str, list[str], Callable[[], bool]]] = [
             (
                 "etcd",
@@ -241,7 +284,9 @@ class ControlPlane:
             ),
             (
                 "kube-apiserver",
-                apiserver_args(self.binaries.path("kube-apiserver"), self.state_dir, pki, self.ports),
+                apiserver_args(
+                    self.binaries.path("kube-apiserver"), self.state_dir, pki, self.ports, policy_file
+                ),
                 lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token),
             ),
             (
