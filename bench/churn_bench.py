@@ -31,10 +31,11 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench and race_*, beside this file
 
 from kubernetes import client as k8s
-from operator_bench import CREATE_THREADS, Bench, create_namespace, proc_figures, write_json
+from operator_bench import CREATE_THREADS, Bench
+from race_measure import create_namespace, proc_figures, write_json
 
 from tpujob_sandbox import ControlPlane, OperatorProcess, find_binaries, start_sandbox, stop_process
 
