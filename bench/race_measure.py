@@ -117,6 +117,22 @@ def audit_counts(lines: list[str], start: float, end: float) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def audit_kinds(lines: list[str], start: float, end: float, user: str) -> dict[str, int]:
+    """`verb resource[/subresource]` -> completed requests of `user` received in [start, end] (Unix
+    seconds), from the API server's JSON audit log lines; the most frequent first."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        event = json.loads(line)
+        if event.get("stage") != "ResponseComplete" or event["user"]["username"] != user:
+            continue
+        received = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if start <= received.timestamp() <= end:
+            ref = event.get("objectRef") or {}
+            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+            counts[f"{event['verb']} {ref.get('resource', event['requestURI'])}{sub}"] += 1
+    return dict(counts.most_common())
+
+
 def others_in_audit(counts: dict[str, int], own_users: set[str]) -> int:
     """Audited requests of users other than the controller under test and the bench."""
     return sum(n for key, n in counts.items() if key.rsplit(" ", 1)[0] not in own_users | {BENCH_USER})

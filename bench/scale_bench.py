@@ -21,8 +21,11 @@ TPUJOB_API_QPS = `--qps` (default 0: no client-side limit). The bench then:
    etcd's RSS;
 5. the operator's CPU over two resync intervals with nothing changing (idle, as a % of a core);
 6. with `--restart`: stops the operator and starts a new process, and times it until it has given every job
-   a pass (its reconcile count reaches N), with its peak RSS and the API requests (all verbs but WATCH, all
-   clients: an upper bound of its own) per job meanwhile.
+   a pass (its reconcile count reaches N), with its peak RSS and the API requests per job meanwhile: the
+   new operator's own, by kind, named by the API server's audit log (on with `--restart`: every request of
+   the operator's service account, Metadata level), and all clients' (all verbs but WATCH; other
+   controllers may still be catching up with the burst: kube-controller-manager's EndpointSlice
+   controller writes a slice per Service at its own 20 requests a second).
 
 Per job, the latency from its create sent to its pods seen (p50, p95), and jobs/s: jobs / the time from the
 first create to the last job's pods.
@@ -52,10 +55,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench and race_*, beside this file
 
 from kubernetes import client as k8s
-from operator_bench import CREATE_THREADS, Bench
+from operator_bench import CREATE_THREADS, OPERATOR_USER, Bench
 from prometheus_client.parser import text_string_to_metric_families
 from race_measure import (
     PodWatch,
+    audit_kinds,
     create_namespace,
     limits,
     percentile,
@@ -120,6 +124,11 @@ class ScaleResult:
     restart_seconds: float | None = None
     restart_rss_peak_mib: float | None = None
     restart_requests_per_job: float | None = None
+    # Those requests by kind, "VERB resource[/subresource]": count (the most frequent first); and the new
+    # operator's own, named by the API server's audit log (the operator's service account), per job too.
+    restart_requests: dict[str, int] = field(default_factory=dict)
+    restart_operator_requests: dict[str, int] = field(default_factory=dict)
+    restart_operator_requests_per_job: float | None = None
     apiserver_rss_peak_mib: float | None = None
     apiserver_rss_mib: float | None = None
     etcd_rss_mib: float | None = None
@@ -374,8 +383,8 @@ class ScaleRun:
         """Stop the operator, start a new process, and wait until it has given every job a pass."""
         self._figures()  # the first process' figures, before it goes
         self.operator.stop()
-        requests_before = sum(v for k, v in scrape_requests(self.bed.api_client).items() if k[0] != "WATCH")
-        started = time.monotonic()
+        before = scrape_requests(self.bed.api_client)
+        started, started_wall = time.monotonic(), time.time()
         self.operator.start()
 
         def progress() -> tuple[bool, str]:
@@ -387,15 +396,28 @@ class ScaleRun:
         if not self.wait("every job's pass by the new operator", progress, self.timeout, 0.2):
             return
         self.result.restart_seconds = round(time.monotonic() - started, 1)
-        requests = sum(v for k, v in scrape_requests(self.bed.api_client).items() if k[0] != "WATCH")
-        self.result.restart_requests_per_job = round((requests - requests_before) / self.result.created, 3)
+        made = scrape_requests(self.bed.api_client)
+        made.subtract(before)
+        by_kind = {
+            f"{verb} {resource}{'/' + sub if sub else ''}": count
+            for (verb, _group, resource, sub), count in made.most_common()
+            if verb != "WATCH" and count > 0
+        }
+        self.result.restart_requests = by_kind
+        self.result.restart_requests_per_job = round(sum(by_kind.values()) / self.result.created, 3)
+        audit_log = self.bed.control_plane.audit_log
+        if audit_log.exists():
+            own = audit_kinds(audit_log.read_text().splitlines(), started_wall, time.time(), OPERATOR_USER)
+            self.result.restart_operator_requests = own
+            self.result.restart_operator_requests_per_job = round(sum(own.values()) / self.result.created, 3)
         process = self.operator.process
         assert process is not None
         self.result.restart_rss_peak_mib = round(proc_figures(process.pid)[0], 1)
         log(
             f"restart: every job passed in {self.result.restart_seconds} s, "
             f"{self.result.restart_requests_per_job} requests/job, "
-            f"peak {self.result.restart_rss_peak_mib} MiB"
+            f"peak {self.result.restart_rss_peak_mib} MiB; requests {by_kind}; "
+            f"the operator's {self.result.restart_operator_requests}"
         )
 
     def _figures(self) -> None:
@@ -424,7 +446,8 @@ def table(results: list[ScaleResult]) -> str:
     lines = [
         "| N | Q | resync s | created | create s | all pods s | jobs/s | pods p50 / p95 s | all statuses s "
         "| round s | round jobs | round in time | idle CPU % | RSS peak / now MiB | CPU s "
-        "| restart: all passed s / peak MiB / req per job | API server RSS peak / now MiB | etcd RSS MiB |",
+        "| restart: all passed s / peak MiB / operator's req per job (all clients') "
+        "| API server RSS peak / now MiB | etcd RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -436,11 +459,17 @@ def table(results: list[ScaleResult]) -> str:
             f"| {_fmt(r.round_seconds, 2)} | {'-' if r.round_jobs is None else r.round_jobs} | {in_time} "
             f"| {_fmt(r.idle_cpu_percent)} | {_fmt(r.rss_peak_mib, 0)} / {_fmt(r.rss_mib, 0)} "
             f"| {_fmt(r.cpu_seconds)} | {_fmt(r.restart_seconds)} / {_fmt(r.restart_rss_peak_mib, 0)} "
-            f"/ {_fmt(r.restart_requests_per_job, 3)} "
+            f"/ {_fmt(r.restart_operator_requests_per_job, 3)} ({_fmt(r.restart_requests_per_job, 3)}) "
             f"| {_fmt(r.apiserver_rss_peak_mib, 0)} / {_fmt(r.apiserver_rss_mib, 0)} "
             f"| {_fmt(r.etcd_rss_mib, 0)} |"
         )
     notes = [f"- N={r.n}: {note}" for r in results for note in r.notes]
+    notes += [
+        f"- N={r.n}: restart requests, the operator's {r.restart_operator_requests}; all clients' "
+        f"{r.restart_requests}"
+        for r in results
+        if r.restart_requests or r.restart_operator_requests
+    ]
     phases = [f"- N={r.n}: phases {r.phases}" for r in results if r.phases]
     return "\n".join(lines + (["", *phases] if phases else []) + (["", *notes] if notes else []))
 
@@ -469,7 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Q={qps:g} N={n} resync={args.resync:g} s ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="tpujob-scale-") as tmp:
             state = Path(tmp) / "sandbox"
-            plane = ControlPlane(find_binaries(), state)
+            # With --restart, the API server names the operator's own requests (its service account's,
+            # at Metadata level): the restart's figure must not count other controllers' catching up.
+            plane = ControlPlane(find_binaries(), state, audit_users=(OPERATOR_USER,) if args.restart else ())
             bed = start_sandbox(state, time_scale=0.0, control_plane=plane.start())
             try:
                 # As operator_bench: no scheduling, no kubelet; the pods stay Pending, unscheduled.

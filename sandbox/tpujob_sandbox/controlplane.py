@@ -37,21 +37,21 @@ SCHEDULER = ("system:kube-scheduler", ())
 CONTROLLER_MANAGER = ("system:kube-controller-manager", ())
 
 
-# An audit policy that names who touches a resource: every request to it at Metadata level (user, user
-# agent, verb, URI; no bodies), nothing else. Audit logging costs the API server CPU, so it is off
-# unless a bench asks for it. https://kubernetes.io/docs/tasks/debug/debug-cluster/audit/
-def audit_policy(group: str, resource: str) -> dict[str, Any]:
+# An audit policy that names who touches a resource, or what a user does: every request to the resource,
+# and every request of those users, at Metadata level (user, user agent, verb, URI; no bodies), nothing
+# else. Audit logging costs the API server CPU, so it is off unless a bench asks for it.
+# https://kubernetes.io/docs/tasks/debug/debug-cluster/audit/
+def audit_policy(group: str | None, resource: str | None, users: tuple[str, ...] = ()) -> dict[str, Any]:
+    rules: list[dict[str, Any]] = []
+    if resource is not None:
+        rules.append({"level": "Metadata", "resources": [{"group": group or "", "resources": [resource]}]})
+    if users:
+        rules.append({"level": "Metadata", "users": list(users)})
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
         "omitStages": ["RequestReceived"],
-        "rules": [
-            {
-                "level": "Metadata",
-                "resources": [{"group": group, "resources": [resource]}],
-            },
-            {"level": "None"},
-        ],
+        "rules": [*rules, {"level": "None"}],
     }
 
 
@@ -239,8 +239,10 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # More kube-controller-manager flags, e.g. its client-side limit (--kube-api-qps) for a benchmark.
     controller_manager_flags: tuple[str, ...] = ()
-    # (group, resource) whose requests the API server writes to `audit_log`, or None: no audit log.
+    # (group, resource) whose requests the API server writes to `audit_log`, and users whose every request
+    # it writes there; neither: no audit log.
     audit: tuple[str, str] | None = None
+    audit_users: tuple[str, ...] = ()
 
     @property
     def kubeconfig(self) -> Path:
@@ -256,7 +258,7 @@ class ControlPlane:
 
     @property
     def audit_log(self) -> Path:
-        """One JSON audit event a line (only with `audit`)."""
+        """One JSON audit event a line (only with `audit` or `audit_users`)."""
         return self.logs / "audit.log"
 
     @property
@@ -273,9 +275,10 @@ class ControlPlane:
         unverified = ssl._create_unverified_context()
         admin_token = tokens.by_user[ADMIN[0]]
         policy_file = None
-        if self.audit:
+        if self.audit or self.audit_users:
             policy_file = self.state_dir / "audit-policy.yaml"
-            policy_file.write_text(yaml.safe_dump(audit_policy(*self.audit)))
+            group, resource = self.audit or (None, None)
+            policy_file.write_text(yaml.safe_dump(audit_policy(group, resource, self.audit_users)))
         components: list[tuple[str, list[str], Callable[[], bool]]] = [
             (
                 "etcd",

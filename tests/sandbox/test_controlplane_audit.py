@@ -1,4 +1,5 @@
-"""The test bed's optional audit log: off unless asked for; when on, one resource at Metadata level."""
+"""The test bed's optional audit log: off unless asked for; when on, one resource or some users' requests at
+Metadata level."""
 
 from pathlib import Path
 
@@ -12,6 +13,14 @@ def test_the_policy_logs_every_request_to_one_resource_without_bodies_and_nothin
     rules = audit_policy("tpujob.dev", "tpujobs")["rules"]
     assert rules[0] == {"level": "Metadata", "resources": [{"group": "tpujob.dev", "resources": ["tpujobs"]}]}
     assert rules[-1] == {"level": "None"}  # the catch-all: every other request unlogged
+
+
+def test_the_policy_can_log_every_request_of_some_users_instead():
+    rules = audit_policy(None, None, ("system:serviceaccount:tpujob-system:tpujob-operator",))["rules"]
+    assert rules == [
+        {"level": "Metadata", "users": ["system:serviceaccount:tpujob-system:tpujob-operator"]},
+        {"level": "None"},
+    ]
 
 
 def test_the_api_server_writes_an_audit_log_only_with_a_policy(tmp_path):

@@ -7,7 +7,7 @@ from typing import Any
 import kopf
 
 from tpujob.api import constants as c
-from tpujob.handlers.workqueue import Runtime, forget, request_pass
+from tpujob.handlers.workqueue import Runtime, forget, indexes_ready, request_pass
 
 JOBS = (c.GROUP, c.VERSION, c.PLURAL)
 PODS = ("", "v1", "pods")
@@ -29,6 +29,7 @@ async def on_tpujob_event(
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
+    indexes_ready(runtime)
     assert namespace is not None  # TPUJobs are namespaced
     if type == "DELETED":
         forget(runtime, uid)
@@ -48,6 +49,7 @@ async def on_pod_event(
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
+    indexes_ready(runtime)
     job_name = labels.get(c.LABEL_JOB_NAME)
     if not job_name or not namespace:
         return

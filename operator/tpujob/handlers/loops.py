@@ -86,6 +86,9 @@ async def take_over(runtime: Runtime) -> None:
     pass acts on them. If the list fails, each pass still reads its job before creating anything."""
     assert runtime.api is not None
     runtime.sweep_requested.set()
+    # A replica that takes over at its start has kopf's listings still to index: its watch handlers
+    # request the passes then, so the cached jobs are judged once the indexes are whole.
+    await runtime.indexed.wait()
     loop = asyncio.get_running_loop()
     # Cached before the list: each of these existed before it, so one the list lacks is gone. (A job the
     # watch adds while the list runs may be newer than the list, and is not judged by it.)
@@ -145,7 +148,14 @@ async def resync_round(
             await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
-    keys = [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
+    # Until kopf has indexed every initial listing, a job's pods may be missing from the indexes (at a
+    # restart among 10,000 jobs the listings take minutes): its pass would create them again. The watch
+    # handlers give every job its first pass once the indexes are whole.
+    keys = (
+        [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
+        if runtime.indexed.is_set()
+        else []
+    )
     await pass_all(keys, lambda namespace, name: pass_for(runtime, namespace, name), concurrency)
     metrics.RESYNC_ROUND_SECONDS.set(clock() - started)
     metrics.RESYNC_ROUND_JOBS.set(len(keys))

@@ -12,6 +12,7 @@ from prometheus_client import start_http_server
 from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
+from tpujob.handlers import kopf_barrier
 from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.workqueue import Indexes, Runtime
@@ -75,6 +76,8 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
+    # Before kopf's watches start: their indexing barrier, linear in the objects listed at start.
+    kopf_barrier.apply()
     # Our finalizer and annotation prefixes, so nothing the operator writes uses kopf's defaults.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)

@@ -64,6 +64,10 @@ class Runtime:
         self.vanished: set[str] = set()
         # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
         self.sweep_requested = asyncio.Event()
+        # Set once kopf has indexed the initial listing of every watched resource (see indexes_ready):
+        # before that a job's pods or Service may be missing from the indexes, and a pass would create
+        # them again (409s), so the loops that request passes of their own wait for it.
+        self.indexed = asyncio.Event()
         # kopf's settings, whose peering priority a replica lowers when it stood down (set_priority).
         self.kopf_settings: kopf.OperatorSettings | None = None
 
@@ -136,6 +140,15 @@ def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> Non
     if pending is not None:
         pending.cancel()
     runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
+
+
+def indexes_ready(runtime: Runtime) -> None:
+    """Called by every watch handler: kopf runs none before it has indexed the initial listings of all
+    the resources it watches (kopf 1.45 _core/reactor/processing.py: each event waits for the operator's
+    `operator_indexed` toggles after indexing and before the handlers), so the first call means the
+    indexes hold the whole cluster as it was listed."""
+    if not runtime.indexed.is_set():
+        runtime.indexed.set()
 
 
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
