@@ -1,5 +1,5 @@
-"""The resync round (handlers/loops.py): every job a pass, a bounded number at once, pipelined; errors
-logged; the round's figures in tpujob_resync_round_*. Fake passes on a real event loop, no sleeps."""
+"""The resync round (handlers/loops.py): every job a pass, in batches, a bounded number at once, pipelined;
+errors logged; the round's figures in tpujob_resync_round_*. Fake passes on a real event loop, no sleeps."""
 
 from __future__ import annotations
 
@@ -24,13 +24,16 @@ class Tracker:
         self.passes: dict[tuple[str, str], int] = {}
         self.running = 0
         self.most = 0
+        self.batches: list[int] = []
 
-    async def __call__(self, namespace: str, name: str) -> None:
+    async def __call__(self, keys: list[tuple[str, str]]) -> None:
         self.running += 1
         self.most = max(self.most, self.running)
-        for _ in range(int(name.rsplit("-", 1)[1]) % 5 + 1):
+        self.batches.append(len(keys))
+        for _ in range(int(keys[0][1].rsplit("-", 1)[1]) % 5 + 1):
             await asyncio.sleep(0)
-        self.passes[(namespace, name)] = self.passes.get((namespace, name), 0) + 1
+        for key in keys:
+            self.passes[key] = self.passes.get(key, 0) + 1
         self.running -= 1
 
 
@@ -39,6 +42,14 @@ def test_every_key_gets_one_pass_and_at_most_the_bound_run_at_once():
     asyncio.run(loops.pass_all(KEYS, tracker, 4))
     assert tracker.passes == {key: 1 for key in KEYS}
     assert tracker.most == 4
+
+
+def test_keys_go_in_batches_and_the_bound_counts_batches():
+    tracker = Tracker()
+    asyncio.run(loops.pass_all(KEYS, tracker, 2, batch=5))
+    assert tracker.passes == {key: 1 for key in KEYS}
+    assert sorted(tracker.batches) == [3, 5, 5, 5, 5]  # 23 keys
+    assert tracker.most == 2
 
 
 def test_fewer_keys_than_the_bound_and_no_keys():
@@ -55,7 +66,8 @@ def test_a_slow_pass_holds_one_worker_not_the_round():
     async def scenario() -> None:
         release = asyncio.Event()
 
-        async def pass_for(namespace: str, name: str) -> None:
+        async def pass_for(keys: list[tuple[str, str]]) -> None:
+            ((_, name),) = keys
             if name == "job-0":
                 await release.wait()
             done.append(name)
@@ -72,7 +84,8 @@ def test_a_slow_pass_holds_one_worker_not_the_round():
 def test_a_failed_pass_is_logged_and_the_others_go_on(caplog):
     seen: list[str] = []
 
-    async def pass_for(namespace: str, name: str) -> None:
+    async def pass_for(keys: list[tuple[str, str]]) -> None:
+        ((_, name),) = keys
         if name in ("job-1", "job-5"):
             raise RuntimeError(f"boom {name}")
         seen.append(name)
@@ -119,9 +132,9 @@ def fake_runtime(
 
 
 def run_round(runtime: Any, order: list[str], times: list[float]) -> None:
-    async def pass_for(runtime_: Any, namespace: str, name: str) -> None:
+    async def pass_for(runtime_: Any, keys: list[tuple[str, str]]) -> None:
         assert runtime_ is runtime
-        order.append(name)
+        order.extend(name for _, name in keys)
 
     clock = iter(times)
     asyncio.run(loops.resync_round(runtime, pass_for, 5, clock=lambda: next(clock)))

@@ -7,17 +7,21 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import itertools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tpujob import metrics, peering
-from tpujob.handlers.workqueue import Runtime, forget, passed_since, reconcile, request_pass
+from tpujob.handlers.workqueue import Runtime, forget, passed_since, reconcile_batch, request_pass
 
 log = logging.getLogger(__name__)
 
-RESYNC_CONCURRENCY = 8
+RESYNC_CONCURRENCY = 4
+# The resync round's passes run this many to a worker thread's turn (handlers/workqueue.reconcile_batch).
+RESYNC_BATCH = 32
 
 
 async def lead_forever(runtime: Runtime) -> None:
@@ -132,14 +136,15 @@ async def resync_forever(runtime: Runtime) -> None:
 
 async def resync_round(
     runtime: Runtime,
-    pass_for: Callable[[Runtime, str, str], Awaitable[None]] = reconcile,
+    pass_batch: Callable[[Runtime, list[tuple[str, str]]], Awaitable[None]] = reconcile_batch,
     concurrency: int = RESYNC_CONCURRENCY,
     clock: Callable[[], float] = time.monotonic,
+    batch: int = RESYNC_BATCH,
 ) -> None:
     """One round: the maintenance notices (cluster-wide operator only), then a pass for every job known at
-    the round's start that had none within the resync interval, `concurrency` at a time (in a burst of
-    events most jobs just had one). Records how long the whole round took and how many jobs it gave a pass
-    (tpujob_resync_round_seconds / _jobs) and when it ended."""
+    the round's start that had none within the resync interval (in a burst of events most jobs just had
+    one), `batch` jobs to a worker thread's turn, `concurrency` turns at once. Records how long the whole
+    round took and how many jobs it gave a pass (tpujob_resync_round_seconds / _jobs) and when it ended."""
     started = clock()
     recent = asyncio.get_running_loop().time() - runtime.config.resync_seconds
     if runtime.config.namespace is None:  # nodes are cluster-scoped: a namespaced operator cannot read them
@@ -149,14 +154,14 @@ async def resync_round(
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
     # Until kopf has indexed every initial listing, a job's pods may be missing from the indexes (at a
-    # restart among 10,000 jobs the listings take minutes): its pass would create them again. The watch
+    # restart among 10,000 jobs the listings take a while): its pass would create them again. The watch
     # handlers give every job its first pass once the indexes are whole.
     keys = (
         [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
         if runtime.indexed.is_set()
         else []
     )
-    await pass_all(keys, lambda namespace, name: pass_for(runtime, namespace, name), concurrency)
+    await pass_all(keys, lambda keys: pass_batch(runtime, keys), concurrency, batch)
     metrics.RESYNC_ROUND_SECONDS.set(clock() - started)
     metrics.RESYNC_ROUND_JOBS.set(len(keys))
     metrics.RESYNC_ROUND_END.set_to_current_time()
@@ -164,22 +169,25 @@ async def resync_round(
 
 async def pass_all(
     keys: list[tuple[str, str]],
-    pass_for: Callable[[str, str], Awaitable[None]],
+    pass_batch: Callable[[list[tuple[str, str]]], Awaitable[None]],
     concurrency: int,
+    batch: int = 1,
 ) -> None:
-    """A pass for every key, at most `concurrency` at once: a fixed set of workers each taking the next key
-    when its pass ends, so one slow pass holds up one worker, not a whole batch. A failed pass is logged;
-    the others go on."""
+    """Passes for every key, `batch` keys at a time, at most `concurrency` batches at once: a fixed set of
+    workers each taking the next keys when its batch ends, so one slow pass holds up one worker, not the
+    round. A failed batch is logged; the others go on."""
     pending = iter(keys)  # shared: the workers run on one event loop, so each key is taken once
 
     async def worker() -> None:
-        for namespace, name in pending:
+        while taken := list(itertools.islice(pending, batch)):
             try:
-                await pass_for(namespace, name)
+                await pass_batch(taken)
             except Exception as error:
-                log.error("resync pass of %s/%s failed: %r", namespace, name, error)
+                names = ", ".join(f"{namespace}/{name}" for namespace, name in taken)
+                log.error("resync pass of %s failed: %r", names, error)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(keys))))))
+    workers = max(1, min(concurrency, math.ceil(len(keys) / max(batch, 1))))
+    await asyncio.gather(*(worker() for _ in range(workers)))
 
 
 async def sweep_forever(runtime: Runtime) -> None:

@@ -1,0 +1,97 @@
+"""The resync round's batch of passes (handlers/workqueue.reconcile_batch): one worker thread's turn for
+many jobs, each under its job's lock; a job whose pass runs now is left to it; a failed pass is retried
+soon and the others go on. A real event loop and executor, a fake reconciler and indexes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from tpujob.config import from_environment
+from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
+from tpujob.reconciler import Outcome
+
+
+class Reconciler:
+    def __init__(self, fail: set[str] = frozenset(), gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.fail, self.gone = fail, gone
+        self.passed: list[tuple[str, int, bool]] = []
+        self.threads: set[int] = set()
+        self.forgotten: list[str] = []
+
+    def reconcile(self, body: dict[str, Any], pods: list[Any], service_exists: bool) -> Outcome:
+        name = body["metadata"]["name"]
+        self.threads.add(threading.get_ident())
+        if name in self.fail:
+            raise RuntimeError("conflict")
+        self.passed.append((name, len(pods), service_exists))
+        return Outcome(vanished=name in self.gone, requeue_after=None if name in self.gone else 60.0)
+
+    def forget(self, uid: str) -> None:
+        self.forgotten.append(uid)
+
+
+def job(name: str, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    return {"metadata": meta}
+
+
+def runtime_with(reconciler: Reconciler, jobs: dict[str, dict[str, Any]]) -> Runtime:
+    runtime = Runtime(from_environment(), reconciler)  # type: ignore[arg-type]
+    runtime.indexes = Indexes(
+        {("ns", name): [body] for name, body in jobs.items()},  # type: ignore[arg-type]
+        {("ns", "a"): ["pod-a0", "pod-a1"]},  # type: ignore[arg-type]
+        {("ns", "a"): [True]},  # type: ignore[arg-type]
+    )
+    return runtime
+
+
+def test_a_batch_passes_each_job_once_in_one_thread_and_schedules_what_they_ask() -> None:
+    reconciler = Reconciler()
+    jobs = {name: job(name) for name in ("a", "b", "c")} | {"d": job("d", deleting=True)}
+
+    async def scenario() -> Runtime:
+        runtime = runtime_with(reconciler, jobs)
+        await reconcile_batch(runtime, [("ns", n) for n in ("a", "b", "c", "d", "not-indexed")])
+        return runtime
+
+    runtime = asyncio.run(scenario())
+    assert reconciler.passed == [("a", 2, True), ("b", 0, False), ("c", 0, False)]  # d: being deleted
+    assert len(reconciler.threads) == 1
+    assert set(runtime.requeues) == {"uid-a", "uid-b", "uid-c"}
+    assert set(runtime.passed) == {"uid-a", "uid-b", "uid-c", "uid-d"}
+    assert not any(lock.locked() for lock in runtime.locks.values())
+
+
+def test_a_job_whose_pass_runs_now_is_left_to_it() -> None:
+    reconciler = Reconciler()
+
+    async def scenario() -> None:
+        runtime = runtime_with(reconciler, {"a": job("a"), "b": job("b")})
+        busy = runtime.locks.setdefault("uid-a", asyncio.Lock())
+        async with busy:  # a's event-driven pass holds its lock
+            await reconcile_batch(runtime, [("ns", "a"), ("ns", "b")])
+
+    asyncio.run(scenario())
+    assert [name for name, _, _ in reconciler.passed] == ["b"]
+
+
+def test_a_failed_pass_is_retried_soon_a_vanished_job_forgotten_and_the_others_go_on() -> None:
+    reconciler = Reconciler(fail={"a"}, gone={"b"})
+
+    async def scenario() -> tuple[Runtime, float]:
+        runtime = runtime_with(reconciler, {"a": job("a"), "b": job("b"), "c": job("c")})
+        await reconcile_batch(runtime, [("ns", "a"), ("ns", "b"), ("ns", "c")])
+        retry_in = runtime.requeues["uid-a"].when() - asyncio.get_running_loop().time()
+        for handle in runtime.requeues.values():
+            handle.cancel()
+        return runtime, retry_in
+
+    runtime, retry_in = asyncio.run(scenario())
+    assert 0 < retry_in <= RETRY_SECONDS
+    assert [name for name, _, _ in reconciler.passed] == ["b", "c"]
+    assert runtime.vanished == {"uid-b"} and reconciler.forgotten == ["uid-b"]
+    assert set(runtime.requeues) == {"uid-a", "uid-c"}
