@@ -46,6 +46,7 @@ def runtime_with(reconciler: Reconciler, jobs: dict[str, dict[str, Any]]) -> Run
         {("ns", "a"): ["pod-a0", "pod-a1"]},  # type: ignore[arg-type]
         {("ns", "a"): [True]},  # type: ignore[arg-type]
     )
+    runtime.owned_listed.set()
     return runtime
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -39,21 +40,9 @@ async def on_tpujob_event(
     request_pass(runtime, namespace, name)
 
 
-@kopf.on.event(*PODS)
-async def on_pod_event(
-    type: str,
-    body: kopf.Body,
-    namespace: str | None,
-    labels: kopf.Labels,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    runtime: Runtime = memo.runtime
-    indexes_ready(runtime)
-    job_name = labels.get(c.LABEL_JOB_NAME)
-    if not job_name or not namespace:
-        return
+def pod_changed(runtime: Runtime, event_type: str, body: Mapping[str, Any], job: tuple[str, str]) -> None:
+    """A watch event of one of the operator's pods (handlers/owned.py feeds them): a pass for its job."""
     runtime.reconciler.saw_pod(body)
-    if type == "ADDED" and runtime.reconciler.is_own_create(body):
+    if event_type == "ADDED" and runtime.reconciler.is_own_create(body):
         return  # the echo of the pass' own create: that pass saw it coming
-    request_pass(runtime, namespace, job_name)
+    request_pass(runtime, *job)

@@ -1,6 +1,7 @@
-"""The watched state every pass reads without API calls: kopf indexes of jobs, owned pods and Services.
+"""The watched state every pass reads without API calls: kopf's index of the jobs (the operator's pods and
+Services are in handlers/owned.py's maps, off kopf's per-object path).
 
-The index functions are coroutines although they do no I/O: kopf runs a plain function in a worker
+The index function is a coroutine although it does no I/O: kopf runs a plain function in a worker
 thread and awaits it there and back, for every watch event (kopf/_core/actions/invocation.py), which
 costs more than the indexing itself."""
 
@@ -10,9 +11,7 @@ from typing import Any
 
 import kopf
 
-from tpujob.api import constants as c
-from tpujob.handlers.events import JOBS, PODS, SERVICES
-from tpujob.reconciler import pod_view
+from tpujob.handlers.events import JOBS
 
 # The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
 # last-applied copy of the spec) would only be held in memory, once per job.
@@ -44,13 +43,3 @@ def indexed_job(body: Any) -> dict[str, Any]:
     if body.get("status") is not None:
         indexed["status"] = body["status"]
     return indexed
-
-
-@kopf.index(*PODS)
-async def pod_index(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, labels.get(c.LABEL_JOB_NAME, "")): pod_view(body)}
-
-
-@kopf.index(*SERVICES)
-async def service_index(namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): True}

@@ -12,12 +12,12 @@ from prometheus_client import start_http_server
 from tpujob import gke, kube, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
-from tpujob.handlers import kopf_barrier
-from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES
+from tpujob.handlers import kopf_barrier, owned
+from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, pod_changed
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
-from tpujob.handlers.workqueue import Indexes, Runtime
+from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
-from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings
+from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings, pod_view
 
 log = logging.getLogger(__name__)
 # How long a stopping operator keeps sending its waiting status writes, and then its queued Events.
@@ -155,14 +155,40 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.startup()
-async def start_loops(memo: kopf.Memo, **kwargs: Any) -> None:
+async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     runtime: Runtime = memo.runtime
+    pods, services = owned.OwnedCache(pod_view), owned.OwnedCache(lambda _: True)
     # kopf hands each index to handlers as a keyword named after its function (handlers/indexes.py).
-    runtime.indexes = Indexes(kwargs["tpujob_index"], kwargs["pod_index"], kwargs["service_index"])
+    runtime.indexes = Indexes(kwargs["tpujob_index"], pods, services)
+
+    def listed(changed: set[tuple[str, str]]) -> None:
+        if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed
+            for job in changed:
+                request_pass(runtime, *job)
+        elif pods.listed and services.listed:  # the first listings: the jobs' own listing asks the passes
+            runtime.owned_listed.set()
+
+    def pod_event(event_type: str, body: Any, job: tuple[str, str]) -> None:
+        pod_changed(runtime, event_type, body, job)
+
+    namespace = runtime.config.namespace
     runtime.tasks = [
         asyncio.create_task(lead_forever(runtime)),
         asyncio.create_task(sweep_forever(runtime)),
         asyncio.create_task(resync_forever(runtime)),
+        asyncio.create_task(
+            owned.watch_owned(
+                settings,
+                owned.POD_RESOURCE,
+                namespace,
+                pods,
+                lambda *event: pod_changed(runtime, *event),
+                listed,
+            )
+        ),
+        asyncio.create_task(
+            owned.watch_owned(settings, owned.SERVICE_RESOURCE, namespace, services, lambda *_: None, listed)
+        ),
     ]
 
 

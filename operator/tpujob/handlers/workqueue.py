@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +25,12 @@ RETRY_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class Indexes:
-    """kopf's watch-fed indexes, the state a pass reads: jobs by (namespace, name), their pods and Services
-    by (namespace, job name)."""
+    """The watch-fed state a pass reads: jobs by (namespace, name) (kopf's index), their pods and Services
+    by (namespace, job name) (handlers/owned.py's maps: a view of each pod, True for a Service)."""
 
     jobs: kopf.Index[Any, Any]
-    pods: kopf.Index[Any, Any]
-    services: kopf.Index[Any, Any]
+    pods: Mapping[tuple[str, str], list[Any]]
+    services: Mapping[tuple[str, str], list[Any]]
 
 
 class Runtime:
@@ -68,6 +68,9 @@ class Runtime:
         # before that a job's pods or Service may be missing from the indexes, and a pass would create
         # them again (409s), so the loops that request passes of their own wait for it.
         self.indexed = asyncio.Event()
+        # Set once the operator's pods and Services have been listed whole (handlers/owned.py): no pass
+        # reads them before.
+        self.owned_listed = asyncio.Event()
         # kopf's settings, whose peering priority a replica lowers when it stood down (set_priority).
         self.kopf_settings: kopf.OperatorSettings | None = None
 
@@ -81,7 +84,7 @@ class Runtime:
         self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
 
-def _values(index: kopf.Index[Any, Any], key: Any) -> Iterator[Any]:
+def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
     try:
         yield from index[key]
     except KeyError:
@@ -143,6 +146,7 @@ def _finish(runtime: Runtime, key: tuple[str, str], uid: str, outcome: Outcome |
 
 async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     key = (namespace, name)
+    await runtime.owned_listed.wait()
     uid = _job_uid(runtime, key)
     if uid is None:
         runtime.queued.discard(key)
@@ -163,6 +167,7 @@ async def reconcile_batch(runtime: Runtime, keys: list[tuple[str, str]]) -> None
     for its lock, is left to that pass."""
     held: list[asyncio.Lock] = []
     begun: list[tuple[tuple[str, str], str, PassState]] = []
+    await runtime.owned_listed.wait()
     try:
         for key in keys:
             uid = _job_uid(runtime, key)

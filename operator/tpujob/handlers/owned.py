@@ -1,0 +1,140 @@
+"""The operator's own pods and Services, watched without kopf's per-object machinery.
+
+A pass reads a job's pods and whether its Service exists. kopf would handle each of those objects as it
+handles a TPUJob: a worker task per object, its memory, loggers and patch per event, a handler call
+through its invocation layer, and at start every listed object held until all are indexed. For 2 of
+every 3 objects the operator watches, that bought nothing: the pass needs a small view of each pod and
+the Service's existence. So these two watches feed plain maps instead:
+- the stream is kopf's own (`kopf._cogs.clients.watching.infinite_watch`: the list in chunks, the watch
+  from its resourceVersion, resumed after a server timeout, listed again after 410 Gone or a broken
+  list; kopf's login and its label selectors, set in startup.watch_only_owned);
+- `OwnedCache` keeps a view per object by job; a listing is gathered apart and swapped in whole when it
+  ends, so an object deleted while the watch was down leaves the map at the relist, and readers never
+  see half a listing;
+- the jobs whose objects changed get a pass, as kopf's handlers asked before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import kopf
+from kopf._cogs.clients import watching
+from kopf._cogs.structs import references
+
+from tpujob.api import constants as c
+
+log = logging.getLogger(__name__)
+
+JobKey = tuple[str, str]  # (namespace, job name)
+
+POD_RESOURCE = references.Resource(
+    group="", version="v1", plural="pods", kind="Pod", namespaced=True, verbs=frozenset({"list", "watch"})
+)
+SERVICE_RESOURCE = references.Resource(
+    group="",
+    version="v1",
+    plural="services",
+    kind="Service",
+    namespaced=True,
+    verbs=frozenset({"list", "watch"}),
+)
+# After a watch fails past kopf's own retries (its stream raises): wait, then watch again.
+RESTART_SECONDS = 5.0
+
+
+def job_key(body: Mapping[str, Any]) -> JobKey | None:
+    """The job an owned object belongs to: its namespace and its job-name label."""
+    meta = body.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+    namespace = meta.get("namespace")
+    return (namespace, job) if job and namespace else None
+
+
+class OwnedCache(Mapping[JobKey, list[Any]]):
+    """A view of each owned object, by its job: `cache[key]` lists the views of the job's objects, and
+    raises KeyError for a job with none (as kopf's indexes did). Fed one watch event at a time; pure."""
+
+    def __init__(self, view: Callable[[Mapping[str, Any]], Any]) -> None:
+        self._view = view
+        self._by_job: dict[JobKey, dict[str, Any]] = {}  # key -> {uid: view}
+        self._job_of: dict[str, JobKey] = {}  # uid -> key
+        self._listing: dict[str, tuple[JobKey, Any]] | None = None  # a listing being gathered
+        self.listed = False  # a whole listing has been swapped in at least once
+
+    def __getitem__(self, key: JobKey) -> list[Any]:
+        return list(self._by_job[key].values())
+
+    def __iter__(self) -> Iterator[JobKey]:
+        return iter(self._by_job)
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+    def listed_object(self, body: Mapping[str, Any]) -> None:
+        """An object of a listing (kopf's event type None): kept apart until the listing ends."""
+        if self._listing is None:
+            self._listing = {}
+        key = job_key(body)
+        if key is not None:
+            self._listing[body["metadata"]["uid"]] = (key, self._view(body))
+
+    def listing_ended(self) -> set[JobKey]:
+        """The listing replaces the map whole; the jobs whose objects differ from what the map held."""
+        listing, self._listing = self._listing or {}, None
+        before = self._by_job
+        self._by_job, self._job_of = {}, {}
+        for uid, (key, view) in listing.items():
+            self._by_job.setdefault(key, {})[uid] = view
+            self._job_of[uid] = key
+        self.listed = True
+        return {
+            key for key in before.keys() | self._by_job.keys() if before.get(key) != self._by_job.get(key)
+        }
+
+    def changed(self, event_type: str, body: Mapping[str, Any]) -> JobKey | None:
+        """A watch event (ADDED, MODIFIED, DELETED): the map updated; the job it belongs to, if any."""
+        uid = body["metadata"]["uid"]
+        old_key = self._job_of.pop(uid, None)
+        if old_key is not None:
+            views = self._by_job.get(old_key, {})
+            views.pop(uid, None)
+            if not views:
+                self._by_job.pop(old_key, None)
+        key = job_key(body)
+        if event_type != "DELETED" and key is not None:
+            self._by_job.setdefault(key, {})[uid] = self._view(body)
+            self._job_of[uid] = key
+        return key or old_key
+
+
+async def watch_owned(
+    settings: kopf.OperatorSettings,
+    resource: references.Resource,
+    namespace: str | None,
+    cache: OwnedCache,
+    on_change: Callable[[str, Mapping[str, Any], JobKey], None],
+    on_listed: Callable[[set[JobKey]], None],
+) -> None:
+    """Feed `cache` from the resource's watch, forever: `on_change(type, body, key)` for each watch event
+    of an owned object, `on_listed(changed jobs)` at the end of each listing."""
+    where = references.NamespaceName(namespace) if namespace is not None else None
+    while True:
+        try:
+            async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+                if event is watching.Bookmark.LISTED:
+                    on_listed(cache.listing_ended())
+                elif isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
+                    continue
+                elif event["type"] is None:
+                    cache.listed_object(event["object"])
+                elif (key := cache.changed(event["type"], event["object"])) is not None:
+                    on_change(event["type"], event["object"], key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("watching %s failed; watching again in %.0f s", resource.plural, RESTART_SECONDS)
+        await asyncio.sleep(RESTART_SECONDS)
