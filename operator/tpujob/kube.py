@@ -1,125 +1,85 @@
-"""The Kubernetes calls a reconcile pass makes, through the `kubernetes` package, as plain dicts.
+"""The Kubernetes calls a reconcile pass makes, as plain JSON over one pooled HTTP client (httpx, built by
+lightkube from the operator's login, tpujob.kubelogin: kopf's watches act as the same identity).
 
-The login is kopf's own (`kopf.login_via_client`, registered in handlers/startup.py): the pod's
-service account (its rotated token read again by the client every minute), else the kubeconfig,
-exec credential plugins such as `gke-gcloud-auth-plugin` included. So the watches and the writes act
-as one identity. Bodies go out as dicts and answers are not turned into models (`_preload_content`
-off): a created pod's answer is not worth decoding, and the models would cost every pass. One pooled
-set of connections, thread-safe: passes run in worker threads. Every request takes a token from the
-operator's client-side limit first (tpujob.ratelimit), as a client-go controller's do, at the priority the
-Kube method that makes it names (`_at`): the generated API classes pass no extra argument down to
-`request`, so the priority travels in a context variable, set for the duration of the call.
+Bodies go out as dicts and answers come back as dicts, never models: a created pod's answer is not worth
+decoding, and models would cost every pass (the `kubernetes` package's 800 model modules alone were 42 MiB
+of the operator's memory). One client, thread-safe, pooled: passes run in worker threads. Every request
+takes a token from the operator's client-side limit first (tpujob.ratelimit), as a client-go controller's
+do, at the priority the Kube method that makes it names; while peering says this replica is not the
+active one, every write raises peering.NotLeading before it is sent.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import json
-import os
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from kubernetes import client, config
+import httpx2 as httpx
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import User
 
-from tpujob import peering
+from tpujob import kubelogin, peering
 from tpujob.api import constants as c
 from tpujob.ratelimit import Priority, RequestLimiter
 
-ApiError = client.ApiException
-# (connect, read) seconds: the client sets a timeout only for an int or such a pair (a float is ignored,
-# kubernetes/client/rest.py), so a dead connection would hang a pass thread for good.
+# (connect, read) seconds; the read timeout also bounds a write and a wait for a pooled connection.
 Timeout = tuple[float, float]
 DEFAULT_TIMEOUT: Timeout = (10.0, 60.0)
-
-# The priority of the requests the current call makes (a context variable: each thread has its own).
-_PRIORITY: contextvars.ContextVar[Priority] = contextvars.ContextVar(
-    "tpujob_priority", default=Priority.STATUS
-)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _at(priority: Priority) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Every request the decorated method makes waits for its token at `priority`."""
-
-    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
-        @functools.wraps(method)
-        def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            token = _PRIORITY.set(priority)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                _PRIORITY.reset(token)
-
-        return call
-
-    return decorate
+# How long an idle connection is kept for the next request: client-go's (its transport's IdleConnTimeout,
+# Go's http.DefaultTransport), so a resync every 30 s reuses its connections instead of new TLS handshakes.
+KEEPALIVE_SECONDS = 90.0
+# A list answered as PartialObjectMetadataList (Kubernetes 1.15 and later): names, uids, no bodies.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+MERGE_PATCH = "application/merge-patch+json"
 
 
-class LimitedApiClient(client.ApiClient):  # type: ignore[misc]
-    """The client's one door to the API server (every call of every API class goes through `request`),
-    behind the limiter, with the connect and read timeouts."""
+class ApiError(Exception):
+    """The API server's refusal: the HTTP status, its reason phrase, and the body (a Status object)."""
 
-    def __init__(
-        self,
-        configuration: client.Configuration,
-        limiter: RequestLimiter | None,
-        timeout: Timeout = DEFAULT_TIMEOUT,
-    ) -> None:
-        super().__init__(configuration)
-        self.limiter = limiter
-        self.timeout = timeout
-        # Whether this replica may write (peering: only the active one); reads always may.
-        self.may_write: Callable[[], bool] = lambda: True
-
-    def request(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method != "GET" and not self.may_write():
-            raise peering.NotLeading(f"{method} refused: this replica is not the active one")
-        if self.limiter is not None:
-            self.limiter.acquire(_PRIORITY.get())
-        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or self.timeout
-        return super().request(method, *args, **kwargs)
+    def __init__(self, status: int, reason: str = "", body: bytes = b"") -> None:
+        self.status, self.reason, self.body = status, reason, body
+        super().__init__(f"({status}) {reason}: {_message(body)}" if body else f"({status}) {reason}")
 
 
-def login(
-    max_connections: int = 16, limiter: RequestLimiter | None = None, timeout: Timeout = DEFAULT_TIMEOUT
-) -> client.ApiClient:
-    """As kopf.login_via_client logs in: the service account in a pod, else the kubeconfig."""
+def _message(body: bytes) -> str:
     try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        # KUBECONFIG as it is now (the client reads it once, when imported); a list of files is merged.
-        config.load_kube_config(os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION)
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = max_connections
-    return LimitedApiClient(configuration, limiter, timeout)
+        return str(json.loads(body).get("message") or body[:500].decode(errors="replace"))
+    except (ValueError, AttributeError):
+        return body[:500].decode(errors="replace")
 
 
-def _read(response: Any) -> bytes:
-    """A raw answer's body; the connection goes back to the pool, read to the end and reusable."""
-    try:
-        data: bytes = response.data
-    finally:
-        response.release_conn()
-    return data
+def http_client(
+    config: SingleConfig, max_connections: int = 16, timeout: Timeout = DEFAULT_TIMEOUT
+) -> httpx.Client:
+    """A client of `config`'s API server as `config`'s user. It keeps up to `max_connections` idle for
+    reuse; a thread that finds none idle opens one rather than wait (as the `kubernetes` package's pool
+    did), so no pass waits on the pool."""
+    return httpx.Client(
+        base_url=config.cluster.server,
+        verify=client_adapter.verify_cluster(config.cluster, config.user or User(), config.abs_file),
+        auth=kubelogin.client_auth(config),
+        timeout=httpx.Timeout(timeout[1], connect=timeout[0]),
+        limits=httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=KEEPALIVE_SECONDS,
+        ),
+    )
 
 
-def _answer(response: Any) -> dict[str, Any]:
-    answer: dict[str, Any] = json.loads(_read(response))
-    return answer
+def login(max_connections: int = 16, timeout: Timeout = DEFAULT_TIMEOUT) -> httpx.Client:
+    """As kopf logs in (tpujob.kubelogin): the service account in a pod, else the kubeconfig."""
+    return http_client(kubelogin.load(), max_connections, timeout)
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-
-    def write_only_while(self, gate: Callable[[], bool]) -> None:
-        """Every write (not the reads) raises peering.NotLeading while `gate()` is false."""
-        assert isinstance(self.api_client, LimitedApiClient)
-        self.api_client.may_write = gate
+    def __init__(self, http: httpx.Client, limiter: RequestLimiter | None = None) -> None:
+        self.http = http
+        self.limiter = limiter
+        # Whether this replica may write (peering: only the active one); reads always may.
+        self.may_write: Callable[[], bool] = lambda: True
 
     @classmethod
     def login(
@@ -128,80 +88,94 @@ class Kube:
         limiter: RequestLimiter | None = None,
         timeout: Timeout = DEFAULT_TIMEOUT,
     ) -> Kube:
-        return cls(login(max_connections, limiter, timeout))
+        return cls(login(max_connections, timeout), limiter)
+
+    def write_only_while(self, gate: Callable[[], bool]) -> None:
+        """Every write (not the reads) raises peering.NotLeading while `gate()` is false."""
+        self.may_write = gate
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        priority: Priority,
+        *,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        params: dict[str, str | int] | None = None,
+        accept: str = "application/json",
+        timeout: Timeout | None = None,
+    ) -> bytes:
+        """The one door to the API server: the write gate, a token at `priority`, the request; the answer's
+        body, or ApiError for a refusal."""
+        if method != "GET" and not self.may_write():
+            raise peering.NotLeading(f"{method} refused: this replica is not the active one")
+        if self.limiter is not None:
+            self.limiter.acquire(priority)
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        response = self.http.request(
+            method,
+            path,
+            content=json.dumps(body).encode() if body is not None else None,
+            params=params,
+            headers=headers,
+            timeout=httpx.Timeout(timeout[1], connect=timeout[0]) if timeout else httpx.USE_CLIENT_DEFAULT,
+        )
+        if response.is_error:
+            raise ApiError(response.status_code, response.reason_phrase, response.content)
+        return response.content
+
+    def _json(self, method: str, path: str, priority: Priority, **kwargs: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(self._call(method, path, priority, **kwargs))
+        return answer
 
     # --- pods, Services, Events ------------------------------------------------------------------
 
-    @_at(Priority.WORKLOAD)
     def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the pod exists already."""
-        return _created(self.core.create_namespaced_pod, namespace, body)
+        return self._created(f"/api/v1/namespaces/{namespace}/pods", body, Priority.WORKLOAD)
 
-    @_at(Priority.WORKLOAD)
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
-        return _created(self.core.create_namespaced_service, namespace, body)
+        return self._created(f"/api/v1/namespaces/{namespace}/services", body, Priority.WORKLOAD)
 
-    @_at(Priority.EVENT)
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
-        return _created(self.core.create_namespaced_event, namespace, body)
+        return self._created(f"/api/v1/namespaces/{namespace}/events", body, Priority.EVENT)
 
-    @_at(Priority.WORKLOAD)  # frees TPUs for the next job
     def delete_pod(self, namespace: str, name: str) -> bool:
-        """False when the pod is gone already."""
-        return _deleted(lambda: self.core.delete_namespaced_pod(name, namespace, **_RAW))
+        """False when the pod is gone already. WORKLOAD: it frees TPUs for the next job."""
+        return self._deleted(f"/api/v1/namespaces/{namespace}/pods/{name}", Priority.WORKLOAD)
 
-    @_at(Priority.WORKLOAD)  # a pass' read
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = _answer(self.core.list_node(label_selector=label_selector, **_RAW))[
-            "items"
-        ]
+        """WORKLOAD: a pass' read."""
+        answer = self._json(
+            "GET", "/api/v1/nodes", Priority.WORKLOAD, params={"labelSelector": label_selector}
+        )
+        items: list[dict[str, Any]] = answer["items"]
         return items
 
     def get_peering(
         self, name: str, namespace: str | None, timeout: Timeout | None = None
     ) -> dict[str, Any] | None:
         """kopf's peering object: a ClusterKopfPeering, or a KopfPeering in the namespace."""
-        raw = {**_RAW, "_request_timeout": timeout} if timeout else _RAW
         try:
-            if namespace is None:
-                found = self.custom.get_cluster_custom_object(
-                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, name, **raw
-                )
-            else:
-                found = self.custom.get_namespaced_custom_object(
-                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, name, **raw
-                )
+            return self._json("GET", f"{_peerings(namespace)}/{name}", Priority.STATUS, timeout=timeout)
         except ApiError as error:
             if error.status == 404:
                 return None
             raise
-        return _answer(found)
 
     def create_peering(self, body: dict[str, Any]) -> bool:
         """kopf's peering object; False when it exists already (another replica made it)."""
-        namespace = body["metadata"].get("namespace")
-        try:
-            if namespace is None:
-                created = self.custom.create_cluster_custom_object(
-                    peering.GROUP, peering.VERSION, peering.CLUSTER_PLURAL, body, **_RAW
-                )
-            else:
-                created = self.custom.create_namespaced_custom_object(
-                    peering.GROUP, peering.VERSION, namespace, peering.NAMESPACED_PLURAL, body, **_RAW
-                )
-        except ApiError as error:
-            if error.status == 409:
-                return False
-            raise
-        _read(created)
-        return True
+        return self._created(_peerings(body["metadata"].get("namespace")), body, Priority.STATUS)
 
     # --- TPUJobs ---------------------------------------------------------------------------------
 
-    @_at(Priority.WORKLOAD)  # a pass' read before it creates
     def get_tpujob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """WORKLOAD: a pass' read before it creates."""
         try:
-            return _answer(self.custom.get_namespaced_custom_object(*_TPUJOBS(namespace), name, **_RAW))
+            return self._json("GET", f"{_tpujobs(namespace)}/{name}", Priority.WORKLOAD)
         except ApiError as error:
             if error.status == 404:
                 return None
@@ -210,70 +184,60 @@ class Kube:
     def list_tpujob_uids(self, namespace: str | None) -> set[str]:
         """The uids of the TPUJobs the API server has now (in `namespace`, or all), as metadata only: at
         10,000 jobs the specs and statuses would be megabytes for one set of names."""
-        scope = f"/namespaces/{namespace}" if namespace else ""
-        path = f"/apis/{c.GROUP}/{c.VERSION}{scope}/{c.PLURAL}"
         uids: set[str] = set()
         token = ""
         while True:
-            query = [("limit", 500)] + ([("continue", token)] if token else [])
-            response = self.custom.api_client.call_api(
-                path,
-                "GET",
-                query_params=query,
-                header_params={"Accept": METADATA_LIST},
-                auth_settings=["BearerToken"],
-                **_RAW,
+            params: dict[str, str | int] = {"limit": 500, **({"continue": token} if token else {})}
+            page = self._json(
+                "GET", _tpujobs(namespace), Priority.STATUS, params=params, accept=METADATA_LIST
             )
-            page = _answer(response[0])
             uids.update(item["metadata"]["uid"] for item in page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return uids
 
-    @_at(Priority.WORKLOAD)  # the finalizer, before a pass creates its node pools
     def patch_tpujob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        """A JSON merge patch (a resourceVersion in it makes it conditional)."""
-        return _answer(self.custom.patch_namespaced_custom_object(*_TPUJOBS(namespace), name, patch, **_RAW))
+        """A JSON merge patch (a resourceVersion in it makes it conditional). WORKLOAD: the finalizer,
+        before a pass creates its node pools."""
+        path = f"{_tpujobs(namespace)}/{name}"
+        return self._json("PATCH", path, Priority.WORKLOAD, body=patch, content_type=MERGE_PATCH)
 
-    @_at(Priority.STATUS)
     def patch_tpujob_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the status subresource: the spec is left as it is."""
-        return _answer(
-            self.custom.patch_namespaced_custom_object_status(*_TPUJOBS(namespace), name, patch, **_RAW)
-        )
+        path = f"{_tpujobs(namespace)}/{name}/status"
+        return self._json("PATCH", path, Priority.STATUS, body=patch, content_type=MERGE_PATCH)
 
     def delete_tpujob(self, namespace: str, name: str, propagation: str = "Background") -> bool:
-        return _deleted(
-            lambda: self.custom.delete_namespaced_custom_object(
-                *_TPUJOBS(namespace), name, propagation_policy=propagation, **_RAW
-            )
-        )
+        path = f"{_tpujobs(namespace)}/{name}"
+        return self._deleted(path, Priority.STATUS, params={"propagationPolicy": propagation})
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _created(self, path: str, body: dict[str, Any], priority: Priority) -> bool:
+        try:
+            self._call("POST", path, priority, body=body)
+        except ApiError as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    def _deleted(self, path: str, priority: Priority, params: dict[str, str | int] | None = None) -> bool:
+        try:
+            self._call("DELETE", path, priority, params=params)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
 
 
-_RAW: dict[str, Any] = {"_preload_content": False}
-# A list answered as PartialObjectMetadataList (Kubernetes 1.15 and later): names, uids, no bodies.
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+def _tpujobs(namespace: str | None) -> str:
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"/apis/{c.GROUP}/{c.VERSION}{scope}/{c.PLURAL}"
 
 
-def _TPUJOBS(namespace: str) -> tuple[str, str, str, str]:
-    return c.GROUP, c.VERSION, namespace, c.PLURAL
-
-
-def _created(create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> bool:
-    try:
-        _read(create(namespace, body, **_RAW))
-    except ApiError as error:
-        if error.status == 409:
-            return False
-        raise
-    return True
-
-
-def _deleted(delete: Callable[[], Any]) -> bool:
-    try:
-        _read(delete())
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
+def _peerings(namespace: str | None) -> str:
+    if namespace is None:
+        return f"/apis/{peering.GROUP}/{peering.VERSION}/{peering.CLUSTER_PLURAL}"
+    return f"/apis/{peering.GROUP}/{peering.VERSION}/namespaces/{namespace}/{peering.NAMESPACED_PLURAL}"

@@ -36,6 +36,7 @@ _EXPORTS = {
     "KubeletSimulator": "kubelet",
     "EXIT_CODE_SIGTERM": "kubelet",
     "OperatorProcess": "operators",
+    "operator_python": "operators",
     "install_crd": "operators",
     "install_peering_crds": "operators",
     "operator_kubeconfig": "operators",

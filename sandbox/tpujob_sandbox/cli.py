@@ -135,9 +135,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
         print(f"sandbox not running in {args.dir}: start it with `tpujob sandbox up --dir {args.dir}`")
         return EXIT_NOT_RUNNING
     # The operator exactly as users run it, in this process's place (Ctrl+C stops it).
+    from tpujob_sandbox.operators import operator_python  # the test bed's client: not for `up` and `down`
+
+    python = operator_python()
     os.execvpe(
-        sys.executable,
-        [sys.executable, "-m", "tpujob.cli", "operator"],
+        python,
+        [python, "-m", "tpujob.cli", "operator"],
         {**os.environ, **operator_environment(info)},
     )
 

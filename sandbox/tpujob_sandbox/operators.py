@@ -177,9 +177,19 @@ def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path)
     return path
 
 
+def operator_python() -> str:
+    """The interpreter of the operator's own environment, beside the test bed's (Makefile OPERATOR_VENV): the
+    image's dependencies (operator/constraints.txt) and none of the test bed's. In the test bed's own
+    environment kopf would import the `kubernetes` package, which the image does not have (42 MiB)."""
+    python = Path(sys.prefix) / "operator" / "bin" / "python"
+    if not python.is_file():
+        raise FileNotFoundError(f"{python}: the operator's environment is missing; `make venv` builds it")
+    return str(python)
+
+
 class OperatorProcess:
-    """`tpujob operator` in a subprocess: start, SIGKILL, start again. `running` holds the live ones, so
-    a test can make sure no other operator reconciles its jobs."""
+    """`tpujob operator` in a subprocess of its own environment (operator_python): start, SIGKILL, start
+    again. `running` holds the live ones, so a test can make sure no other operator reconciles its jobs."""
 
     running: ClassVar[set[OperatorProcess]] = set()
 
@@ -191,7 +201,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tpujob.cli", "operator"],
+            [operator_python(), "-m", "tpujob.cli", "operator"],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,5 +1,5 @@
-"""tpujob.kube, the operator's Kubernetes calls through the `kubernetes` package, against the real API
-server of the test bed: the calls, their refusals, and the logins users have (a kubeconfig with an exec
+"""tpujob.kube, the operator's Kubernetes calls, and tpujob.kubelogin, its login and kopf's, against the real
+API server of the test bed: the calls, their refusals, and the logins users have (a kubeconfig with an exec
 credential plugin, as `gke-gcloud-auth-plugin`; the in-cluster service account with a rotated token)."""
 
 from __future__ import annotations
@@ -7,21 +7,18 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import logging
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
-import kopf
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.config import incluster_config, kube_config
+from lightkube.config.models import User
 
-from tpujob import kube
+from tpujob import kube, kubelogin
 from tpujob.api import constants as c
-from tpujob_sandbox import Sandbox, install_crd, token_kubeconfig
+from tpujob_sandbox import Sandbox, install_crd, token_kubeconfig, wait_for
 
 
 @pytest.fixture
@@ -101,9 +98,15 @@ def test_nodes_are_listed_by_label(api: kube.Kube, core: k8s.CoreV1Api) -> None:
 # --- logins users have ---------------------------------------------------------------------------
 
 
-def _cluster_and_token(sandbox: Sandbox, namespace: str, folder: Path) -> tuple[dict[str, Any], str]:
+def _cluster_and_token(
+    sandbox: Sandbox, namespace: str, folder: Path, account: str = "default"
+) -> tuple[dict[str, Any], str]:
     """The test bed's cluster entry and a ServiceAccount token that may read nothing but discovery."""
-    config = yaml.safe_load(token_kubeconfig(sandbox, namespace, "default", folder / "sa").read_text())
+    if account != "default":
+        k8s.CoreV1Api(sandbox.api_client).create_namespaced_service_account(
+            namespace, {"metadata": {"name": account}}
+        )
+    config = yaml.safe_load(token_kubeconfig(sandbox, namespace, account, folder / account).read_text())
     return config, config["users"][0]["user"]["token"]
 
 
@@ -115,19 +118,20 @@ def test_a_kubeconfig_with_an_exec_credential_plugin_logs_in_both_kopf_and_the_o
     config, token = _cluster_and_token(sandbox, namespace, tmp_path)
     runs = tmp_path / "runs"
     plugin = tmp_path / "auth-plugin.py"
+    expires = "2100-01-01T00:00:00Z"
     plugin.write_text(
         "import json, pathlib\n"
         f"runs = pathlib.Path({str(runs)!r})\n"
         "runs.write_text(runs.read_text() + 'x' if runs.exists() else 'x')\n"
-        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',\n"
-        f"                  'status': {{'token': {token!r}}}}}))\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',\n"
+        f"                  'status': {{'token': {token!r}, 'expirationTimestamp': {expires!r}}}}}))\n"
     )
     config["users"] = [
         {
             "name": "plugin-user",
             "user": {
                 "exec": {
-                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "apiVersion": "client.authentication.k8s.io/v1",
                     "command": sys.executable,
                     "args": [str(plugin)],
                     "interactiveMode": "Never",
@@ -140,63 +144,68 @@ def test_a_kubeconfig_with_an_exec_credential_plugin_logs_in_both_kopf_and_the_o
         context["context"]["user"] = "plugin-user"
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    # kopf's login reads the client's default location, taken from KUBECONFIG when the client was imported.
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig"))
 
     api = kube.Kube.login()
     # The namespace's default ServiceAccount may not list nodes: a 403 names the account the plugin gave.
-    with pytest.raises(kube.ApiError) as forbidden:
-        api.list_nodes("any")
-    assert forbidden.value.status == 403
-    assert f"system:serviceaccount:{namespace}:default".encode() in forbidden.value.body
-    assert runs.read_text()
+    for _ in range(2):
+        with pytest.raises(kube.ApiError) as forbidden:
+            api.list_nodes("any")
+        assert forbidden.value.status == 403
+        assert f"system:serviceaccount:{namespace}:default".encode() in forbidden.value.body
+    assert runs.read_text() == "x", "the token is kept until it expires"
 
-    connection = kopf.login_via_client(logger=logging.getLogger("login"), settings=kopf.OperatorSettings())
-    assert connection is not None and connection.token == token
+    connection = kubelogin.kopf_connection(kubelogin.load(), trust_env=False)
+    assert connection.token == token
+    assert connection.expiration == dt.datetime(2100, 1, 1, tzinfo=dt.UTC)  # kopf logs in again then
+    assert runs.read_text() == "xx", "kopf's login runs the plugin: a token of its own"
 
 
 def test_in_a_pod_the_service_account_token_is_read_again_after_rotation(
-    sandbox: Sandbox, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, namespace: str, core: k8s.CoreV1Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The kubelet rotates a projected token in place: the client reads the file again every minute."""
-    config, token = _cluster_and_token(sandbox, namespace, tmp_path)
+    """The kubelet rotates a projected token in place, and the old one stops working in time: the client
+    reads the file again when the API server refuses the token it has (401), and kopf at each login. Here
+    the old token is revoked (its Secret deleted) as the file gets a new one, of another account."""
+    config, old_token = _cluster_and_token(sandbox, namespace, tmp_path, "before")
+    _, new_token = _cluster_and_token(sandbox, namespace, tmp_path, "after")
     server = config["clusters"][0]["cluster"]["server"].removeprefix("https://")
     host, port = server.rsplit(":", 1)
-    token_file, ca_file = tmp_path / "token", tmp_path / "ca.crt"
-    token_file.write_text(token)
-    ca_file.write_bytes(base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]))
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca_file))
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(old_token)
+    (account / "namespace").write_text(namespace)
+    ca = base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"])
+    (account / "ca.crt").write_bytes(ca)
+    monkeypatch.setattr(kubelogin, "SERVICE_ACCOUNT", account)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
-    clock = _ShiftedClock()
-    monkeypatch.setattr(incluster_config, "datetime", clock.module)
+    monkeypatch.setenv("KUBECONFIG", str(sandbox.kubeconfig))  # not taken: in a pod, the service account
 
     api = kube.Kube.login()
+    assert f":{namespace}:before".encode() in _refused_as(api)
+    assert kubelogin.kopf_connection(kubelogin.load(), trust_env=False).token == old_token
+
+    (account / "token").write_text(new_token)
+    secret = core.read_namespaced_service_account("before", namespace).secrets[0].name
+    core.delete_namespaced_secret(secret, namespace)
+    wait_for(lambda: _refused_with(old_token) == 401, timeout=30, what="the old token refused")
+
+    assert f":{namespace}:after".encode() in _refused_as(api)  # a 401, the file read again, the new token
+    assert kubelogin.kopf_connection(kubelogin.load(), trust_env=False).token == new_token
+
+
+def _refused_as(api: kube.Kube) -> bytes:
+    """The 403's body, which names the account: a ServiceAccount may not list nodes."""
     with pytest.raises(kube.ApiError) as forbidden:
         api.list_nodes("any")
-    assert forbidden.value.status == 403  # authenticated as the ServiceAccount, not allowed
-
-    token_file.write_text("revoked-token")
-    clock.shift += dt.timedelta(minutes=2)
-    with pytest.raises(kube.ApiError) as unauthorized:
-        api.list_nodes("any")
-    assert unauthorized.value.status == 401  # the rotated file was read: its (bad) token was sent
+    assert forbidden.value.status == 403
+    return forbidden.value.body
 
 
-class _ShiftedClock:
-    """`datetime` for incluster_config with `now()` moved forward by `shift`: a minute passes at once."""
-
-    def __init__(self) -> None:
-        self.shift = dt.timedelta()
-        clock = self
-
-        class ShiftedDatetime(dt.datetime):
-            @classmethod
-            def now(cls, tz: dt.tzinfo | None = None) -> ShiftedDatetime:  # type: ignore[override]
-                return super().now(tz) + clock.shift  # type: ignore[return-value]
-
-        self.module = types.SimpleNamespace(datetime=ShiftedDatetime, timedelta=dt.timedelta)
+def _refused_with(token: str) -> int:
+    """The status of a request with `token` alone (no file to read again)."""
+    config = kubelogin.load()
+    return kube.http_client(config._replace(user=User(token=token))).get("/api/v1/nodes").status_code
 
 
 def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_said_once(

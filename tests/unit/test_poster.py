@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import httpx2
 import pytest
 
 from tpujob import kube, metrics, peering
@@ -102,7 +103,7 @@ class RecordingLimiter:
 
 def test_each_kube_call_takes_its_token_at_the_priority_it_names():
     limiter = RecordingLimiter()
-    api = kube.Kube(kube.LimitedApiClient(kube.client.Configuration(), limiter))  # type: ignore[arg-type]
+    api = kube.Kube(httpx2.Client(base_url="http://unused.invalid"), limiter)  # type: ignore[arg-type]
     calls = [
         lambda: api.create_pod("ns", {}),
         lambda: api.create_service("ns", {}),

@@ -9,8 +9,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx2
 import pytest
-from kubernetes import client
+from lightkube.config.kubeconfig import KubeConfig
 
 from tpujob import gke, kube
 from tpujob.render import Cluster
@@ -50,34 +51,25 @@ def outcome_of(call: Callable[[], Any]) -> BaseException | None:
     return ended[0]
 
 
+def black_holed_kube(black_hole: str, timeout: kube.Timeout) -> kube.Kube:
+    return kube.Kube(kube.http_client(KubeConfig.from_server(f"http://{black_hole}").get(), timeout=timeout))
+
+
 def test_a_kubernetes_call_to_a_black_hole_ends_at_the_read_timeout(black_hole: str) -> None:
-    configuration = client.Configuration()
-    configuration.host = f"http://{black_hole}"
-    api = kube.Kube(kube.LimitedApiClient(configuration, None, timeout=(1.0, 0.3)))
+    api = black_holed_kube(black_hole, timeout=(1.0, 0.3))
 
     error = outcome_of(lambda: api.get_tpujob("default", "train"))
 
-    assert error is not None and "timed out" in str(error).lower()
+    assert isinstance(error, httpx2.ReadTimeout)
 
 
-def test_without_the_operators_timeout_the_same_call_would_hang(black_hole: str) -> None:
-    """Why the timeout is set at the client's one door: the client's own default is none at all."""
-    configuration = client.Configuration()
-    configuration.host = f"http://{black_hole}"
-    api_client = client.ApiClient(configuration)
-    custom = client.CustomObjectsApi(api_client)
-    ended = threading.Event()
+def test_a_peering_read_ends_at_its_own_shorter_timeout(black_hole: str) -> None:
+    """The lead loop reads the peering object with a timeout of its own, shorter than the client's."""
+    api = black_holed_kube(black_hole, timeout=(1.0, HANG_BOUND_SECONDS * 2))
 
-    def call() -> None:
-        try:
-            custom.get_namespaced_custom_object("tpujob.dev", "v1alpha1", "default", "tpujobs", "train")
-        except Exception:  # the listener closes after the test: refused
-            pass
-        finally:
-            ended.set()
+    error = outcome_of(lambda: api.get_peering("default", None, timeout=(1.0, 0.3)))
 
-    threading.Thread(target=call, daemon=True).start()
-    assert not ended.wait(2.0)  # still waiting, with no timeout to end it
+    assert isinstance(error, httpx2.ReadTimeout)
 
 
 def test_a_gke_call_to_a_black_hole_ends_at_its_timeout(black_hole: str) -> None:

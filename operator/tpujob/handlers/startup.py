@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from tpujob import gke, kube, metrics, peering
+from tpujob import gke, kube, kubelogin, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import kopf_barrier, owned
@@ -39,10 +39,11 @@ class _NoDiffBase(kopf.DiffBaseStorage):
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's watches log in as the operator's own calls do (tpujob.kube.login), through the kubernetes
-    package: the service account in a pod, else the kubeconfig with its exec plugin."""
-    return kopf.login_via_client(**kwargs)
+def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's watches log in as the operator's own calls do (tpujob.kubelogin): the service account in a
+    pod, else the kubeconfig with its exec plugin. kopf calls this again when the token expires or the API
+    server refuses it (401)."""
+    return kubelogin.kopf_connection(kubelogin.load(), trust_env=settings.networking.trust_env)
 
 
 def set_peering(settings: kopf.OperatorSettings, config: OperatorConfig, priority: int) -> None:
