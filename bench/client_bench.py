@@ -10,14 +10,16 @@ deletes them, from `--threads` threads, and reports this process's CPU ms per re
 the run) and requests/s; the figure is the median of `--runs` runs, with the spread. The CPU is the
 client's: the API server and etcd are other processes.
 
-To compare with another version of tpujob.kube (say the previous commit's), run the same bench with that
-version first on the path: `PYTHONPATH=<its checkout>/operator .venv/bin/python bench/client_bench.py`.
+`--compare FILE` measures another version of tpujob/kube.py beside this one (say the previous commit's,
+`git show HEAD~1:operator/tpujob/kube.py > /tmp/kube_before.py`: it imports what it needs from tpujob as
+this checkout has it), the two alternating run by run against the same API server.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import os
 import statistics
 import sys
@@ -25,6 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # race_measure, beside this file
@@ -65,27 +68,41 @@ def timed(api: kube.Kube, names: list[str], threads: int) -> tuple[float, float]
     return time.process_time() - cpu, time.monotonic() - wall
 
 
-def run(args: argparse.Namespace) -> ClientResult:
-    result = ClientResult(kube.__file__, args.n, args.threads)
+def load(path: Path) -> ModuleType:
+    """Another version of tpujob/kube.py, as a module of its own."""
+    spec = importlib.util.spec_from_file_location(f"kube_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(args: argparse.Namespace) -> list[ClientResult]:
+    versions = [kube, *([load(args.compare)] if args.compare else [])]
+    results = [ClientResult(str(version.__file__), args.n, args.threads) for version in versions]
     with tempfile.TemporaryDirectory(prefix="tpujob-client-") as tmp:
         control_plane = ControlPlane(find_binaries(), Path(tmp)).start()
         try:
             os.environ["KUBECONFIG"] = str(control_plane.kubeconfig)
-            api = kube.Kube.login(max_connections=max(args.threads, 1))
+            apis = [version.Kube.login(max_connections=max(args.threads, 1)) for version in versions]
             # The namespace's default ServiceAccount must exist before a pod may be admitted.
-            wait_for(lambda: _created_warmup(api), timeout=60, interval=0.5, what="the first pod admitted")
-            timed(api, [f"warm-{i}" for i in range(20)], args.threads)  # connections open, code paths hot
+            wait_for(
+                lambda: _created_warmup(apis[0]), timeout=60, interval=0.5, what="the first pod admitted"
+            )
+            for number, api in enumerate(apis):  # connections open, code paths hot
+                timed(api, [f"warm-{number}-{i}" for i in range(50)], args.threads)
             for run_no in range(args.runs):
-                names = [f"bench-{run_no}-{i}" for i in range(args.n)]
-                cpu, wall = timed(api, names, args.threads)
-                requests = 2 * args.n
-                result.cpu_ms_per_request.append(round(1000 * cpu / requests, 3))
-                result.requests_per_second.append(round(requests / wall, 1))
-                cpu_ms, rate = 1000 * cpu / requests, requests / wall
-                print(f"  run {run_no + 1}: {cpu_ms:.2f} CPU ms/request, {rate:.0f} requests/s")
+                for number, (api, result) in enumerate(zip(apis, results, strict=True)):
+                    names = [f"bench-{run_no}-{number}-{i}" for i in range(args.n)]
+                    cpu, wall = timed(api, names, args.threads)
+                    requests = 2 * args.n
+                    cpu_ms, rate = 1000 * cpu / requests, requests / wall
+                    result.cpu_ms_per_request.append(round(cpu_ms, 3))
+                    result.requests_per_second.append(round(rate, 1))
+                    print(f"  run {run_no + 1}, {result.client}: {cpu_ms:.2f} CPU ms, {rate:.0f} requests/s")
         finally:
             control_plane.stop()
-    return result
+    return results
 
 
 def _created_warmup(api: kube.Kube) -> bool:
@@ -107,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="calling threads (a pass creates from 8)")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--compare", type=Path, help="another version of tpujob/kube.py, measured beside")
     args = parser.parse_args(argv)
-    result = run(args)
-    print(f"tpujob.kube from {result.client}, N={args.n}, {args.threads} thread(s), {args.runs} runs")
-    print(f"  CPU ms per request: {spread(result.cpu_ms_per_request)}")
-    print(f"  requests/s:         {spread(result.requests_per_second)}")
-    write_json(args.json, [result])
+    results = run(args)
+    for result in results:
+        print(f"tpujob.kube from {result.client}, N={args.n}, {args.threads} thread(s), {args.runs} runs")
+        print(f"  CPU ms per request: {spread(result.cpu_ms_per_request)}")
+        print(f"  requests/s:         {spread(result.requests_per_second)}")
+    write_json(args.json, results)
     return 0
 
 
