@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 OPERATOR_VENV := $(VENV)/operator
 OPERATOR_STAMP := $(OPERATOR_VENV)/.installed
 
-$(OPERATOR_STAMP): operator/constraints.txt pyproject.toml | $(STAMP)
+$(OPERATOR_STAMP): operator/constraints.txt pyproject.toml
 	test -x $(OPERATOR_VENV)/bin/python || $(PY) -m venv $(OPERATOR_VENV)
 	$(OPERATOR_VENV)/bin/pip install -q --disable-pip-version-check \
 		--constraint operator/constraints.txt --requirement operator/constraints.txt
