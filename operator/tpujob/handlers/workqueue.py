@@ -64,9 +64,8 @@ class Runtime:
         self.vanished: set[str] = set()
         # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
         self.sweep_requested = asyncio.Event()
-        # Set once kopf has indexed the initial listing of every watched resource (see indexes_ready):
-        # before that a job's pods or Service may be missing from the indexes, and a pass would create
-        # them again (409s), so the loops that request passes of their own wait for it.
+        # Set once kopf has indexed the jobs' initial listing (see indexes_ready): the loops that request
+        # passes of their own (the resync, a takeover) judge the jobs from a whole index, not half of one.
         self.indexed = asyncio.Event()
         # Set once the operator's pods and Services have been listed whole (handlers/owned.py): no pass
         # reads them before.
@@ -203,10 +202,10 @@ def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> Non
 
 
 def indexes_ready(runtime: Runtime) -> None:
-    """Called by every watch handler: kopf runs none before it has indexed the initial listings of all
-    the resources it watches (kopf 1.45 _core/reactor/processing.py: each event waits for the operator's
-    `operator_indexed` toggles after indexing and before the handlers), so the first call means the
-    indexes hold the whole cluster as it was listed."""
+    """Called by the TPUJob watch handler: kopf runs no handler before it has indexed the initial listing
+    of every resource it indexes (kopf 1.45 _core/reactor/processing.py: each event waits for the
+    operator's `operator_indexed` toggles after indexing and before the handlers), so the first call means
+    the jobs' index holds every job as it was listed."""
     if not runtime.indexed.is_set():
         runtime.indexed.set()
 
