@@ -90,8 +90,8 @@ async def take_over(runtime: Runtime) -> None:
     pass acts on them. If the list fails, each pass still reads its job before creating anything."""
     assert runtime.api is not None
     runtime.sweep_requested.set()
-    # A replica that takes over at its start has kopf's listings still to index: its watch handlers
-    # request the passes then, so the cached jobs are judged once the indexes are whole.
+    # A replica that takes over at its start may have kopf's listing of the jobs still to index: the
+    # cached jobs are judged against the API server's once the index is whole.
     await runtime.indexed.wait()
     loop = asyncio.get_running_loop()
     # Cached before the list: each of these existed before it, so one the list lacks is gone. (A job the
@@ -153,9 +153,9 @@ async def resync_round(
             await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
-    # Until kopf has indexed every initial listing, a job's pods may be missing from the indexes (at a
-    # restart among 10,000 jobs the listings take a while): its pass would create them again. The watch
-    # handlers give every job its first pass once the indexes are whole.
+    # Until kopf has indexed the jobs' initial listing the round would pass an arbitrary part of them; the
+    # watch handler gives every job its first pass once the index is whole. (Every pass also waits until
+    # the pods and Services are listed: handlers/owned.py.)
     keys = (
         [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
         if runtime.indexed.is_set()
