@@ -14,7 +14,7 @@ from kopf._core.engines.peering import guess_selectors
 from tpujob import cli
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
-from tpujob.handlers.indexes import indexed_job
+from tpujob.handlers.indexes import JobIndex, index_job, indexed_job
 from tpujob.handlers.startup import set_peering, watch_only_owned
 from tpujob.handlers.workqueue import Runtime, schedule
 from tpujob.reconciler import event_manifest
@@ -54,6 +54,19 @@ def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk() -> None:
     job = parse_tpujob({**indexed, "status": None})  # a pass parses exactly this
     assert (job.metadata.uid, job.metadata.generation, job.metadata.labels) == ("u-1", 3, {"team": "a"})
     assert "status" not in indexed_job({**body, "status": None})
+
+
+def test_the_jobs_map_takes_every_watch_event_and_drops_a_deleted_job() -> None:
+    jobs: JobIndex = {}
+    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "u", "resourceVersion": "1"}, "spec": {}}
+    index_job(jobs, None, ("ns", "j"), body)  # listed at start
+    index_job(
+        jobs, "MODIFIED", ("ns", "j"), {**body, "metadata": {**body["metadata"], "resourceVersion": "2"}}
+    )
+    assert [job["metadata"]["resourceVersion"] for job in jobs[("ns", "j")]] == ["2"]  # replaced, not added
+    index_job(jobs, "DELETED", ("ns", "j"), body)
+    index_job(jobs, "DELETED", ("ns", "gone-already"), body)
+    assert jobs == {}
 
 
 def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:

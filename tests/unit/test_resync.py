@@ -114,16 +114,10 @@ def fake_runtime(
     namespace: str | None = None,
     fail: bool = False,
     passed: dict[str, float] | None = None,
-    indexed: bool = True,
 ) -> Any:
-    """Jobs whose UIDs are their names; `passed`: when a job's last pass began, as seconds before now;
-    `indexed`: whether kopf has indexed every initial listing yet."""
+    """Jobs whose UIDs are their names; `passed`: when a job's last pass began, as seconds before now."""
     now = time.monotonic()  # the event loop's clock
-    ready = asyncio.Event()
-    if indexed:
-        ready.set()
     return SimpleNamespace(
-        indexed=ready,
         config=SimpleNamespace(namespace=namespace, resync_seconds=30.0),
         reconciler=FakeReconciler(order, fail),
         indexes=SimpleNamespace(jobs={key: [{"metadata": {"uid": key[1]}}] for key in KEYS}),
@@ -189,7 +183,6 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
     }
     forgotten: list[str] = []
     runtime = SimpleNamespace(
-        indexed=asyncio.Event(),
         api=TakeoverApi({"uid-kept"}, index),
         config=SimpleNamespace(namespace=None),
         indexes=SimpleNamespace(jobs=index),
@@ -207,16 +200,7 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
 
     monkeypatch.setattr(loops, "request_pass", request_pass)
 
-    async def take_over_once_indexed() -> None:
-        taking_over = asyncio.create_task(loops.take_over(runtime))
-        for _ in range(20):  # the loop runs the takeover as far as it can go without the indexes
-            await asyncio.sleep(0)
-        # kopf has not indexed its listings yet: nothing is judged from half-filled indexes.
-        assert not taking_over.done() and asked == [] and runtime.vanished == set()
-        runtime.indexed.set()
-        await asyncio.wait_for(taking_over, 5)
-
-    asyncio.run(take_over_once_indexed())
+    asyncio.run(loops.take_over(runtime))
 
     assert asked == [("ns", "kept")]
     # The cached jobs the list lacks are gone; the one created again after the list is not judged by it
@@ -232,12 +216,3 @@ def test_a_round_skips_the_jobs_that_had_a_pass_within_the_interval():
     run_round(fake_runtime(order, passed={"job-1": 5.0, "job-2": 5.0, "job-3": 31.0}), order, [0.0, 1.0])
     assert sorted(order[1:]) == sorted(name for _, name in KEYS if name not in ("job-1", "job-2"))
     assert gauge("tpujob_resync_round_jobs") == len(KEYS) - 2
-
-
-def test_a_round_before_kopf_has_indexed_its_listings_gives_no_pass_but_still_reads_maintenance():
-    """At a restart among many jobs the listings take a while to index: a job's pods may not be in the
-    pod index yet, and a pass would create them again."""
-    order: list[str] = []
-    run_round(fake_runtime(order, indexed=False), order, [0.0, 0.5])
-    assert order == ["maintenance"]
-    assert gauge("tpujob_resync_round_jobs") == 0

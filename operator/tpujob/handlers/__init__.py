@@ -2,8 +2,8 @@
 
 Level-triggered, like Kubernetes' own controllers: every TPUJob event, every event of a pod the
 operator owns, a requeue the last pass asked for, and a periodic resync all run the same pass for
-the job (tpujob.reconciler), one at a time per job. The pass reads jobs from kopf's in-memory index,
-and pods and Services from the operator's own maps (owned.py), all fed by watches, so a pass that finds
+the job (tpujob.reconciler), one at a time per job. The pass reads jobs, pods and Services from the
+operator's own in-memory maps (indexes.py, owned.py), all fed by watches, so a pass that finds
 nothing to do makes no API call.
 
 kopf itself writes nothing to a TPUJob: no finalizer of its own (the pass adds ours before the first
@@ -14,8 +14,8 @@ bench/operator_bench.py: a job's whole start costs its pods, its Service, one st
 
 Modules by concern: startup (settings, clients, loops), workqueue (the jobs waiting for a pass, coalesced
 per job as in client-go's work queue; one pass at a time per job, requeues), loops (resync, orphan sweep),
-indexes (the jobs' index), owned (the pods' and Services' maps and their watches), kopf_barrier (kopf's
-indexing wait at start, made linear), events (what asks for a pass), deletion (the finalizer). Importing this
+indexes (the jobs' map), owned (the pods' and Services' maps and their watches), events (what asks for a
+pass), deletion (the finalizer). Importing this
 package registers every handler with kopf.
 """
 

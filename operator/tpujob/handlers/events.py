@@ -8,7 +8,8 @@ from typing import Any
 import kopf
 
 from tpujob.api import constants as c
-from tpujob.handlers.workqueue import Runtime, forget, indexes_ready, request_pass
+from tpujob.handlers.indexes import index_job
+from tpujob.handlers.workqueue import Runtime, forget, request_pass
 
 JOBS = (c.GROUP, c.VERSION, c.PLURAL)
 PODS = ("", "v1", "pods")
@@ -30,8 +31,8 @@ async def on_tpujob_event(
     **_: Any,
 ) -> None:
     runtime: Runtime = memo.runtime
-    indexes_ready(runtime)
     assert namespace is not None  # TPUJobs are namespaced
+    index_job(runtime.indexes.jobs, type, (namespace, name), body)  # every event, our own writes too
     if type == "DELETED":
         forget(runtime, uid)
         return

@@ -90,9 +90,6 @@ async def take_over(runtime: Runtime) -> None:
     pass acts on them. If the list fails, each pass still reads its job before creating anything."""
     assert runtime.api is not None
     runtime.sweep_requested.set()
-    # A replica that takes over at its start may have kopf's listing of the jobs still to index: the
-    # cached jobs are judged against the API server's once the index is whole.
-    await runtime.indexed.wait()
     loop = asyncio.get_running_loop()
     # Cached before the list: each of these existed before it, so one the list lacks is gone. (A job the
     # watch adds while the list runs may be newer than the list, and is not judged by it.)
@@ -153,14 +150,7 @@ async def resync_round(
             await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
-    # Until kopf has indexed the jobs' initial listing the round would pass an arbitrary part of them; the
-    # watch handler gives every job its first pass once the index is whole. (Every pass also waits until
-    # the pods and Services are listed: handlers/owned.py.)
-    keys = (
-        [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
-        if runtime.indexed.is_set()
-        else []
-    )
+    keys = [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
     await pass_all(keys, lambda keys: pass_batch(runtime, keys), concurrency, batch)
     metrics.RESYNC_ROUND_SECONDS.set(clock() - started)
     metrics.RESYNC_ROUND_JOBS.set(len(keys))

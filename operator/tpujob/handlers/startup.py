@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 from tpujob import gke, kube, kubelogin, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
-from tpujob.handlers import kopf_barrier, owned
+from tpujob.handlers import owned
 from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, pod_changed
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
@@ -77,8 +77,6 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
-    # Before kopf's watches start: their indexing barrier, linear in the objects listed at start.
-    kopf_barrier.apply()
     # Our finalizer and annotation prefixes, so nothing the operator writes uses kopf's defaults.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
@@ -156,11 +154,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.startup()
-async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime: Runtime = memo.runtime
     pods, services = owned.OwnedCache(pod_view), owned.OwnedCache(lambda _: True)
-    # kopf hands each index to handlers as a keyword named after its function (handlers/indexes.py).
-    runtime.indexes = Indexes(kwargs["tpujob_index"], pods, services)
+    runtime.indexes = Indexes({}, pods, services)  # the jobs' map is filled by their watch handler
 
     def listed(changed: set[tuple[str, str]]) -> None:
         if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed

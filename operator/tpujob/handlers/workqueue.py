@@ -15,6 +15,7 @@ import kopf
 
 from tpujob import kube
 from tpujob.config import OperatorConfig
+from tpujob.handlers.indexes import JobIndex
 from tpujob.peering import NotLeading
 from tpujob.reconciler import Outcome, Reconciler
 
@@ -25,10 +26,11 @@ RETRY_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class Indexes:
-    """The watch-fed state a pass reads: jobs by (namespace, name) (kopf's index), their pods and Services
-    by (namespace, job name) (handlers/owned.py's maps: a view of each pod, True for a Service)."""
+    """The watch-fed state a pass reads: jobs by (namespace, name) (handlers/indexes.py's map), their pods
+    and Services by (namespace, job name) (handlers/owned.py's maps: a view of each pod, True for a
+    Service)."""
 
-    jobs: kopf.Index[Any, Any]
+    jobs: JobIndex
     pods: Mapping[tuple[str, str], list[Any]]
     services: Mapping[tuple[str, str], list[Any]]
 
@@ -64,9 +66,6 @@ class Runtime:
         self.vanished: set[str] = set()
         # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
         self.sweep_requested = asyncio.Event()
-        # Set once kopf has indexed the jobs' initial listing (see indexes_ready): the loops that request
-        # passes of their own (the resync, a takeover) judge the jobs from a whole index, not half of one.
-        self.indexed = asyncio.Event()
         # Set once the operator's pods and Services have been listed whole (handlers/owned.py): no pass
         # reads them before.
         self.owned_listed = asyncio.Event()
@@ -199,15 +198,6 @@ def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> Non
     if pending is not None:
         pending.cancel()
     runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
-
-
-def indexes_ready(runtime: Runtime) -> None:
-    """Called by the TPUJob watch handler: kopf runs no handler before it has indexed the initial listing
-    of every resource it indexes (kopf 1.45 _core/reactor/processing.py: each event waits for the
-    operator's `operator_indexed` toggles after indexing and before the handlers), so the first call means
-    the jobs' index holds every job as it was listed."""
-    if not runtime.indexed.is_set():
-        runtime.indexed.set()
 
 
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
