@@ -25,6 +25,8 @@ ENV = "TPUJOB_MEMORY_REPORT"
 # Frames kept per traced allocation; 0: no tracing, so RSS is as without the report and pymalloc's own
 # statistics show (tracemalloc's hooks hide them): for the allocator's share, fragmentation.
 FRAMES_ENV = "TPUJOB_MEMORY_REPORT_FRAMES"
+# Set: each report also calls malloc_trim(0) and says what it released (it changes RSS from then on).
+TRIM_ENV = "TPUJOB_MEMORY_REPORT_TRIM"
 TOP = 60
 
 
@@ -69,9 +71,23 @@ def _pymalloc() -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(keep))
 
 
+def _trimmed() -> str:
+    """What glibc's malloc_trim gives back to the OS now: whether trimming after a burst would pay."""
+    before = _rss_kib()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return f"malloc_trim(0): RSS {before / 1024:.1f} -> {_rss_kib() / 1024:.1f} MiB"
+
+
+def _rss_kib() -> int:
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS"))
+    return int(line.split()[1])
+
+
 def report(snapshot: tracemalloc.Snapshot | None) -> str:
     out = io.StringIO()
     print(_proc_status(), _glibc_heap(), _pymalloc(), sep="\n", file=out)
+    if os.environ.get(TRIM_ENV):
+        print(_trimmed(), file=out)
     # Cyclic garbage not yet collected: it holds memory until a collection of its generation runs.
     print(f"gc.collect() found {gc.collect()} unreachable objects", file=out)
     counts = Counter(type(o).__qualname__ for o in gc.get_objects())
