@@ -7,6 +7,8 @@ costs more than the indexing itself."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -29,17 +31,33 @@ INDEXED_METADATA = (
 
 @kopf.index(*JOBS)
 async def tpujob_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): indexed_job(body)}
+    return {(namespace, name): IndexedJob.of(body)}
 
 
-def indexed_job(body: Any) -> dict[str, Any]:
-    meta = body["metadata"]
-    indexed = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
-        "spec": body.get("spec"),
-    }
-    if body.get("status") is not None:
-        indexed["status"] = body["status"]
-    return indexed
+@dataclass(frozen=True, slots=True)
+class IndexedJob:
+    """A watched job as the index keeps it: what a pass reads, as compact JSON. A job's spec and status as
+    decoded objects take about 3 times the bytes of their text (each dict, list and string an object of
+    its own), held for every live job; a pass decodes its job's text again, in its worker thread."""
+
+    uid: str
+    deleting: bool
+    wire: str
+
+    @classmethod
+    def of(cls, body: Any) -> IndexedJob:
+        meta = body["metadata"]
+        kept = {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
+            "spec": body.get("spec"),
+        }
+        if body.get("status") is not None:
+            kept["status"] = body["status"]
+        return cls(meta["uid"], bool(meta.get("deletionTimestamp")), json.dumps(kept, separators=(",", ":")))
+
+    def body(self) -> dict[str, Any]:
+        """A fresh copy of the job's body: the pass may keep or change it."""
+        decoded: dict[str, Any] = json.loads(self.wire)
+        return decoded
