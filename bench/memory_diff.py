@@ -1,7 +1,7 @@
 """What the operator's memory grew by between two of its reports (tpujob/memreport.py), per job.
 
     .venv/bin/python bench/scale_bench.py --n 3000 --memory-report /tmp/mem
-    .venv/bin/python bench/memory_diff.py /tmp/mem/n3000.0 /tmp/mem/n3000.1 --jobs 3000
+    .venv/bin/python bench/memory_diff.py /tmp/mem/n3000.0 /tmp/mem/n3000.2 --jobs 3000
 
 Prints the traced bytes each source line and each file added, in bytes per job, the largest first, and the
 container objects added by type, per job."""

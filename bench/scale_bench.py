@@ -216,6 +216,7 @@ class ScaleRun:
             self._memory_report(0)
             pods = PodWatch(self.bed.api_client, NAMESPACE).start()
             names, sent = self._create_all()
+            self._memory_report(1)  # amid the burst: what a peak is made of
             first_sent = min(sent.values(), default=time.monotonic())
             steady = (
                 bool(names)
@@ -225,7 +226,7 @@ class ScaleRun:
             )
             if steady:
                 self._idle_cpu()
-                self._memory_report(1)
+                self._memory_report(2)
                 if self.args.restart:
                     self._restart()
         except Broken as error:
@@ -510,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-report",
         type=Path,
         metavar="DIR",
-        help="trace the operator's allocations and write its memory reports here, with no job (n<N>.0.*) "
-        "and after the idle window (n<N>.1.*); compare them with bench/memory_diff.py. RSS runs slower "
+        help="trace the operator's allocations and write its memory reports here, with no job (n<N>.0.*), "
+        "when the creates end (n<N>.1.*, amid the burst) and after the idle window (n<N>.2.*); compare "
+        "them with bench/memory_diff.py. RSS runs slower "
         "and higher with it: take RSS figures from runs without",
     )
     args = parser.parse_args(argv)
