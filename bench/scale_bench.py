@@ -42,6 +42,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 import threading
@@ -79,6 +80,7 @@ from tpujob_sandbox import (
     stop_process,
 )
 
+MEMORY_REPORT_ENV = "TPUJOB_MEMORY_REPORT"  # tpujob.memreport.ENV
 NAMESPACE = "scale"
 PAGE = 500
 MAX_CREATE_ERRORS = 20
@@ -162,6 +164,8 @@ class ScaleRun:
         self.custom = k8s.CustomObjectsApi(bed.api_client)
         env = bench.operator_env()
         env["TPUJOB_RESYNC_SECONDS"] = f"{args.resync:g}"
+        if args.memory_report:
+            env[MEMORY_REPORT_ENV] = str(args.memory_report.resolve() / f"n{n}")
         self.metrics_port = int(env["TPUJOB_METRICS_PORT"])
         self.operator = OperatorProcess(env, bench.folder / f"operator-{n}.log")
         self.result = ScaleResult(n, bench.qps, args.resync, args.tpu, bench.pods)
@@ -209,8 +213,10 @@ class ScaleRun:
             create_namespace(self.bench.core, NAMESPACE)
             self.operator.start()
             self.wait("the operator's /metrics", self._metrics_up, 120, 0.5)
+            self._memory_report(0)
             pods = PodWatch(self.bed.api_client, NAMESPACE).start()
             names, sent = self._create_all()
+            self._memory_report(1)  # amid the burst: what a peak is made of
             first_sent = min(sent.values(), default=time.monotonic())
             steady = (
                 bool(names)
@@ -220,6 +226,7 @@ class ScaleRun:
             )
             if steady:
                 self._idle_cpu()
+                self._memory_report(2)
                 if self.args.restart:
                     self._restart()
         except Broken as error:
@@ -379,6 +386,16 @@ class ScaleRun:
         self.result.idle_cpu_percent = round(100 * spent / (time.monotonic() - started), 1)
         log(f"idle: {self.result.idle_cpu_percent} % of a core")
 
+    def _memory_report(self, k: int) -> None:
+        """With --memory-report: the operator's k-th report (tpujob/memreport.py), waited for."""
+        if not self.args.memory_report:
+            return
+        process = self.operator.process
+        assert process is not None
+        written = self.args.memory_report / f"n{self.n}.{k}.txt"
+        process.send_signal(signal.SIGUSR2)
+        self.wait(f"memory report {written}", lambda: (written.exists(), "not yet"), 300, 1.0)
+
     def _restart(self) -> None:
         """Stop the operator, start a new process, and wait until it has given every job a pass."""
         self._figures()  # the first process' figures, before it goes
@@ -490,7 +507,18 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, help="seconds per wait for pods / statuses; default 300 + N/10"
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--memory-report",
+        type=Path,
+        metavar="DIR",
+        help="trace the operator's allocations and write its memory reports here, with no job (n<N>.0.*), "
+        "when the creates end (n<N>.1.*, amid the burst) and after the idle window (n<N>.2.*); compare "
+        "them with bench/memory_diff.py. RSS runs slower "
+        "and higher with it: take RSS figures from runs without",
+    )
     args = parser.parse_args(argv)
+    if args.memory_report:
+        args.memory_report.mkdir(parents=True, exist_ok=True)
     qps, burst = limits(args.qps, args.burst)
     tpu_type, topology = args.tpu.split(":")
     results: list[ScaleResult] = []

@@ -77,9 +77,11 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator in the foreground (kopf), configured by TPUJOB_* environment variables."""
+    from tpujob import memreport
     from tpujob.config import from_environment
     from tpujob.peering import ensure_identity
 
+    memreport.install_from_environment()
     config = from_environment()
     ensure_identity()
     import kopf

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 from typing import Any
 
@@ -14,9 +15,10 @@ from kopf._core.engines.peering import guess_selectors
 from tpujob import cli
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
-from tpujob.handlers.indexes import JobIndex, index_job, indexed_job
+from tpujob.handlers import workqueue
+from tpujob.handlers.indexes import IndexedJob, JobIndex, index_job
 from tpujob.handlers.startup import set_peering, watch_only_owned
-from tpujob.handlers.workqueue import Runtime, schedule
+from tpujob.handlers.workqueue import Runtime, request_pass, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 
@@ -45,7 +47,9 @@ def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk() -> None:
         },
         "status": {"phase": "Running"},
     }
-    indexed = indexed_job(body)
+    kept = IndexedJob.of(body)
+    assert (kept.uid, kept.deleting) == ("u-1", True)
+    indexed = kept.body()
     assert "managedFields" not in indexed["metadata"] and "annotations" not in indexed["metadata"]
     assert indexed["metadata"]["resourceVersion"] == "42"
     assert indexed["metadata"]["finalizers"] == ["tpujob.dev/node-pools"]
@@ -53,7 +57,8 @@ def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk() -> None:
     assert indexed["status"] == {"phase": "Running"}
     job = parse_tpujob({**indexed, "status": None})  # a pass parses exactly this
     assert (job.metadata.uid, job.metadata.generation, job.metadata.labels) == ("u-1", 3, {"team": "a"})
-    assert "status" not in indexed_job({**body, "status": None})
+    assert "status" not in IndexedJob.of({**body, "status": None}).body()
+    assert kept.body() is not kept.body(), "each pass gets its own copy"
 
 
 def test_the_jobs_map_takes_every_watch_event_and_drops_a_deleted_job() -> None:
@@ -63,7 +68,7 @@ def test_the_jobs_map_takes_every_watch_event_and_drops_a_deleted_job() -> None:
     index_job(
         jobs, "MODIFIED", ("ns", "j"), {**body, "metadata": {**body["metadata"], "resourceVersion": "2"}}
     )
-    assert [job["metadata"]["resourceVersion"] for job in jobs[("ns", "j")]] == ["2"]  # replaced, not added
+    assert [job.body()["metadata"]["resourceVersion"] for job in jobs[("ns", "j")]] == ["2"]  # replaced
     index_job(jobs, "DELETED", ("ns", "j"), body)
     index_job(jobs, "DELETED", ("ns", "gone-already"), body)
     assert jobs == {}
@@ -93,6 +98,33 @@ def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:
         return fired
 
     assert asyncio.run(scenario()) == ["soon", "after"]
+
+
+KOPF_CAUSE: contextvars.ContextVar[str] = contextvars.ContextVar("kopf_cause", default="")
+
+
+def test_passes_and_requeues_do_not_carry_the_kopf_handlers_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's context variables hold the event's body; a pass asked for in a handler, and the requeues it
+    schedules, must not keep them."""
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+        seen.append(KOPF_CAUSE.get())
+        done.set()
+
+    async def scenario() -> None:
+        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
+        KOPF_CAUSE.set("the event's body")  # as kopf sets it around a handler
+        request_pass(runtime, "ns", "j")
+        await asyncio.wait_for(done.wait(), timeout=10)
+        done.clear()
+        schedule(runtime, "u", 0.1, lambda: fake_reconcile(runtime, "ns", "j"))
+        await asyncio.wait_for(done.wait(), timeout=10)
+
+    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
+    asyncio.run(scenario())
+    assert seen == ["", ""]
 
 
 def test_events_name_the_job_and_the_operator_and_stay_short() -> None:

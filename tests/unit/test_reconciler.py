@@ -248,6 +248,10 @@ def test_pods_in_flight_are_dropped_once_the_watch_shows_them() -> None:
     seen = [s.PodView(name="a", slice=0, worker=0, attempt=0, phase="Pending")]
     assert memory.pods_in_flight("u", seen) == frozenset({"b"})
     assert memory.pods_in_flight("u", []) == frozenset({"b"})
+    both = [*seen, s.PodView(name="b", slice=0, worker=0, attempt=0, phase="Pending")]
+    assert memory.pods_in_flight("u", both) == frozenset()
+    assert memory.uids() == set(), "nothing kept once every pod was seen"
+    memory.pods_created("u", ["c"])
     memory.forget("u")
     assert memory.pods_in_flight("u", []) == frozenset()
 
@@ -265,6 +269,18 @@ def test_own_status_write_is_read_back_until_the_watch_has_it() -> None:
     memory.forget("uid-1")
     memory.written("uid-1", "8")  # a write that was in flight when the job was deleted
     assert memory.uids() == set()
+
+
+def test_a_decided_status_is_forgotten_once_the_watch_shows_it() -> None:
+    memory = JobMemory()
+    memory.decided("uid-1", {"phase": "Provisioning"})
+    memory.written("uid-1", "7")
+    assert memory.current_status(job_body(status={"phase": "Pending"})) == {"phase": "Provisioning"}
+    assert memory.uids() == {"uid-1"}, "kept while the watch shows an older status"
+    shown = job_body(resourceVersion="7", status={"phase": "Provisioning"})
+    assert memory.current_status(shown) == {"phase": "Provisioning"}
+    assert memory.uids() == set(), "the watched body holds it now"
+    assert memory.is_own_write(shown), "its echo is still known as ours"
 
 
 # --- the pass: observe, decide, act ----------------------------------------------------------------

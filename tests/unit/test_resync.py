@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from tpujob.handlers import loops
+from tpujob.handlers.indexes import IndexedJob
 
 KEYS = [("ns", f"job-{i}") for i in range(23)]
 
@@ -120,7 +121,7 @@ def fake_runtime(
     return SimpleNamespace(
         config=SimpleNamespace(namespace=namespace, resync_seconds=30.0),
         reconciler=FakeReconciler(order, fail),
-        indexes=SimpleNamespace(jobs={key: [{"metadata": {"uid": key[1]}}] for key in KEYS}),
+        indexes=SimpleNamespace(jobs={key: [IndexedJob(key[1], False, "{}")] for key in KEYS}),
         passed={uid: now - ago for uid, ago in (passed or {}).items()},
     )
 
@@ -167,19 +168,19 @@ class TakeoverApi:
     """The API server at takeover: lists the uids it has. While it lists, the watch delivers a job that
     was deleted and created again under its name, newer than the list's snapshot."""
 
-    def __init__(self, live: set[str], index: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+    def __init__(self, live: set[str], index: dict[tuple[str, str], list[IndexedJob]]) -> None:
         self.live, self.index = live, index
 
     def list_tpujob_uids(self, namespace: str | None) -> set[str]:
-        self.index[("ns", "recreated")] = [{"metadata": {"uid": "uid-recreated-new"}}]
+        self.index[("ns", "recreated")] = [IndexedJob("uid-recreated-new", False, "{}")]
         return set(self.live)
 
 
 def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_ones_it_lacks(monkeypatch):
     index = {
-        ("ns", "kept"): [{"metadata": {"uid": "uid-kept"}}],
-        ("ns", "deleted-while-standing-by"): [{"metadata": {"uid": "uid-gone"}}],
-        ("ns", "recreated"): [{"metadata": {"uid": "uid-recreated-old"}}],
+        ("ns", "kept"): [IndexedJob("uid-kept", False, "{}")],
+        ("ns", "deleted-while-standing-by"): [IndexedJob("uid-gone", False, "{}")],
+        ("ns", "recreated"): [IndexedJob("uid-recreated-old", False, "{}")],
     }
     forgotten: list[str] = []
     runtime = SimpleNamespace(

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from tpujob.config import from_environment
+from tpujob.handlers.indexes import IndexedJob
 from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
 from tpujob.reconciler import Outcome
 
@@ -42,7 +43,7 @@ def job(name: str, deleting: bool = False) -> dict[str, Any]:
 def runtime_with(reconciler: Reconciler, jobs: dict[str, dict[str, Any]]) -> Runtime:
     runtime = Runtime(from_environment(), reconciler)  # type: ignore[arg-type]
     runtime.indexes = Indexes(
-        {("ns", name): [body] for name, body in jobs.items()},  # type: ignore[arg-type]
+        {("ns", name): [IndexedJob.of(body)] for name, body in jobs.items()},  # type: ignore[arg-type]
         {("ns", "a"): ["pod-a0", "pod-a1"]},  # type: ignore[arg-type]
         {("ns", "a"): [True]},  # type: ignore[arg-type]
     )

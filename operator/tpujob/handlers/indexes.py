@@ -10,6 +10,8 @@ it. Without an index kopf has nothing to wait for, and each job's watch event fi
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 # The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
@@ -28,7 +30,7 @@ INDEXED_METADATA = (
 
 JobKey = tuple[str, str]  # (namespace, name)
 # The jobs by key, each as a one-item list (how a pass reads every map: handlers/workqueue._values).
-JobIndex = dict[JobKey, list[dict[str, Any]]]
+JobIndex = dict[JobKey, list["IndexedJob"]]
 
 
 def index_job(jobs: JobIndex, event_type: str | None, key: JobKey, body: Any) -> None:
@@ -36,17 +38,33 @@ def index_job(jobs: JobIndex, event_type: str | None, key: JobKey, body: Any) ->
     if event_type == "DELETED":
         jobs.pop(key, None)
     else:
-        jobs[key] = [indexed_job(body)]
+        jobs[key] = [IndexedJob.of(body)]
 
 
-def indexed_job(body: Any) -> dict[str, Any]:
-    meta = body["metadata"]
-    indexed = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
-        "spec": body.get("spec"),
-    }
-    if body.get("status") is not None:
-        indexed["status"] = body["status"]
-    return indexed
+@dataclass(frozen=True, slots=True)
+class IndexedJob:
+    """A watched job as the index keeps it: what a pass reads, as compact JSON. A job's spec and status as
+    decoded objects take about 3 times the bytes of their text (each dict, list and string an object of
+    its own), held for every live job; a pass decodes its job's text again, in its worker thread."""
+
+    uid: str
+    deleting: bool
+    wire: str
+
+    @classmethod
+    def of(cls, body: Any) -> IndexedJob:
+        meta = body["metadata"]
+        kept = {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
+            "spec": body.get("spec"),
+        }
+        if body.get("status") is not None:
+            kept["status"] = body["status"]
+        return cls(meta["uid"], bool(meta.get("deletionTimestamp")), json.dumps(kept, separators=(",", ":")))
+
+    def body(self) -> dict[str, Any]:
+        """A fresh copy of the job's body: the pass may keep or change it."""
+        decoded: dict[str, Any] = json.loads(self.wire)
+        return decoded

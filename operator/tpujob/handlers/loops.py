@@ -94,9 +94,9 @@ async def take_over(runtime: Runtime) -> None:
     # Cached before the list: each of these existed before it, so one the list lacks is gone. (A job the
     # watch adds while the list runs may be newer than the list, and is not judged by it.)
     cached = [
-        (namespace, job, body["metadata"]["uid"])
+        (namespace, job, indexed.uid)
         for namespace, job in list(runtime.indexes.jobs)
-        for body in runtime.indexes.jobs.get((namespace, job), [])
+        for indexed in runtime.indexes.jobs.get((namespace, job), [])
     ]
     try:
         live = await loop.run_in_executor(None, runtime.api.list_tpujob_uids, runtime.config.namespace)

@@ -5,9 +5,11 @@ deleted job. No kopf handler lives here; the pass itself is reconciler.Reconcile
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +28,9 @@ RETRY_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class Indexes:
-    """The watch-fed state a pass reads: jobs by (namespace, name) (handlers/indexes.py's map), their pods
-    and Services by (namespace, job name) (handlers/owned.py's maps: a view of each pod, True for a
-    Service)."""
+    """The watch-fed state a pass reads: jobs (indexes.IndexedJob) by (namespace, name) (handlers/indexes.py's
+    map), their pods and Services by (namespace, job name) (handlers/owned.py's maps: a view of each pod,
+    True for a Service)."""
 
     jobs: JobIndex
     pods: Mapping[tuple[str, str], list[Any]]
@@ -89,17 +91,18 @@ def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
         return
 
 
-# What a pass reads, under its job's lock: the job's body, its pods, whether its Service exists.
-PassState = tuple[dict[str, Any], list[Any], bool]
+# What a pass reads, under its job's lock: the job as indexed (indexes.IndexedJob), its pods, whether its
+# Service exists.
+PassState = tuple[Any, list[Any], bool]
 
 
 def _job_uid(runtime: Runtime, key: tuple[str, str]) -> str | None:
     """The UID of the job at `key` if this replica should pass it: it is indexed, not vanished, and this
     replica is the active one (a standby leaves every job to the active one)."""
-    bodies = list(_values(runtime.indexes.jobs, key))
-    if not bodies or not runtime.active:
+    indexed = list(_values(runtime.indexes.jobs, key))
+    if not indexed or not runtime.active:
         return None
-    uid: str = bodies[0]["metadata"]["uid"]
+    uid: str = indexed[0].uid
     return None if uid in runtime.vanished else uid
 
 
@@ -108,17 +111,19 @@ def _begin(runtime: Runtime, key: tuple[str, str], uid: str) -> PassState | None
     newest the indexes have; None for a job being deleted (the finalizer's handler has it)."""
     runtime.queued.discard(key)
     runtime.passed[uid] = asyncio.get_running_loop().time()
-    bodies = list(_values(runtime.indexes.jobs, key))
-    if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+    indexed = list(_values(runtime.indexes.jobs, key))
+    if not indexed or indexed[0].deleting:
         return None
-    return bodies[0], list(_values(runtime.indexes.pods, key)), any(_values(runtime.indexes.services, key))
+    return indexed[0], list(_values(runtime.indexes.pods, key)), any(_values(runtime.indexes.services, key))
 
 
 def _run_pass(reconciler: Reconciler, key: tuple[str, str], state: PassState) -> Outcome | None:
     """One pass, in a worker thread. None: this replica stood down mid-pass (the one that leads now
-    takes it from here)."""
+    takes it from here). The job's body is decoded here, not while the pass waits for a thread (in a
+    burst, thousands wait)."""
+    indexed, pods, service_exists = state
     try:
-        return reconciler.reconcile(*state)
+        return reconciler.reconcile(indexed.body(), pods, service_exists)
     except NotLeading:
         return None
     except Exception:
@@ -138,8 +143,7 @@ def _finish(runtime: Runtime, key: tuple[str, str], uid: str, outcome: Outcome |
         runtime.vanished.add(uid)
         forget(runtime, uid)
         return
-    namespace, name = key
-    schedule(runtime, uid, outcome.requeue_after, lambda: reconcile(runtime, namespace, name))
+    schedule(runtime, uid, outcome.requeue_after, functools.partial(reconcile, runtime, *key))
 
 
 async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
@@ -185,7 +189,9 @@ async def reconcile_batch(runtime: Runtime, keys: list[tuple[str, str]]) -> None
         _finish(runtime, key, uid, outcome)
 
 
-def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> None:
+def schedule(
+    runtime: Runtime, uid: str, delay: float | None, again: Callable[[], Coroutine[Any, Any, None]]
+) -> None:
     """One pending requeue per job: the soonest asked for. A pass that needs no look, or a later one,
     leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end)."""
     if delay is None:
@@ -197,7 +203,12 @@ def schedule(runtime: Runtime, uid: str, delay: float | None, again: Any) -> Non
         return
     if pending is not None:
         pending.cancel()
-    runtime.requeues[uid] = loop.call_at(when, lambda: asyncio.ensure_future(again()))
+    # A partial and the timer's own arguments, not closures: a job at rest holds its pending requeue.
+    runtime.requeues[uid] = loop.call_at(when, _start_now, again)
+
+
+def _start_now(again: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    _start(again())
 
 
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
@@ -208,15 +219,22 @@ def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     if key in runtime.queued:
         return
     runtime.queued.add(key)
-    task = asyncio.create_task(reconcile(runtime, namespace, name))
+    task = _start(reconcile(runtime, namespace, name))
     runtime.passes.add(task)
     task.add_done_callback(runtime.passes.discard)
 
 
+def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A pass runs in an empty context, not a copy of the kopf handler's that asked for it: kopf's context
+    variables hold the event's cause (its body, patch and logger), and each requeue's timer would copy them
+    on, so every job with a requeue pending would keep its first event alive."""
+    return asyncio.get_running_loop().create_task(coroutine, context=contextvars.Context())
+
+
 def passed_since(runtime: Runtime, key: tuple[str, str], since: float) -> bool:
     """Whether the job at `key` had a pass begin at or after `since` (the loop's clock)."""
-    bodies = list(_values(runtime.indexes.jobs, key))
-    return bool(bodies) and runtime.passed.get(bodies[0]["metadata"]["uid"], -math.inf) >= since
+    indexed = list(_values(runtime.indexes.jobs, key))
+    return bool(indexed) and runtime.passed.get(indexed[0].uid, -math.inf) >= since
 
 
 def forget(runtime: Runtime, uid: str) -> None:

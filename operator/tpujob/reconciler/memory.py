@@ -62,10 +62,15 @@ class JobMemory:
 
     def current_status(self, body: dict[str, Any]) -> dict[str, Any]:
         """The job's status: the last one we decided, if any (the watch shows it later, or it is still being
-        written)."""
+        written). Once the watch shows that very status it is forgotten here: the watched body, which only
+        moves forward, holds it from then on, and a job at rest keeps one copy rather than two."""
+        uid, watched = body["metadata"]["uid"], body.get("status") or {}
         with self._lock:
-            written = self._written.get(body["metadata"]["uid"])
-        return written if written is not None else dict(body.get("status") or {})
+            written = self._written.get(uid)
+            if written is not None and written == watched:
+                del self._written[uid]
+                written = None
+        return written if written is not None else dict(watched)
 
     def decided(self, uid: str, status: dict[str, Any]) -> None:
         """A pass decided this status: the job's current one from now on, before it is written."""
@@ -93,8 +98,9 @@ class JobMemory:
         """Pods created and not yet seen; those the watch now shows are dropped."""
         seen = {p.name for p in pods}
         with self._lock:
-            pending = self._in_flight.get(uid, set()) - seen
-            self._in_flight[uid] = pending
+            pending = self._in_flight.pop(uid, set()) - seen
+            if pending:  # no empty set kept for every job at rest
+                self._in_flight[uid] = pending
             return frozenset(pending)
 
     def pods_not_created(self, uid: str, names: Iterable[str]) -> None:

@@ -104,9 +104,9 @@ REJECTED_BACKOFF_CAP_SECONDS = 600.0
 REJECTED_BACKOFF_CAP_FACTOR = REJECTED_BACKOFF_CAP_SECONDS / REJECTED_BACKOFF_BASE_SECONDS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodView:
-    """What the operator needs to know of one of its pods."""
+    """What the operator needs to know of one of its pods (slots: the pod index keeps one per live pod)."""
 
     name: str
     slice: int
