@@ -35,14 +35,18 @@ def frame_name(frame: str) -> str:
 # (area, frames the stack holds, each as "function (module path start"): a sample goes to the first area all
 # of whose frames its stack holds, so where the CPU went reads in the operator's terms.
 AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("pods' and Services' watches and maps (owned.py)", ("watch_owned (tpujob/handlers/owned",)),
     ("kopf: indexing a watch event", ("index_resource (kopf/",)),
     ("kopf: running an event's handlers", ("process_resource_causes (kopf/",)),
     ("kopf: other per-event work", ("process_resource_event (kopf/",)),
     ("kopf: other per-event work", ("worker (kopf/_core/reactor/queueing",)),
     ("kopf: reading watch streams", ("watcher (kopf/",)),
     ("kopf: reading watch streams", ("(aiohttp/",)),
-    ("HTTP client in a pass", ("Reconciler.reconcile (", "ApiClient.call_api (kubernetes/")),
-    ("HTTP client: pod and Service creates", ("ApiClient.call_api (kubernetes/",)),
+    (
+        "pods' and Services' watch streams and maps (handlers/owned.py)",
+        ("watch_owned (tpujob/handlers/owned",),
+    ),
+    ("HTTP client: the operator's requests", ("Kube._call (tpujob/kube.py",)),
     ("pass logic (parse, observe, decide, render)", ("Reconciler.reconcile (",)),
 )
 
