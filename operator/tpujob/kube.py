@@ -214,19 +214,19 @@ class Kube:
     # ---------------------------------------------------------------------------------------------
 
     def _created(self, path: str, body: dict[str, Any], priority: Priority) -> bool:
-        try:
-            self._call("POST", path, priority, body=body)
-        except ApiError as error:
-            if error.status == 409:
-                return False
-            raise
-        return True
+        """False when it exists already."""
+        return self._done_unless(409, "POST", path, priority, body=body)
 
     def _deleted(self, path: str, priority: Priority, params: dict[str, str | int] | None = None) -> bool:
+        """False when it is gone already."""
+        return self._done_unless(404, "DELETE", path, priority, params=params)
+
+    def _done_unless(self, already: int, method: str, path: str, priority: Priority, **request: Any) -> bool:
+        """The request made; False when the API server answers `already` (the state is there)."""
         try:
-            self._call("DELETE", path, priority, params=params)
+            self._call(method, path, priority, **request)
         except ApiError as error:
-            if error.status == 404:
+            if error.status == already:
                 return False
             raise
         return True
