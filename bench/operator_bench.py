@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the race_* modules, 
 
 from kubernetes import client as k8s
 from race_measure import (
+    ApiServerProfile,
     PodWatch,
     audit_counts,
     command_line,
@@ -155,6 +156,7 @@ class Bench:
     ) -> None:
         self.bed = bed
         self.profile = profile
+        self.apiserver_profile_seconds = 20
         self.qps, self.burst = qps, burst
         self.api = bed.api_client
         self.core = k8s.CoreV1Api(self.api)
@@ -270,12 +272,15 @@ class Bench:
             phase, OPERATOR_RESOURCES
         )
         pods = PodWatch(self.api, namespace, direct_job_of if direct else owner_of).start()
-        profiler = None
+        profiler = apiserver_profile = None
         try:
             before = settle(self.api, resources)
             window_start, cpu_before = time.time(), cpu_of(self._processes(operator))
             if self.profile and operator and operator.process:
                 profiler = start_profiler(operator.process.pid, self.profile / f"{namespace}.txt")
+            if self.profile:
+                output = self.profile / f"{namespace}.apiserver.pprof"
+                apiserver_profile = ApiServerProfile(self.api, self.apiserver_profile_seconds, output)
             names = [f"j{i:05d}" for i in range(n)]
             with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
                 times = pool.map(lambda name: self._create(phase, namespace, name, direct), names)
@@ -296,6 +301,8 @@ class Bench:
             if profiler:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
                 profiler.wait(timeout=60)
+            if apiserver_profile:
+                apiserver_profile.wait()
             figures = proc_figures(operator.process.pid) if operator and operator.process else None
             events = self._event_reasons(namespace)
         finally:
@@ -375,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="sample the operator with py-spy in each counted window, into this folder",
+        help="sample the operator with py-spy in each counted window, and kube-apiserver's pprof over its "
+        "first 20 s, into this folder",
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--markdown", type=Path, help="write the tables here too")

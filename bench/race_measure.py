@@ -259,6 +259,32 @@ def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+class ApiServerProfile:
+    """kube-apiserver's own CPU profile (Go pprof, `--profiling` is on by default) over `seconds`, fetched on
+    a thread into `output`; read it with `go tool pprof -top <kube-apiserver binary> <output>`."""
+
+    def __init__(self, api: k8s.ApiClient, seconds: int, output: Path) -> None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        self.thread = threading.Thread(target=self._fetch, args=(api, seconds, output), daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _fetch(api: k8s.ApiClient, seconds: int, output: Path) -> None:
+        response = api.call_api(
+            "/debug/pprof/profile",
+            "GET",
+            query_params=[("seconds", seconds)],
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=seconds + 60,
+        )
+        output.write_bytes(response.data)
+
+    def wait(self) -> None:
+        self.thread.join()
+
+
 # --- namespaces, limits, output ---------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from tpujob.config import from_environment
 from tpujob.handlers import workqueue
 from tpujob.handlers.indexes import IndexedJob, JobIndex, index_job
 from tpujob.handlers.startup import set_peering, watch_only_owned
-from tpujob.handlers.workqueue import Runtime, request_pass, schedule
+from tpujob.handlers.workqueue import KeyedLocks, Runtime, request_pass, schedule
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 
@@ -74,30 +74,76 @@ def test_the_jobs_map_takes_every_watch_event_and_drops_a_deleted_job() -> None:
     assert jobs == {}
 
 
-def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing() -> None:
-    async def scenario() -> list[str]:
+def fake_passes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], asyncio.Event]:
+    """workqueue.reconcile replaced by one that records the job's name (and, as the real one does, takes
+    the job off the queued set when it begins)."""
+    fired: list[str] = []
+    done = asyncio.Event()
+
+    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+        runtime.queued.discard((namespace, name))
+        fired.append(name)
+        done.set()
+
+    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
+    return fired, done
+
+
+def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing(monkeypatch: pytest.MonkeyPatch) -> None:
+    fired, done = fake_passes(monkeypatch)
+
+    async def scenario() -> None:
         runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
-        fired: list[str] = []
-        done = asyncio.Event()
-
-        def again(label: str) -> Any:
-            async def run() -> None:
-                fired.append(label)
-                done.set()
-
-            return run
-
-        schedule(runtime, "u", 0.2, again("soon"))
-        schedule(runtime, "u", 30.0, again("late"))  # does not replace the sooner one
-        schedule(runtime, "u", None, again("none"))  # nor does a pass that needs no look
+        schedule(runtime, "u", 0.2, "ns", "soon")
+        schedule(runtime, "u", 30.0, "ns", "late")  # does not replace the sooner one
+        schedule(runtime, "u", None, "ns", "none")  # nor does a pass that needs no look
         await asyncio.wait_for(done.wait(), timeout=10)
-        schedule(runtime, "u", 0.1, again("after"))  # the fired one no longer counts
         done.clear()
+        schedule(runtime, "u", 0.1, "ns", "after")  # the fired one no longer counts
         await asyncio.wait_for(done.wait(), timeout=10)
         runtime.requeues["u"].cancel()
-        return fired
 
-    assert asyncio.run(scenario()) == ["soon", "after"]
+    asyncio.run(scenario())
+    assert fired == ["soon", "after"]
+
+
+def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many jobs ask at once, at most `workers` passes run; each job is queued once however often
+    it asks before its pass begins; all run, oldest first, and no consumer is left once the queue is empty."""
+    running, most, order = 0, 0, []
+    release, all_busy = asyncio.Event(), asyncio.Event()
+
+    async def slow_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+        nonlocal running, most
+        runtime.queued.discard((namespace, name))
+        order.append(name)  # the order passes begin
+        running += 1
+        most = max(most, running)
+        if running == 3:
+            all_busy.set()
+        await release.wait()
+        running -= 1
+
+    monkeypatch.setattr(workqueue, "reconcile", slow_reconcile)
+    monkeypatch.setenv("TPUJOB_WORKERS", "3")
+
+    async def scenario() -> Runtime:
+        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
+        for i in range(20):
+            request_pass(runtime, "ns", f"j{i:02d}")
+            request_pass(runtime, "ns", f"j{i:02d}")  # a second event before the pass: no second pass
+        assert len(runtime.passes) == 3 and len(runtime.backlog) == 20
+        await asyncio.wait_for(all_busy.wait(), timeout=10)
+        assert len(runtime.backlog) == 17, "the others wait as keys"
+        release.set()
+        while runtime.passes:
+            await asyncio.wait(runtime.passes, timeout=10)
+        return runtime
+
+    runtime = asyncio.run(scenario())
+    assert most == 3
+    assert order == [f"j{i:02d}" for i in range(20)]
+    assert not runtime.backlog and not runtime.queued
 
 
 KOPF_CAUSE: contextvars.ContextVar[str] = contextvars.ContextVar("kopf_cause", default="")
@@ -110,6 +156,7 @@ def test_passes_and_requeues_do_not_carry_the_kopf_handlers_context(monkeypatch:
     done = asyncio.Event()
 
     async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+        runtime.queued.discard((namespace, name))
         seen.append(KOPF_CAUSE.get())
         done.set()
 
@@ -119,12 +166,34 @@ def test_passes_and_requeues_do_not_carry_the_kopf_handlers_context(monkeypatch:
         request_pass(runtime, "ns", "j")
         await asyncio.wait_for(done.wait(), timeout=10)
         done.clear()
-        schedule(runtime, "u", 0.1, lambda: fake_reconcile(runtime, "ns", "j"))
+        schedule(runtime, "u", 0.1, "ns", "j")
         await asyncio.wait_for(done.wait(), timeout=10)
 
     monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
     asyncio.run(scenario())
     assert seen == ["", ""]
+
+
+def test_a_job_lock_excludes_while_held_and_is_dropped_when_free() -> None:
+    async def scenario() -> list[str]:
+        locks, order = KeyedLocks(), []
+        first_in = asyncio.Event()
+
+        async def hold(label: str, entered: asyncio.Event | None = None) -> None:
+            async with locks.hold("u"):
+                order.append(f"{label} in")
+                if entered is not None:
+                    entered.set()
+                await asyncio.sleep(0)  # yield: a second holder must still wait
+                order.append(f"{label} out")
+
+        first = asyncio.create_task(hold("first", first_in))
+        await first_in.wait()
+        await asyncio.gather(first, hold("second"))
+        assert len(locks) == 0, "no lock kept for a job no pass holds"
+        return order
+
+    assert asyncio.run(scenario()) == ["first in", "first out", "second in", "second out"]
 
 
 def test_events_name_the_job_and_the_operator_and_stay_short() -> None:

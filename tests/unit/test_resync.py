@@ -190,7 +190,6 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
         vanished=set(),
         sweep_requested=asyncio.Event(),
         requeues={},
-        locks={},
         passed={},
         reconciler=SimpleNamespace(forget=forgotten.append),
     )

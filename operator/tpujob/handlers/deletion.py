@@ -30,7 +30,7 @@ async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> Non
         handle.cancel()
     loop = asyncio.get_running_loop()
     # Under the job's lock: a pass that began before the deletion must not recreate a pool after it.
-    async with runtime.locks.setdefault(uid, asyncio.Lock()):
+    async with runtime.locks.hold(uid):
         remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
     if remaining:
         raise kopf.TemporaryError(

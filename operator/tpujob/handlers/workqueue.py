@@ -5,11 +5,12 @@ deleted job. No kopf handler lives here; the pass itself is reconciler.Reconcile
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import contextvars
-import functools
 import logging
 import math
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,35 @@ class Indexes:
     services: Mapping[tuple[str, str], list[Any]]
 
 
+class KeyedLocks:
+    """One asyncio.Lock per job UID, kept only while a pass (or the finalizer) holds it or waits for it:
+    thousands of jobs at rest hold no lock each."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # uid -> (its lock, holders and waiters)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    def busy(self, uid: str) -> bool:
+        """Whether a pass holds the job's lock or waits for it."""
+        return uid in self._locks
+
+    @contextlib.asynccontextmanager
+    async def hold(self, uid: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(uid) or (asyncio.Lock(), 0)
+        self._locks[uid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[uid]
+            if users == 1:
+                del self._locks[uid]
+            else:
+                self._locks[uid] = (lock, users - 1)
+
+
 class Runtime:
     """Per-process state shared by the handlers (kopf's memo)."""
 
@@ -56,9 +86,11 @@ class Runtime:
         self.identity = identity
         self.priority = priority
         self.active = config.peering is None
-        self.locks: dict[str, asyncio.Lock] = {}
+        self.locks = KeyedLocks()
         # Jobs with a pass requested but not yet begun: more events for them need no pass of their own.
         self.queued: set[tuple[str, str]] = set()
+        # The same keys in the order asked, for the at most `config.workers` consumers in `passes`.
+        self.backlog: collections.deque[tuple[str, str]] = collections.deque()
         self.passes: set[asyncio.Task[None]] = set()
         self.requeues: dict[str, asyncio.TimerHandle] = {}
         # When each job's last pass began (the loop's clock), by UID: the resync skips a job looked at since.
@@ -143,7 +175,7 @@ def _finish(runtime: Runtime, key: tuple[str, str], uid: str, outcome: Outcome |
         runtime.vanished.add(uid)
         forget(runtime, uid)
         return
-    schedule(runtime, uid, outcome.requeue_after, functools.partial(reconcile, runtime, *key))
+    schedule(runtime, uid, outcome.requeue_after, *key)
 
 
 async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
@@ -153,7 +185,7 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     if uid is None:
         runtime.queued.discard(key)
         return
-    async with runtime.locks.setdefault(uid, asyncio.Lock()):
+    async with runtime.locks.hold(uid):
         state = _begin(runtime, key, uid)
         if state is None:
             return
@@ -167,33 +199,26 @@ async def reconcile_batch(runtime: Runtime, keys: list[tuple[str, str]]) -> None
     nothing to do, and a hand-off to a thread and back costs more than such a pass (at 3,000 idle jobs
     the hand-offs took half the operator's CPU: bench/profile.md). A job whose pass runs now, or waits
     for its lock, is left to that pass."""
-    held: list[asyncio.Lock] = []
     begun: list[tuple[tuple[str, str], str, PassState]] = []
     await runtime.owned_listed.wait()
-    try:
+    async with contextlib.AsyncExitStack() as held:
         for key in keys:
             uid = _job_uid(runtime, key)
-            lock = runtime.locks.setdefault(uid, asyncio.Lock()) if uid is not None else None
-            if uid is None or lock is None or lock.locked():
+            if uid is None or runtime.locks.busy(uid):
                 continue
-            await lock.acquire()  # free: taken at once, unless a waiter was woken for it just now
-            held.append(lock)
+            await held.enter_async_context(runtime.locks.hold(uid))  # free: taken without waiting
             if (state := _begin(runtime, key, uid)) is not None:
                 begun.append((key, uid, state))
         loop = asyncio.get_running_loop()
         outcomes = await loop.run_in_executor(None, _run_passes, runtime.reconciler, begun) if begun else []
-    finally:
-        for lock in held:
-            lock.release()
     for (key, uid, _), outcome in zip(begun, outcomes, strict=True):
         _finish(runtime, key, uid, outcome)
 
 
-def schedule(
-    runtime: Runtime, uid: str, delay: float | None, again: Callable[[], Coroutine[Any, Any, None]]
-) -> None:
+def schedule(runtime: Runtime, uid: str, delay: float | None, namespace: str, name: str) -> None:
     """One pending requeue per job: the soonest asked for. A pass that needs no look, or a later one,
-    leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end)."""
+    leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end).
+    When it is due, the job joins the queue as an event's job does."""
     if delay is None:
         return
     loop = asyncio.get_running_loop()
@@ -203,25 +228,36 @@ def schedule(
         return
     if pending is not None:
         pending.cancel()
-    # A partial and the timer's own arguments, not closures: a job at rest holds its pending requeue.
-    runtime.requeues[uid] = loop.call_at(when, _start_now, again)
-
-
-def _start_now(again: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    _start(again())
+    # The timer's own arguments, not a closure: a job at rest holds its pending requeue.
+    runtime.requeues[uid] = loop.call_at(when, request_pass, runtime, namespace, name)
 
 
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     """A pass for the job soon, as client-go's work queue would: however many events arrive before it
-    begins (a job's pods come in a burst), the job is queued once. The kopf handler returns at once, so
-    kopf drops the event's body instead of holding it while the pass waits for the job's lock."""
+    begins (a job's pods come in a burst), the job is queued once, and at most `config.workers` passes
+    run or wait for a thread at once (a burst of thousands of new jobs waits as keys, not as thousands
+    of tasks each holding its state and its thread's work item). The kopf handler returns at once, so
+    kopf drops the event's body instead of holding it while the pass waits."""
     key = (namespace, name)
     if key in runtime.queued:
         return
     runtime.queued.add(key)
-    task = _start(reconcile(runtime, namespace, name))
-    runtime.passes.add(task)
-    task.add_done_callback(runtime.passes.discard)
+    runtime.backlog.append(key)
+    if len(runtime.passes) < runtime.config.workers:
+        task = _start(_work(runtime))
+        runtime.passes.add(task)
+        task.add_done_callback(runtime.passes.discard)
+
+
+async def _work(runtime: Runtime) -> None:
+    """One consumer of the backlog: a pass a job, oldest first, until no job waits."""
+    while runtime.backlog:
+        namespace, name = runtime.backlog.popleft()
+        try:
+            await reconcile(runtime, namespace, name)
+        except Exception:  # a bug in the pass' bookkeeping must not stop the queue; the resync retries
+            log.exception("%s/%s: pass failed", namespace, name)
+            runtime.queued.discard((namespace, name))
 
 
 def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -241,6 +277,5 @@ def forget(runtime: Runtime, uid: str) -> None:
     handle = runtime.requeues.pop(uid, None)
     if handle:
         handle.cancel()
-    runtime.locks.pop(uid, None)
     runtime.passed.pop(uid, None)
     runtime.reconciler.forget(uid)
