@@ -10,7 +10,9 @@ TPUJOB_API_QPS = `--qps` (default 0: no client-side limit). The bench then:
 1. creates N TPUJobs (policy existing, one single-host slice each: `--tpu`, default v5e 2x2 = 1 pod) from
    8 threads, as operator_bench does; a create that fails is counted, and after 20 failures the bench
    stops creating and reports at which count the first one failed and why;
-2. waits (bounded, `--timeout`) until a pod watch has seen every job's pods, and then until every job's
+2. waits (bounded, `--timeout`) until a pod watch has seen every job's pods (and reports each process' CPU
+   seconds meanwhile: kube-apiserver, etcd, kube-controller-manager, the operator, the bench itself, and
+   their sum as a share of the machine's cores), and then until every job's
    status has a phase (listed in pages of 500; a policy-existing job whose pods are unscheduled shows
    Starting);
 3. from that moment T, waits for the first resync round that *began* after T to end (the operator's
@@ -42,6 +44,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -61,6 +64,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from race_measure import (
     PodWatch,
     audit_kinds,
+    cpu_of,
     create_namespace,
     limits,
     percentile,
@@ -108,6 +112,10 @@ class ScaleResult:
     jobs_per_second: float | None = None  # jobs with their pods / pods_seconds
     pods_p50_seconds: float | None = None  # each job's create sent -> its pods seen
     pods_p95_seconds: float | None = None
+    # CPU seconds of each process from the first create to every job's pods seen (the bench: this process,
+    # its create threads and pod watch), and all of them as a share of the machine's cores over that span.
+    burst_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    burst_machine_busy_percent: float | None = None
     statuses_written: int = 0
     statuses_seconds: float | None = None  # first create sent -> every job's status has a phase
     phases: dict[str, int] = field(default_factory=dict)
@@ -215,12 +223,14 @@ class ScaleRun:
             self.wait("the operator's /metrics", self._metrics_up, 120, 0.5)
             self._memory_report(0)
             pods = PodWatch(self.bed.api_client, NAMESPACE).start()
+            cpu_before = self._cpu()
             names, sent = self._create_all()
             self._memory_report(1)  # amid the burst: what a peak is made of
             first_sent = min(sent.values(), default=time.monotonic())
             steady = (
                 bool(names)
                 and self._wait_pods(pods, names, sent)
+                and self._burst_cpu(cpu_before)
                 and self._wait_statuses(first_sent)
                 and self._wait_round()
             )
@@ -304,6 +314,24 @@ class ScaleRun:
             self.result.pods_p95_seconds = round(percentile(latencies, 95), 1)
             log(f"every job's pods seen {self.result.pods_seconds} s after the first create")
         return done
+
+    def _cpu(self) -> dict[str, float]:
+        pids = {name: pid for name, pid in self.bed.control_plane.pids.items() if name != "kube-scheduler"}
+        if self.operator.process:
+            pids["operator"] = self.operator.process.pid
+        return {**cpu_of(pids), "bench": time.process_time()}
+
+    def _burst_cpu(self, before: dict[str, float]) -> bool:
+        """Where the machine's CPU went while the jobs got their pods (always True: a step of run's chain)."""
+        after = self._cpu()
+        spent = {name: round(after[name] - before[name], 1) for name in after}
+        self.result.burst_cpu_seconds = dict(sorted(spent.items(), key=lambda item: -item[1]))
+        if self.result.pods_seconds:
+            cores = os.cpu_count() or 1
+            busy = sum(spent.values()) / (self.result.pods_seconds * cores) * 100
+            self.result.burst_machine_busy_percent = round(busy, 1)
+        log(f"CPU s from the first create to every job's pods: {self.result.burst_cpu_seconds}")
+        return True
 
     def _phases(self) -> Counter[str]:
         phases: Counter[str] = Counter()
@@ -486,6 +514,12 @@ def table(results: list[ScaleResult]) -> str:
         f"{r.restart_requests}"
         for r in results
         if r.restart_requests or r.restart_operator_requests
+    ]
+    notes += [
+        f"- N={r.n}: CPU s from the first create to every job's pods {r.burst_cpu_seconds}, "
+        f"{_fmt(r.burst_machine_busy_percent)}% of the machine's cores"
+        for r in results
+        if r.burst_cpu_seconds
     ]
     phases = [f"- N={r.n}: phases {r.phases}" for r in results if r.phases]
     return "\n".join(lines + (["", *phases] if phases else []) + (["", *notes] if notes else []))

@@ -108,7 +108,7 @@ def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing(monkeypatch: py
 
 
 def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """However many jobs ask at once, at most `workers` passes run; each job is queued once however often
+    """However many jobs ask at once, at most PASSES_PER_THREAD passes per worker thread run; each job is queued once however often
     it asks before its pass begins; all run, oldest first, and no consumer is left once the queue is empty."""
     running, most, order = 0, 0, []
     release, all_busy = asyncio.Event(), asyncio.Event()
@@ -125,7 +125,8 @@ def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytes
         running -= 1
 
     monkeypatch.setattr(workqueue, "reconcile", slow_reconcile)
-    monkeypatch.setenv("TPUJOB_WORKERS", "3")
+    monkeypatch.setenv("TPUJOB_WORKERS", "1")
+    monkeypatch.setattr(workqueue, "PASSES_PER_THREAD", 3)
 
     async def scenario() -> Runtime:
         runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
