@@ -148,6 +148,35 @@ def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytes
     assert not runtime.backlog and not runtime.queued
 
 
+def test_a_job_asked_for_as_the_last_consumer_ends_gets_its_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every consumer slot taken by one that is ending, a job asked for before the ending task's done
+    callbacks run must not be left waiting in the backlog."""
+    fired: list[str] = []
+    b_passed = asyncio.Event()
+
+    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
+        runtime.queued.discard((namespace, name))
+        fired.append(name)
+        if name == "a":
+            # Runs in the next loop turn: after a's consumer found the backlog empty and ended, before
+            # that task's done callbacks (scheduled when it ends, so queued behind this one).
+            asyncio.get_running_loop().call_soon(request_pass, runtime, namespace, "b")
+        else:
+            b_passed.set()
+
+    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
+    monkeypatch.setenv("TPUJOB_WORKERS", "1")
+    monkeypatch.setattr(workqueue, "PASSES_PER_THREAD", 1)
+
+    async def scenario() -> None:
+        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
+        request_pass(runtime, "ns", "a")
+        await asyncio.wait_for(b_passed.wait(), timeout=10)
+
+    asyncio.run(scenario())
+    assert fired == ["a", "b"]
+
+
 KOPF_CAUSE: contextvars.ContextVar[str] = contextvars.ContextVar("kopf_cause", default="")
 
 

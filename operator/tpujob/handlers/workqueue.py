@@ -249,20 +249,23 @@ def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     runtime.queued.add(key)
     runtime.backlog.append(key)
     if len(runtime.passes) < runtime.config.workers * PASSES_PER_THREAD:
-        task = _start(_work(runtime))
-        runtime.passes.add(task)
-        task.add_done_callback(runtime.passes.discard)
+        runtime.passes.add(_start(_work(runtime)))
 
 
 async def _work(runtime: Runtime) -> None:
-    """One consumer of the backlog: a pass a job, oldest first, until no job waits."""
-    while runtime.backlog:
-        namespace, name = runtime.backlog.popleft()
-        try:
-            await reconcile(runtime, namespace, name)
-        except Exception:  # a bug in the pass' bookkeeping must not stop the queue; the resync retries
-            log.exception("%s/%s: pass failed", namespace, name)
-            runtime.queued.discard((namespace, name))
+    """One consumer of the backlog: a pass a job, oldest first, until no job waits. It leaves `passes`
+    in the same step as it finds the backlog empty (not in a done callback, a loop turn later), so a job
+    asked for meanwhile always finds a consumer or room for a new one."""
+    try:
+        while runtime.backlog:
+            namespace, name = runtime.backlog.popleft()
+            try:
+                await reconcile(runtime, namespace, name)
+            except Exception:  # a bug in the pass' bookkeeping must not stop the queue
+                log.exception("%s/%s: pass failed", namespace, name)
+                runtime.queued.discard((namespace, name))
+    finally:
+        runtime.passes.discard(asyncio.current_task())
 
 
 def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
