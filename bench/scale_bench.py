@@ -223,17 +223,14 @@ class ScaleRun:
             self.wait("the operator's /metrics", self._metrics_up, 120, 0.5)
             self._memory_report(0)
             pods = PodWatch(self.bed.api_client, NAMESPACE).start()
-            cpu_before = self._cpu()
+            cpu_before, burst_started = self._cpu(), time.monotonic()
             names, sent = self._create_all()
             self._memory_report(1)  # amid the burst: what a peak is made of
             first_sent = min(sent.values(), default=time.monotonic())
-            steady = (
-                bool(names)
-                and self._wait_pods(pods, names, sent)
-                and self._burst_cpu(cpu_before)
-                and self._wait_statuses(first_sent)
-                and self._wait_round()
-            )
+            pods_seen = bool(names) and self._wait_pods(pods, names, sent)
+            if pods_seen:
+                self._burst_cpu(cpu_before, time.monotonic() - burst_started)
+            steady = pods_seen and self._wait_statuses(first_sent) and self._wait_round()
             if steady:
                 self._idle_cpu()
                 self._memory_report(2)
@@ -321,17 +318,15 @@ class ScaleRun:
             pids["operator"] = self.operator.process.pid
         return {**cpu_of(pids), "bench": time.process_time()}
 
-    def _burst_cpu(self, before: dict[str, float]) -> bool:
-        """Where the machine's CPU went while the jobs got their pods (always True: a step of run's chain)."""
+    def _burst_cpu(self, before: dict[str, float], seconds: float) -> None:
+        """Where the machine's CPU went while the jobs got their pods (`seconds`: the window's wall time,
+        from just before the first create to the pod watch seeing every job's pods, give or take a poll)."""
         after = self._cpu()
         spent = {name: round(after[name] - before[name], 1) for name in after}
         self.result.burst_cpu_seconds = dict(sorted(spent.items(), key=lambda item: -item[1]))
-        if self.result.pods_seconds:
-            cores = os.cpu_count() or 1
-            busy = sum(spent.values()) / (self.result.pods_seconds * cores) * 100
-            self.result.burst_machine_busy_percent = round(busy, 1)
+        busy = sum(spent.values()) / (seconds * (os.cpu_count() or 1)) * 100
+        self.result.burst_machine_busy_percent = round(busy, 1)
         log(f"CPU s from the first create to every job's pods: {self.result.burst_cpu_seconds}")
-        return True
 
     def _phases(self) -> Counter[str]:
         phases: Counter[str] = Counter()
