@@ -261,7 +261,7 @@ def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
 
 class ApiServerProfile:
     """kube-apiserver's own CPU profile (Go pprof, `--profiling` is on by default) over `seconds`, fetched on
-    a thread into `output`; read it with `go tool pprof -top <kube-apiserver binary> <output>`."""
+    a thread into `output`; bench/apiserver_report.py reads it."""
 
     def __init__(self, api: k8s.ApiClient, seconds: int, output: Path) -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
