@@ -100,6 +100,19 @@ def priority_below(peers: Mapping[str, Any], identity: str, now: dt.datetime) ->
     return random.SystemRandom().randint(1, lowest - 1) if lowest > 1 else None
 
 
+def rejoin(
+    stood_down: bool, peers: Mapping[str, Any], identity: str, now: dt.datetime
+) -> tuple[bool, int | None]:
+    """For a replica that stood down at its renew deadline and reads the peering object again: whether it
+    still has to rejoin, and the priority to rejoin with (None: keep its own). It keeps trying while no
+    live peer is there to go under: the one that took over may look stale for a read (its own write late
+    under load), and rejoining with its old priority would take the lead back at the next read."""
+    if not stood_down:
+        return False, None
+    lower = priority_below(peers, identity, now)
+    return lower is None, lower
+
+
 def peering_object(name: str, namespace: str | None) -> dict[str, Any]:
     """The object the replicas meet in: ClusterKopfPeering for a cluster-wide operator, else a
     KopfPeering in the watched namespace."""

@@ -86,3 +86,16 @@ def test_a_replica_that_stood_down_rejoins_under_every_live_peer() -> None:
         assert 1 <= peering.priority_below(peers, "me", now) < 500  # the dead one does not count
     assert peering.priority_below({"me": peers["me"], "gone": peers["gone"]}, "me", now) is None
     assert peering.priority_below({**peers, "lowest": {**live, "priority": 1}}, "me", now) is None
+
+
+def test_a_replica_that_stood_down_keeps_trying_to_rejoin_until_a_live_peer_is_there_to_go_under() -> None:
+    now = dt.datetime(2026, 11, 25, 1, 24, 52, tzinfo=dt.UTC)
+    me = {"priority": 200, "lifetime": 6, "lastseen": now.isoformat()}
+    taker = {"priority": 100, "lifetime": 6}
+    late = {"me": me, "taker": {**taker, "lastseen": (now - dt.timedelta(seconds=7)).isoformat()}}
+    live = {"me": me, "taker": {**taker, "lastseen": now.isoformat()}}
+    # The one that took over looks stale for a read (its write late under load): still to rejoin.
+    assert peering.rejoin(True, late, "me", now) == (True, None)
+    stood_down, lower = peering.rejoin(True, live, "me", now)
+    assert not stood_down and lower is not None and 1 <= lower < 100
+    assert peering.rejoin(False, live, "me", now) == (False, None)  # never stood down: keeps its priority

@@ -37,9 +37,9 @@ async def lead_forever(runtime: Runtime) -> None:
     while True:
         peers = await read_peers(runtime, period)
         wall = dt.datetime.now(dt.UTC)
-        if peers is not None and stood_down:
-            stood_down = False
-            if (lower := peering.priority_below(peers, runtime.identity, wall)) is not None:
+        if peers is not None:
+            stood_down, lower = peering.rejoin(stood_down, peers, runtime.identity, wall)
+            if lower is not None:
                 runtime.set_priority(lower)
         says_leads = None
         if peers is not None:
@@ -61,6 +61,7 @@ async def lead_forever(runtime: Runtime) -> None:
             runtime.active = lead.active
             metrics.OPERATOR_ACTIVE.set(1 if lead.active else 0)
             if lead.active:
+                stood_down = False  # it leads again (no live peer outranked it): nobody to rejoin under
                 await take_over(runtime)
             else:
                 stand_by(runtime)
