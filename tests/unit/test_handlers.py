@@ -205,6 +205,16 @@ def test_passes_and_requeues_do_not_carry_the_kopf_handlers_context(monkeypatch:
     assert seen == ["", ""]
 
 
+def test_lowering_the_priority_keeps_the_loops_to_stop_at_cleanup() -> None:
+    """A replica that rejoins after standing down lowers its priority; the loops it runs must still be
+    the ones its cleanup cancels."""
+    runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
+    loops = [object()]
+    runtime.tasks = loops  # type: ignore[assignment]
+    runtime.set_priority(42)
+    assert runtime.priority == 42 and runtime.tasks is loops
+
+
 def test_a_job_lock_excludes_while_held_and_is_dropped_when_free() -> None:
     async def scenario() -> list[str]:
         locks, order = KeyedLocks(), []

@@ -109,6 +109,8 @@ class Runtime:
         self.owned_listed = asyncio.Event()
         # kopf's settings, whose peering priority a replica lowers when it stood down (set_priority).
         self.kopf_settings: kopf.OperatorSettings | None = None
+        self.tasks: list[asyncio.Task[None]] = []  # the loops startup.start_loops runs, stopped at cleanup
+        self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
     def set_priority(self, priority: int) -> None:
         """This replica's priority in the peering, for its own loops and for kopf's (read at each write of
@@ -116,8 +118,6 @@ class Runtime:
         self.priority = priority
         if self.kopf_settings is not None:
             self.kopf_settings.peering.priority = priority
-        self.tasks: list[asyncio.Task[None]] = []
-        self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
 
 def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
