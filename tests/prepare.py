@@ -1,9 +1,9 @@
 """Build what the tests need, side by side, before they start: `python -m tests.prepare` (`make test` runs it
 beside lint and the type check).
 
-On a machine that never ran the tests, the control plane build (a Go compile, minutes), the three images
-(pip installs inside podman builds) and the tools are the cold start. The tests would build each on first
-use, one after the other, while the other pytest-xdist worker waits on the same lock; here they run at
+On a machine that never ran the tests, the control plane builds (two Go compiles, minutes each), the three
+images (pip installs inside podman builds) and the tools are the cold start. The tests would build each on
+first use, one after the other, while the other pytest-xdist worker waits on the same lock; here they run at
 once. Each step takes the same machine lock as the fixture that needs it, so a test starting meanwhile
 waits and then finds the work done. A step that cannot run on this machine (no root for apt-get, no
 podman) is reported and left to its tests, which skip or fail with the same reason.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tests.chart import tools
 from tests.trainer import podman_image
-from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
+from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries, find_crd_server
 
 UNAVAILABLE = (BinariesUnavailable, podman_image.ImageToolsMissing, tools.ToolMissing)
 
@@ -30,7 +30,10 @@ def _images() -> None:
 
 
 STEPS: dict[str, Callable[[], object]] = {
-    "control plane": find_binaries,
+    # The 1.36 CRD server first in its own step, so it builds beside kube-apiserver 1.20 (find_binaries then
+    # finds it in the cache, or waits for this build on the machine lock).
+    "CRD server (Kubernetes 1.36)": find_crd_server,
+    "control plane (Kubernetes 1.20)": find_binaries,
     "trainer images": _images,
     "operator image": lambda: podman_image.ensure_image(podman_image.OPERATOR),
     "helm, kubectl, prometheus": lambda: (tools.helm(), tools.kubectl(), tools.prometheus()),

@@ -7,8 +7,11 @@
 
 Parts (each module says more):
 - binaries: etcd, kube-apiserver, kube-scheduler, kube-controller-manager from KUBEBUILDER_ASSETS, the cache
-  (~/.cache/tpujob/kubernetes-1.20.2) or built once from Debian's Kubernetes source package.
-- controlplane: the real control plane on loopback (token auth, RBAC, service accounts, GC, scheduler).
+  (~/.cache/tpujob/kubernetes-1.20.2) or built once from Debian's Kubernetes source package; Kubernetes
+  1.36's CRD server and etcd 3.5, built once from Debian unstable's Go packages.
+- controlplane: the real control plane on loopback (token auth, RBAC, service accounts, GC, scheduler), with
+  every custom resource served by the 1.36 CRD server behind kube-apiserver's aggregator (aggregation,
+  crdregistrar).
 - gke (+ gke_facts): GKE's cluster, node pool and operation REST API as GKE behaves (release channels,
   zones, capacity, quota, asynchronous stockouts, workload policies), faults on demand; registers TPU Nodes.
 - kubelet: pod phases for pods on those nodes; the trainer image runs as a local process.
@@ -39,6 +42,7 @@ _EXPORTS = {
     "operator_python": "operators",
     "install_crd": "operators",
     "install_peering_crds": "operators",
+    "wait_crd_served": "operators",
     "operator_kubeconfig": "operators",
     "token_kubeconfig": "operators",
     "operator_env": "operators",

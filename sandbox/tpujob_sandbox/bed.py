@@ -52,6 +52,8 @@ class Sandbox:
             "pid": os.getpid(),
             "pids": self.control_plane.pids,
             "logs": str(self.control_plane.logs),
+            "crdServer": self.control_plane.serves_crds,
+            "servers": self.control_plane.servers,
         }
 
     @property
@@ -152,7 +154,12 @@ def attach_sandbox(running_dir: Path, state_dir: Path, *, time_scale: float = 1.
         raise SandboxNotRunning(
             f"no sandbox runs in {running_dir}: start one with `tpujob sandbox up --dir {running_dir}`"
         )
-    control_plane = RunningControlPlane(Path(info["kubeconfig"]), Path(info["logs"]))
+    control_plane = RunningControlPlane(
+        Path(info["kubeconfig"]),
+        Path(info["logs"]),
+        serves_crds=bool(info.get("crdServer")),
+        servers=info.get("servers", {}),
+    )
     owner = f"{ATTACHED_OWNER_PREFIX}{os.getpid()}"
     bed = start_sandbox(state_dir, control_plane=control_plane, time_scale=time_scale, node_owner=owner)
     _remove_nodes_of_dead_sessions(bed)

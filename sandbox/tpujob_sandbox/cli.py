@@ -111,6 +111,8 @@ def print_info(info: dict[str, Any]) -> None:
         f"GKE endpoint: {info['gkeEndpoint']}  (projects/{info['project']}/locations/{info['location']}/"
         f"clusters/{info['cluster']})"
     )
+    for server, groups in info.get("servers", {}).items():
+        print(f"serves:       {groups}: {server}")
     print(f"logs:         {info['logs']}")
     print(f"try:          kubectl --kubeconfig {info['kubeconfig']} get nodes")
 

@@ -1,4 +1,7 @@
-"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+(Kubernetes 1.20), and beside them Kubernetes 1.36's CRD server with its own etcd, which serves every custom
+resource through kube-apiserver's aggregator (aggregation.py), so CRDs have CEL, ratcheting and 1.36's
+validation, at the one address every client uses.
 
 Everything lives in one state folder: data, keys, kubeconfigs and a log per program (`logs/<name>.log`).
 """
@@ -10,6 +13,7 @@ import json
 import secrets
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -18,9 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
 
-from tpujob_sandbox.binaries import Binaries
-from tpujob_sandbox.pki import Pki, ensure_pki
+from tpujob_sandbox import aggregation
+from tpujob_sandbox.binaries import KUBERNETES_VERSION, Binaries
+from tpujob_sandbox.binaries.crdserver import CACHE_PREFIX as CRD_CACHE_PREFIX
+from tpujob_sandbox.binaries.crdserver import ETCD as CRD_ETCD
+from tpujob_sandbox.binaries.crdserver import SERVER as CRD_SERVER_BINARY
+from tpujob_sandbox.binaries.crdserver import kubernetes_version as crd_server_kubernetes_version
+from tpujob_sandbox.pki import FRONT_PROXY_CLIENT, Pki, ensure_aggregation_pki, ensure_pki
 from tpujob_sandbox.processes import free_port, log_tail, start_process, stop_process
 from tpujob_sandbox.waiting import wait_for
 
@@ -35,6 +47,10 @@ START_TIMEOUT_SECONDS = 60.0
 ADMIN = ("admin", ("system:masters",))
 SCHEDULER = ("system:kube-scheduler", ())
 CONTROLLER_MANAGER = ("system:kube-controller-manager", ())
+# The CRD server's own identity at kube-apiserver: it reviews tokens and access there (delegated auth) and
+# reads Namespaces for its NamespaceLifecycle admission.
+CRD_SERVER = ("system:tpujob-crd-server", ("system:masters",))
+USERS = (ADMIN, SCHEDULER, CONTROLLER_MANAGER, CRD_SERVER)
 
 
 # An audit policy that names who touches a resource, or what a user does: every request to the resource,
@@ -66,10 +82,13 @@ class Ports:
     apiserver: int
     controller_manager: int
     scheduler: int
+    crd_etcd_client: int
+    crd_etcd_peer: int
+    crd_server: int
 
     @classmethod
     def pick(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
+        return cls(*(free_port() for _ in range(8)))
 
 
 @dataclass(frozen=True)
@@ -80,11 +99,10 @@ class Tokens:
 
     @classmethod
     def generate(cls) -> Tokens:
-        users = (ADMIN, SCHEDULER, CONTROLLER_MANAGER)
-        return cls({name: secrets.token_hex(16) for name, _ in users})
+        return cls({name: secrets.token_hex(16) for name, _ in USERS})
 
     def token_file(self) -> str:
-        groups = dict((ADMIN, SCHEDULER, CONTROLLER_MANAGER))
+        groups = dict(USERS)
         lines = [f'{token},{user},{user},"{",".join(groups[user])}"' for user, token in self.by_user.items()]
         return "\n".join(lines) + "\n"
 
@@ -112,9 +130,9 @@ def kubeconfig(
     }
 
 
-def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
-    client = f"http://{LOOPBACK}:{ports.etcd_client}"
-    peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
+def etcd_args(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    client = f"http://{LOOPBACK}:{client_port}"
+    peer = f"http://{LOOPBACK}:{peer_port}"
     return [
         str(binary),
         "--name=sandbox",
@@ -129,7 +147,12 @@ def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
 
 
 def apiserver_args(
-    binary: Path, state: Path, pki: Pki, ports: Ports, audit_policy_file: Path | None = None
+    binary: Path,
+    state: Path,
+    pki: Pki,
+    ports: Ports,
+    audit_policy_file: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     audit = (
         [
@@ -153,9 +176,10 @@ def apiserver_args(
         f"--tls-cert-file={pki.serving_cert}",
         f"--tls-private-key-file={pki.serving_key}",
         f"--client-ca-file={pki.ca_cert}",
-        # Front-proxy settings: unused, but without them every component logs a missing CA bundle forever.
+        # Front-proxy settings: what the servers behind the aggregator trust (and without them every component
+        # logs a missing CA bundle forever).
         f"--requestheader-client-ca-file={pki.ca_cert}",
-        "--requestheader-allowed-names=front-proxy-client",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
         "--requestheader-username-headers=X-Remote-User",
         "--requestheader-group-headers=X-Remote-Group",
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
@@ -169,6 +193,7 @@ def apiserver_args(
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         *audit,
+        *extra,
         "--v=1",
     ]
 
@@ -229,6 +254,14 @@ def _etcd_healthy(port: int) -> bool:
         return False
 
 
+def _available(api_service: Any) -> bool:
+    return any(c.type == "Available" and c.status == "True" for c in api_service.status.conditions or [])
+
+
+# A program of the control plane: its name, its command line, and when it is healthy.
+Component = tuple[str, list[str], Callable[[], bool]]
+
+
 @dataclass
 class ControlPlane:
     """Start with `start()`, stop with `stop()`; `kubeconfig` is the admin's."""
@@ -243,6 +276,9 @@ class ControlPlane:
     # it writes there; neither: no audit log.
     audit: tuple[str, str] | None = None
     audit_users: tuple[str, ...] = ()
+    # Serve custom resources from the 1.36 CRD server when the binaries have one; False: kube-apiserver's own
+    # (a bench's in-process mode: on GKE the CRD server runs inside kube-apiserver, with no hop between).
+    crd_server: bool = True
 
     @property
     def kubeconfig(self) -> Path:
@@ -265,10 +301,33 @@ class ControlPlane:
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self.processes.items()}
 
+    @property
+    def serves_crds(self) -> bool:
+        """True when the 1.36 CRD server serves custom resources; False: kube-apiserver does, in process."""
+        return self.crd_server and self.binaries.crd_server is not None
+
+    @property
+    def servers(self) -> dict[str, str]:
+        """Which server serves which API groups, as `tpujob sandbox up` says it."""
+        core = f"Kubernetes {KUBERNETES_VERSION} kube-apiserver"
+        if not self.serves_crds:
+            return {core: "every group, custom resources included"}
+        assert self.binaries.crd_server is not None
+        version = self.binaries.crd_server.name.removeprefix(CRD_CACHE_PREFIX)
+        return {
+            core: "core, apps, batch, rbac and the other built-in groups, in front of the other",
+            f"Kubernetes {crd_server_kubernetes_version(version)} apiextensions-apiserver": (
+                "CRDs and every custom resource (tpujob.dev, kueue.x-k8s.io, kopf.dev, ...), with CEL"
+            ),
+        }
+
     def start(self) -> ControlPlane:
-        """Start etcd and the API server together, then the controller-manager and the scheduler."""
+        """Start etcd and the API server together (and the CRD server's etcd), then the CRD server and its
+        registration in the aggregator, then the controller-manager, the scheduler and the CRD registrar."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki = ensure_pki(self.state_dir / "pki", hosts=(LOOPBACK, "localhost", "10.96.0.1", "kubernetes"))
+        if self.serves_crds:
+            ensure_aggregation_pki(pki, (LOOPBACK, "localhost", aggregation.SERVICE_DNS_NAME))
         tokens = self._write_credentials(pki)
         trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
         # Self-signed serving certs: only liveness is checked on these two, not identity.
@@ -279,51 +338,155 @@ class ControlPlane:
             policy_file = self.state_dir / "audit-policy.yaml"
             group, resource = self.audit or (None, None)
             policy_file.write_text(yaml.safe_dump(audit_policy(group, resource, self.audit_users)))
-        components: list[tuple[str, list[str], Callable[[], bool]]] = [
+        ports = self.ports
+        proxy = tuple(aggregation.kube_apiserver_flags(pki)) if self.serves_crds else ()
+        checks = aggregation.IN_PROCESS_CRD_CHECKS if self.serves_crds else ()
+        ready_exclusions = "?" + "&".join(f"exclude={check}" for check in checks) if checks else ""
+        core: list[Component] = [
             (
                 "etcd",
-                etcd_args(self.binaries.path("etcd"), self.state_dir / "etcd", self.ports),
-                lambda: _etcd_healthy(self.ports.etcd_client),
+                etcd_args(
+                    self.binaries.path("etcd"), self.state_dir / "etcd", ports.etcd_client, ports.etcd_peer
+                ),
+                lambda: _etcd_healthy(ports.etcd_client),
             ),
             (
                 "kube-apiserver",
                 apiserver_args(
-                    self.binaries.path("kube-apiserver"), self.state_dir, pki, self.ports, policy_file
+                    self.binaries.path("kube-apiserver"), self.state_dir, pki, ports, policy_file, proxy
                 ),
-                lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token),
+                # With the CRD server, the in-process CRD informers sync only once it is registered.
+                lambda: _https_ok(f"{self.server}/readyz{ready_exclusions}", trusted, admin_token),
             ),
+        ]
+        controllers: list[Component] = [
             (
                 "kube-controller-manager",
                 controller_manager_args(
                     self.binaries.path("kube-controller-manager"),
                     self.state_dir,
                     pki,
-                    self.ports,
+                    ports,
                     self.controller_manager_flags,
                 ),
-                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.controller_manager}/healthz", unverified),
+                lambda: _https_ok(f"https://{LOOPBACK}:{ports.controller_manager}/healthz", unverified),
             ),
             (
                 "kube-scheduler",
-                scheduler_args(self.binaries.path("kube-scheduler"), self.state_dir, self.ports),
-                lambda: _https_ok(f"https://{LOOPBACK}:{self.ports.scheduler}/healthz", unverified),
+                scheduler_args(self.binaries.path("kube-scheduler"), self.state_dir, ports),
+                lambda: _https_ok(f"https://{LOOPBACK}:{ports.scheduler}/healthz", unverified),
             ),
         ]
         # envtest folders (KUBEBUILDER_ASSETS) may hold only etcd and kube-apiserver.
-        present = [c for c in components if self.binaries.has(c[0])]
-        # The API server waits for etcd by itself; the controller-manager and scheduler exit if the API
-        # server's RBAC is not bootstrapped yet, so they start in a second stage.
-        stages = (present[:2], present[2:])
+        core = [c for c in core if self.binaries.has(c[0])]
+        controllers = [c for c in controllers if self.binaries.has(c[0])]
+        crd_server: list[Component] = []
+        if self.serves_crds:
+            crd_etcd, server, registrar = self._crd_server_components(pki, trusted, admin_token)
+            core.append(crd_etcd)
+            crd_server.append(server)
+            controllers.append(registrar)
+        # The API server waits for etcd by itself; the CRD server needs kube-apiserver for its delegated auth;
+        # the controller-manager and scheduler exit if the API server's RBAC is not bootstrapped yet, and the
+        # controller-manager's garbage collector discovers custom resources through the aggregator.
         try:
-            for stage in stages:
+            for stage in (core, crd_server, controllers):
                 for name, args, _ in stage:
                     self._start_component(name, args)
                 for name, _, healthy in stage:
                     self._wait_until_healthy(name, healthy)
+                if stage is crd_server and crd_server:
+                    self._serve_crds_through_the_aggregator(pki, trusted, admin_token)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _crd_server_components(
+        self, pki: Pki, trusted: ssl.SSLContext, admin_token: str
+    ) -> tuple[Component, Component, Component]:
+        assert self.binaries.crd_server is not None
+        folder, ports = self.binaries.crd_server, self.ports
+        crd_etcd = (
+            "crd-etcd",
+            etcd_args(
+                folder / CRD_ETCD, self.state_dir / "crd-etcd", ports.crd_etcd_client, ports.crd_etcd_peer
+            ),
+            lambda: _etcd_healthy(ports.crd_etcd_client),
+        )
+        server = (
+            "crd-server",
+            aggregation.crd_server_args(
+                folder / CRD_SERVER_BINARY,
+                etcd_port=ports.crd_etcd_client,
+                port=ports.crd_server,
+                pki=pki,
+                kubeconfig=self.state_dir / "crd-server.kubeconfig",
+                cert_dir=self.state_dir / "crd-server-certs",
+                loopback=LOOPBACK,
+            ),
+            lambda: _https_ok(f"https://{LOOPBACK}:{ports.crd_server}/readyz", trusted, admin_token),
+        )
+        registrar = (
+            "crd-registrar",
+            [
+                sys.executable,
+                "-m",
+                "tpujob_sandbox.crdregistrar",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--port={ports.crd_server}",
+                f"--ca={pki.ca_cert}",
+            ],
+            lambda: True,  # no endpoint: alive is healthy
+        )
+        return crd_etcd, server, registrar
+
+    def _serve_crds_through_the_aggregator(self, pki: Pki, trusted: ssl.SSLContext, token: str) -> None:
+        """The ExternalName Service in front of the CRD server, and `apiextensions.k8s.io/v1` sent to it;
+        returns once the aggregator finds it available and kube-apiserver is ready (its in-process CRD
+        informers list through it)."""
+        api_client = k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+        try:
+            core = k8s.CoreV1Api(api_client)
+            registration = k8s.ApiregistrationV1Api(api_client)
+            service = aggregation.external_name_service(self.ports.crd_server)
+            try:
+                core.create_namespaced_service(aggregation.NAMESPACE, service)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                core.replace_namespaced_service(aggregation.SERVICE, aggregation.NAMESPACE, service)
+            group, version = aggregation.APIEXTENSIONS
+            name = f"{version}.{group}"
+            body = aggregation.api_service(
+                group,
+                version,
+                port=self.ports.crd_server,
+                ca_pem=pki.ca_cert.read_bytes(),
+                group_priority=aggregation.APIEXTENSIONS_GROUP_PRIORITY,
+                version_priority=aggregation.APIEXTENSIONS_VERSION_PRIORITY,
+                registrar=False,
+            )
+            try:
+                registration.create_api_service(body)
+            except ApiException as error:  # a state folder started before
+                if error.status != 409:
+                    raise
+                current = registration.read_api_service(name)
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
+                registration.replace_api_service(name, body)
+            wait_for(
+                lambda: _available(registration.read_api_service(name)),
+                timeout=START_TIMEOUT_SECONDS,
+                what=f"the aggregator to find {name} at the CRD server available",
+            )
+            wait_for(
+                lambda: _https_ok(f"{self.server}/readyz", trusted, token),
+                timeout=START_TIMEOUT_SECONDS,
+                what="kube-apiserver to be ready with the CRD server registered",
+            )
+        finally:
+            api_client.close()
 
     def _write_credentials(self, pki: Pki) -> Tokens:
         tokens = Tokens.generate()
@@ -333,6 +496,7 @@ class ControlPlane:
             ("kubeconfig", ADMIN),
             ("scheduler.kubeconfig", SCHEDULER),
             ("controller-manager.kubeconfig", CONTROLLER_MANAGER),
+            ("crd-server.kubeconfig", CRD_SERVER),
         ):
             path = self.state_dir / filename
             path.write_text(yaml.safe_dump(kubeconfig(self.server, ca_pem, user, tokens.by_user[user])))
@@ -371,6 +535,8 @@ class RunningControlPlane:
     kubeconfig: Path
     logs: Path
     pids: dict[str, int] = field(default_factory=dict)  # none of its processes are this one's to stop
+    serves_crds: bool = False
+    servers: dict[str, str] = field(default_factory=dict)
 
     def stop(self) -> None:
         """Nothing to stop: `tpujob sandbox down` does."""

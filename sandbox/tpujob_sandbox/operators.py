@@ -5,6 +5,7 @@ the e2e and chart tests and the operator benchmark (bench/operator_bench.py)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -63,7 +64,7 @@ def install_peering_crds(sandbox: Sandbox) -> None:
     for cluster_wide in (True, False):
         definition = peering.peering_crd(cluster_wide)
         _create_or_keep(api.create_custom_resource_definition, definition)
-        _wait_established(api, definition["metadata"]["name"])
+        wait_crd_served(api, definition["metadata"]["name"])
 
 
 def _create_or_keep(create: Callable[[dict[str, Any]], object], body: dict[str, Any]) -> None:
@@ -92,7 +93,9 @@ def _create_or_replace(
         replace(name, {**body, "metadata": {**body["metadata"], "resourceVersion": version}})
 
 
-def _wait_established(api: k8s.ApiextensionsV1Api, name: str) -> None:
+def wait_crd_served(api: k8s.ApiextensionsV1Api, name: str) -> None:
+    """Established, and served at the cluster's address: with the 1.36 CRD server, kube-apiserver proxies the
+    CRD's group only once the test bed's registrar has registered it and the aggregator found it available."""
     wait_for(
         lambda: any(
             cond.type == "Established" and cond.status == "True"
@@ -101,18 +104,37 @@ def _wait_established(api: k8s.ApiextensionsV1Api, name: str) -> None:
         timeout=30,
         what=f"the CRD {name} to be established",
     )
+    definition = api.read_custom_resource_definition(name)
+    group, plural = definition.spec.group, definition.spec.names.plural
+    versions = [v.name for v in definition.spec.versions if v.served]
+    wait_for(
+        lambda: all(_serves(api.api_client, group, version, plural) for version in versions),
+        timeout=30,
+        what=f"{plural}.{group} to be served at the cluster's address",
+    )
+
+
+def _serves(api_client: k8s.ApiClient, group: str, version: str, plural: str) -> bool:
+    try:
+        response = api_client.call_api(
+            f"/apis/{group}/{version}", "GET", auth_settings=["BearerToken"], _preload_content=False
+        )[0]
+    except k8s.ApiException:
+        return False
+    return any(r["name"] == plural for r in json.loads(response.data).get("resources", []))
 
 
 def install_crd(sandbox: Sandbox) -> None:
-    """The CRD without CEL: the test bed's 1.20 API server predates x-kubernetes-validations."""
+    """The CRD with its CEL where the API machinery has CEL (the 1.36 CRD server); without on kube-apiserver
+    1.20's own (a bench's in-process mode), which predates x-kubernetes-validations."""
     api = k8s.ApiextensionsV1Api(sandbox.api_client)
     _create_or_replace(
         api.create_custom_resource_definition,
         api.read_custom_resource_definition,
         api.replace_custom_resource_definition,
-        crd(cel=False),
+        crd(cel=sandbox.control_plane.serves_crds),
     )
-    _wait_established(api, c.CRD_NAME)
+    wait_crd_served(api, c.CRD_NAME)
 
 
 def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Keys and certificates for the control plane: a CA, the API server's serving cert, the SA signing key."""
+"""Keys and certificates for the control plane: a CA, the API server's serving cert, the SA signing key; for
+the aggregation of the CRD server, the front proxy's client cert and the CRD server's serving cert."""
 
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ class Pki:
     @property
     def serving_key(self) -> Path:
         return self.folder / "apiserver.key"
+
+    @property
+    def front_proxy_cert(self) -> Path:
+        """The client cert kube-apiserver's aggregator shows the CRD server (--proxy-client-cert-file)."""
+        return self.folder / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_key(self) -> Path:
+        return self.folder / "front-proxy-client.key"
+
+    @property
+    def crd_server_cert(self) -> Path:
+        return self.folder / "crd-server.crt"
+
+    @property
+    def crd_server_key(self) -> Path:
+        return self.folder / "crd-server.key"
 
     @property
     def service_account_key(self) -> Path:
@@ -106,4 +124,28 @@ def ensure_pki(folder: Path, hosts: tuple[str, ...]) -> Pki:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    return pki
+
+
+# The CN kube-apiserver's front proxy presents, and the only one the servers behind it accept
+# (--requestheader-allowed-names), as kubeadm names it.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+def ensure_aggregation_pki(pki: Pki, crd_server_hosts: tuple[str, ...]) -> Pki:
+    """The front proxy's client cert and the CRD server's serving cert, signed by the sandbox's CA; made once
+    per state folder (a folder from before the CRD server gets them on its next start)."""
+    if pki.crd_server_key.exists():
+        return pki
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    for subject, cert_path, key_path, hosts in (
+        (FRONT_PROXY_CLIENT, pki.front_proxy_cert, pki.front_proxy_key, ()),
+        ("crd-server", pki.crd_server_cert, pki.crd_server_key, crd_server_hosts),
+    ):
+        key = _new_key()
+        cert = _certificate(subject, key, ca, ca_key, is_ca=False, hosts=hosts)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(_key_pem(key))  # the serving key last: its presence marks a complete set
     return pki

@@ -134,7 +134,8 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
     settings = {
         "watchNamespace": namespace,
         "crds.install": "true",
-        "crds.cel": "false",
+        # The CRD with its CEL where the test bed's API machinery has it (the 1.36 CRD server).
+        "crds.cel": "true" if sandbox.control_plane.serves_crds else "false",
         "gke.project": sandbox.gke.project,
         "gke.location": sandbox.gke.location,
         "gke.cluster": sandbox.gke.cluster,

@@ -7,7 +7,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.sandbox.helpers import tpu_nodes
-from tpujob_sandbox import wait_for
+from tpujob_sandbox import wait_crd_served, wait_for
 
 GROUP, VERSION, PLURAL, KIND = "sandbox-test.tpujob.dev", "v1", "owners", "Owner"
 CRD = {
@@ -41,13 +41,7 @@ def owner_crd(sandbox):
         if error.status != 409:
             raise
 
-    def established() -> bool:
-        conditions = (
-            extensions.read_custom_resource_definition(CRD["metadata"]["name"]).status.conditions or []
-        )
-        return any(cond.type == "Established" and cond.status == "True" for cond in conditions)
-
-    wait_for(established, timeout=30, what="the test CRD to be established")
+    wait_crd_served(extensions, CRD["metadata"]["name"])
     return CRD
 
 

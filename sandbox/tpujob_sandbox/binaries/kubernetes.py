@@ -1,8 +1,10 @@
-"""Control plane binaries: found in KUBEBUILDER_ASSETS, in the local cache, or built from Debian's source.
+"""The Kubernetes 1.20 control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd), built
+from Debian bookworm's source package.
 
 No Docker engine runs where the tests run, so kind and k3d are out. Debian ships the Kubernetes 1.20
-source (vendored) and etcd; building kube-apiserver, kube-scheduler and kube-controller-manager from it
-takes about five minutes once, then the cache makes every start take seconds.
+source (vendored) and etcd; building the three programs from it takes about five minutes once, then the
+cache makes every start take seconds. Pods, nodes, Services and RBAC are served by this API server; custom
+resources by the 1.36 CRD server beside it (crdserver.py).
 """
 
 from __future__ import annotations
@@ -10,14 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from tpujob_sandbox.machine import apt_install, cache_root, machine_lock
+from tpujob_sandbox.binaries.steps import BinariesUnavailable, Progress, run_step, stderr_progress
+from tpujob_sandbox.machine import apt_install, cache_root
 
 KUBERNETES_VERSION = "1.20.2"
 DEBIAN_SOURCE_PACKAGE = "kubernetes"
@@ -56,57 +55,9 @@ HOW_TO_AVOID_THE_BUILD = (
     "or set KUBECONFIG to test against an existing cluster."
 )
 
-Progress = Callable[[str], None]
-
-
-class BinariesUnavailable(RuntimeError):
-    """The control plane binaries are neither provided nor buildable here."""
-
-
-@dataclass(frozen=True)
-class Binaries:
-    """Paths of the control plane programs; scheduler and controller-manager may be missing (envtest)."""
-
-    folder: Path
-    origin: str  # "KUBEBUILDER_ASSETS", "cache" or "built"
-
-    def path(self, name: str) -> Path:
-        return self.folder / name
-
-    def has(self, name: str) -> bool:
-        return os.access(self.path(name), os.X_OK)
-
 
 def default_cache_dir() -> Path:
     return cache_root() / f"kubernetes-{KUBERNETES_VERSION}"
-
-
-def missing_binaries(folder: Path, names: tuple[str, ...]) -> list[str]:
-    return [name for name in names if not os.access(folder / name, os.X_OK)]
-
-
-def stderr_progress(message: str) -> None:
-    print(f"[tpujob sandbox] {message}", file=sys.stderr, flush=True)
-
-
-def find_binaries(cache_dir: Path | None = None, progress: Progress = stderr_progress) -> Binaries:
-    """KUBEBUILDER_ASSETS first, then the cache, else build into the cache (once per machine)."""
-    assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if assets:
-        folder = Path(assets)
-        missing = missing_binaries(folder, REQUIRED)
-        if missing:
-            raise BinariesUnavailable(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
-        return Binaries(folder, "KUBEBUILDER_ASSETS")
-    cache = cache_dir or default_cache_dir()
-    if not missing_binaries(cache, ALL_BINARIES):
-        return Binaries(cache, "cache")
-    with machine_lock(cache.name):
-        # Another process may have finished the build while this one waited for the lock.
-        if not missing_binaries(cache, ALL_BINARIES):
-            return Binaries(cache, "cache")
-        build_binaries(cache, progress)
-    return Binaries(cache, "built")
 
 
 def build_problems() -> list[str]:
@@ -155,11 +106,11 @@ def install_build_packages(progress: Progress) -> None:
 
 def fetch_source(workdir: Path, progress: Progress) -> Path:
     progress("downloading Debian's Kubernetes source package (34 MB)")
-    _run(["apt-get", "source", "--download-only", DEBIAN_SOURCE_PACKAGE], progress, cwd=workdir)
+    run_step(["apt-get", "source", "--download-only", DEBIAN_SOURCE_PACKAGE], progress, cwd=workdir)
     (dsc,) = workdir.glob(f"{DEBIAN_SOURCE_PACKAGE}_*.dsc")
     source = workdir / "src"
     progress(f"unpacking {dsc.name}")
-    _run(["dpkg-source", "--no-check", "-x", dsc.name, str(source)], progress, cwd=workdir)
+    run_step(["dpkg-source", "--no-check", "-x", dsc.name, str(source)], progress, cwd=workdir)
     return source
 
 
@@ -181,7 +132,7 @@ def compile_targets(source: Path, progress: Progress) -> None:
     # The Go build cache goes with the work folder: ~1 GB nobody needs once the binaries are cached.
     env = {**os.environ, "GOPATH": str(gopath), "GOCACHE": str(source / ".gocache"), "CGO_ENABLED": "0"}
     progress(f"compiling {', '.join(BUILD_TARGETS)} (the long part)")
-    _run(["make", f"WHAT={' '.join(BUILD_TARGETS)}"], progress, cwd=source, env=env)
+    run_step(["make", f"WHAT={' '.join(BUILD_TARGETS)}"], progress, cwd=source, env=env)
 
 
 def install_into_cache(source: Path, cache: Path) -> None:
@@ -196,42 +147,3 @@ def install_into_cache(source: Path, cache: Path) -> None:
     # Rename last so an interrupted build never leaves a cache that looks complete.
     shutil.rmtree(cache, ignore_errors=True)
     staging.rename(cache)
-
-
-def _run(
-    command: list[str], progress: Progress, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> None:
-    """Run a build step, echoing its output and a heartbeat so a long silent compile shows it is alive."""
-    started = time.monotonic()
-    done = threading.Event()
-
-    def heartbeat() -> None:
-        while not done.wait(30):
-            progress(f"... {command[0]} still running ({time.monotonic() - started:.0f} s)")
-
-    threading.Thread(target=heartbeat, daemon=True).start()
-    try:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env={**(env or os.environ), "DEBIAN_FRONTEND": "noninteractive"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert process.stdout is not None
-        try:
-            for line in process.stdout:
-                progress(f"    {line.rstrip()}")
-        except BaseException:  # interrupted (Ctrl+C, a test timeout): leave no compiler behind
-            process.kill()
-            raise
-        if process.wait() != 0:
-            raise subprocess.CalledProcessError(process.returncode, command)
-    finally:
-        done.set()
-
-
-if __name__ == "__main__":  # `python -m tpujob_sandbox.binaries`: build or show the cached binaries.
-    found = find_binaries()
-    print(f"{found.origin}: {found.folder}")
