@@ -32,8 +32,10 @@ from tpujob_sandbox.pki import FRONT_PROXY_CLIENT, Pki
 
 NAMESPACE = "kube-system"
 SERVICE = "tpujob-crd-server"
-# The name the aggregator checks in the CRD server's serving cert.
-SERVICE_DNS_NAME = f"{SERVICE}.{NAMESPACE}.svc"
+# The CRD API goes through the registrar's gate (crdgate.py), behind a Service of its own.
+GATE_SERVICE = "tpujob-crd-gate"
+# The names the aggregator checks in the serving certs.
+SERVICE_DNS_NAMES = (f"{SERVICE}.{NAMESPACE}.svc", f"{GATE_SERVICE}.{NAMESPACE}.svc")
 APIEXTENSIONS = ("apiextensions.k8s.io", "v1")
 # The label on the APIServices the registrar owns (it deletes only those).
 REGISTRAR_LABEL = "tpujob-sandbox/crd-server"
@@ -43,12 +45,12 @@ CRD_GROUP_PRIORITY_MINIMUM = 1000
 CRD_VERSION_PRIORITY = 100
 # Admission plugins that read APIs kube-apiserver 1.20 does not serve (admissionregistration.k8s.io/v1's
 # ValidatingAdmissionPolicy, MutatingAdmissionPolicy) or webhooks nobody registers here. NamespaceLifecycle
-# stays: it reads Namespaces from kube-apiserver, so a TPUJob in a missing namespace is refused as on GKE.
+# stays: it reads Namespaces from kube-apiserver, so a TPUJob in a missing namespace is refused as on GKE; so
+# do validating webhooks, whose configurations it reads from kube-apiserver too.
 DISABLED_ADMISSION = (
     "MutatingAdmissionPolicy",
     "MutatingAdmissionWebhook",
     "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionWebhook",
 )
 
 
@@ -56,9 +58,12 @@ DISABLED_ADMISSION = (
 # the 1.36 server's schema (it puts a local group's first, and kubectl validates a CRD against it: 1.20's
 # knows no x-kubernetes-validations), and no `onstart` APIService of its own competes with the 1.36 one.
 KUBE_APISERVER_RUNTIME_CONFIG = "apiextensions.k8s.io/v1=false,apiextensions.k8s.io/v1beta1=false"
-# kube-apiserver's in-process CRD server still starts its informers and controllers, which list CRDs through
-# the aggregator, so they sync only once the 1.36 server is registered: its readiness waits for that last.
-IN_PROCESS_CRD_CHECKS = ("poststarthook/crd-informer-synced", "poststarthook/start-apiextensions-controllers")
+# kube-apiserver's in-process CRD informers and controllers list CRDs through the aggregator (the gate shows
+# them none: crdgate.py), so they sync only once the CRD API is registered: until then, its readiness is
+# checked without them, and in full after.
+UNTIL_REGISTERED = (
+    "?exclude=poststarthook/crd-informer-synced&exclude=poststarthook/start-apiextensions-controllers"
+)
 # What kube-apiserver gives apiextensions.k8s.io/v1 (cmd/kube-apiserver/app/aggregator.go,
 # apiVersionPriorities).
 APIEXTENSIONS_GROUP_PRIORITY = 16400
@@ -76,7 +81,14 @@ def kube_apiserver_flags(pki: Pki) -> list[str]:
 
 
 def crd_server_args(
-    binary: Path, *, etcd_port: int, port: int, pki: Pki, kubeconfig: Path, cert_dir: Path, loopback: str
+    binary: Path,
+    *,
+    etcd_port: int,
+    port: int,
+    pki: Pki,
+    kubeconfig: Path,
+    cert_dir: Path,
+    loopback: str,
 ) -> list[str]:
     return [
         str(binary),
@@ -107,11 +119,11 @@ def crd_server_args(
     ]
 
 
-def external_name_service(port: int) -> dict[str, Any]:
+def external_name_service(name: str, port: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": SERVICE, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": port}]},
     }
 
@@ -125,6 +137,7 @@ def api_service(
     group_priority: int,
     version_priority: int,
     registrar: bool = True,
+    service: str = SERVICE,
 ) -> dict[str, Any]:
     """An APIService that sends `/apis/<group>/<version>` to the CRD server; `registrar`: one the registrar
     owns (a CRD's group), which it deletes with the CRD."""
@@ -135,7 +148,7 @@ def api_service(
         "spec": {
             "group": group,
             "version": version,
-            "service": {"namespace": NAMESPACE, "name": SERVICE, "port": port},
+            "service": {"namespace": NAMESPACE, "name": service, "port": port},
             "caBundle": base64.b64encode(ca_pem).decode(),
             "groupPriorityMinimum": group_priority,
             "versionPriority": version_priority,

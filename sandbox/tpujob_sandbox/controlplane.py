@@ -85,10 +85,11 @@ class Ports:
     crd_etcd_client: int
     crd_etcd_peer: int
     crd_server: int
+    crd_gate: int
 
     @classmethod
     def pick(cls) -> Ports:
-        return cls(*(free_port() for _ in range(8)))
+        return cls(*(free_port() for _ in range(9)))
 
 
 @dataclass(frozen=True)
@@ -323,11 +324,12 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         """Start etcd and the API server together (and the CRD server's etcd), then the CRD server and its
-        registration in the aggregator, then the controller-manager, the scheduler and the CRD registrar."""
+        registrar (its authorizer) and its registration in the aggregator, then the controller-manager and the
+        scheduler."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki = ensure_pki(self.state_dir / "pki", hosts=(LOOPBACK, "localhost", "10.96.0.1", "kubernetes"))
         if self.serves_crds:
-            ensure_aggregation_pki(pki, (LOOPBACK, "localhost", aggregation.SERVICE_DNS_NAME))
+            ensure_aggregation_pki(pki, (LOOPBACK, "localhost", *aggregation.SERVICE_DNS_NAMES))
         tokens = self._write_credentials(pki)
         trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
         # Self-signed serving certs: only liveness is checked on these two, not identity.
@@ -340,8 +342,7 @@ class ControlPlane:
             policy_file.write_text(yaml.safe_dump(audit_policy(group, resource, self.audit_users)))
         ports = self.ports
         proxy = tuple(aggregation.kube_apiserver_flags(pki)) if self.serves_crds else ()
-        checks = aggregation.IN_PROCESS_CRD_CHECKS if self.serves_crds else ()
-        ready_exclusions = "?" + "&".join(f"exclude={check}" for check in checks) if checks else ""
+        until_registered = aggregation.UNTIL_REGISTERED if self.serves_crds else ""
         core: list[Component] = [
             (
                 "etcd",
@@ -355,8 +356,7 @@ class ControlPlane:
                 apiserver_args(
                     self.binaries.path("kube-apiserver"), self.state_dir, pki, ports, policy_file, proxy
                 ),
-                # With the CRD server, the in-process CRD informers sync only once it is registered.
-                lambda: _https_ok(f"{self.server}/readyz{ready_exclusions}", trusted, admin_token),
+                lambda: _https_ok(f"{self.server}/readyz{until_registered}", trusted, admin_token),
             ),
         ]
         controllers: list[Component] = [
@@ -384,8 +384,7 @@ class ControlPlane:
         if self.serves_crds:
             crd_etcd, server, registrar = self._crd_server_components(pki, trusted, admin_token)
             core.append(crd_etcd)
-            crd_server.append(server)
-            controllers.append(registrar)
+            crd_server += [server, registrar]  # the registrar serves the gate the CRD API goes through
         # The API server waits for etcd by itself; the CRD server needs kube-apiserver for its delegated auth;
         # the controller-manager and scheduler exit if the API server's RBAC is not bootstrapped yet, and the
         # controller-manager's garbage collector discovers custom resources through the aggregator.
@@ -396,7 +395,10 @@ class ControlPlane:
                 for name, _, healthy in stage:
                     self._wait_until_healthy(name, healthy)
                 if stage is crd_server and crd_server:
-                    self._serve_crds_through_the_aggregator(pki, trusted, admin_token)
+                    self._serve_crds_through_the_aggregator(pki)
+                    self._wait_until_healthy(
+                        "kube-apiserver", lambda: _https_ok(f"{self.server}/readyz", trusted, admin_token)
+                    )
         except BaseException:
             self.stop()
             raise
@@ -436,36 +438,45 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--port={ports.crd_server}",
                 f"--ca={pki.ca_cert}",
+                f"--gate-port={ports.crd_gate}",
+                f"--cert={pki.crd_server_cert}",
+                f"--key={pki.crd_server_key}",
+                f"--front-proxy-cert={pki.front_proxy_cert}",
+                f"--front-proxy-key={pki.front_proxy_key}",
             ],
-            lambda: True,  # no endpoint: alive is healthy
+            lambda: _https_ok(f"https://{LOOPBACK}:{ports.crd_gate}/healthz", trusted),
         )
         return crd_etcd, server, registrar
 
-    def _serve_crds_through_the_aggregator(self, pki: Pki, trusted: ssl.SSLContext, token: str) -> None:
+    def _serve_crds_through_the_aggregator(self, pki: Pki) -> None:
         """The ExternalName Service in front of the CRD server, and `apiextensions.k8s.io/v1` sent to it;
-        returns once the aggregator finds it available and kube-apiserver is ready (its in-process CRD
-        informers list through it)."""
+        returns once the aggregator finds it available."""
         api_client = k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
         try:
             core = k8s.CoreV1Api(api_client)
             registration = k8s.ApiregistrationV1Api(api_client)
-            service = aggregation.external_name_service(self.ports.crd_server)
-            try:
-                core.create_namespaced_service(aggregation.NAMESPACE, service)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                core.replace_namespaced_service(aggregation.SERVICE, aggregation.NAMESPACE, service)
+            for name, port in (
+                (aggregation.SERVICE, self.ports.crd_server),
+                (aggregation.GATE_SERVICE, self.ports.crd_gate),
+            ):
+                service = aggregation.external_name_service(name, port)
+                try:
+                    core.create_namespaced_service(aggregation.NAMESPACE, service)
+                except ApiException as error:
+                    if error.status != 409:
+                        raise
+                    core.replace_namespaced_service(name, aggregation.NAMESPACE, service)
             group, version = aggregation.APIEXTENSIONS
             name = f"{version}.{group}"
             body = aggregation.api_service(
                 group,
                 version,
-                port=self.ports.crd_server,
+                port=self.ports.crd_gate,
                 ca_pem=pki.ca_cert.read_bytes(),
                 group_priority=aggregation.APIEXTENSIONS_GROUP_PRIORITY,
                 version_priority=aggregation.APIEXTENSIONS_VERSION_PRIORITY,
                 registrar=False,
+                service=aggregation.GATE_SERVICE,
             )
             try:
                 registration.create_api_service(body)
@@ -480,11 +491,7 @@ class ControlPlane:
                 timeout=START_TIMEOUT_SECONDS,
                 what=f"the aggregator to find {name} at the CRD server available",
             )
-            wait_for(
-                lambda: _https_ok(f"{self.server}/readyz", trusted, token),
-                timeout=START_TIMEOUT_SECONDS,
-                what="kube-apiserver to be ready with the CRD server registered",
-            )
+
         finally:
             api_client.close()
 

@@ -107,10 +107,25 @@ def wait_crd_served(api: k8s.ApiextensionsV1Api, name: str) -> None:
     definition = api.read_custom_resource_definition(name)
     group, plural = definition.spec.group, definition.spec.names.plural
     versions = [v.name for v in definition.spec.versions if v.served]
+    registration = k8s.ApiregistrationV1Api(api.api_client)
+    remote = registration.read_api_service("v1.apiextensions.k8s.io").spec.service is not None
     wait_for(
-        lambda: all(_serves(api.api_client, group, version, plural) for version in versions),
+        lambda: all(
+            _serves(api.api_client, group, version, plural)
+            and (not remote or _proxied(registration, f"{version}.{group}"))
+            for version in versions
+        ),
         timeout=30,
         what=f"{plural}.{group} to be served at the cluster's address",
+    )
+
+
+def _proxied(registration: k8s.ApiregistrationV1Api, name: str) -> bool:
+    """The group's APIService sends it to the CRD server, and the aggregator found it available."""
+    found = registration.read_api_service(name)
+    conditions = found.status.conditions or []
+    return found.spec.service is not None and any(
+        c.type == "Available" and c.status == "True" for c in conditions
     )
 
 

@@ -133,10 +133,8 @@ FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def ensure_aggregation_pki(pki: Pki, crd_server_hosts: tuple[str, ...]) -> Pki:
-    """The front proxy's client cert and the CRD server's serving cert, signed by the sandbox's CA; made once
-    per state folder (a folder from before the CRD server gets them on its next start)."""
-    if pki.crd_server_key.exists():
-        return pki
+    """The front proxy's client cert and the CRD server's serving cert, signed by the sandbox's CA; made anew
+    at every start (they name the hosts of that start's design)."""
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
     ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
@@ -147,5 +145,5 @@ def ensure_aggregation_pki(pki: Pki, crd_server_hosts: tuple[str, ...]) -> Pki:
         key = _new_key()
         cert = _certificate(subject, key, ca, ca_key, is_ca=False, hosts=hosts)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(_key_pem(key))  # the serving key last: its presence marks a complete set
+        key_path.write_bytes(_key_pem(key))
     return pki
