@@ -24,7 +24,7 @@ def test_the_policy_can_log_every_request_of_some_users_instead():
 
 
 def test_the_api_server_writes_an_audit_log_only_with_a_policy(tmp_path):
-    ports = Ports(*range(1, 9))
+    ports = Ports(*range(1, 10))
     plain = apiserver_args(Path("kube-apiserver"), tmp_path, PKI, ports)
     audited = apiserver_args(Path("kube-apiserver"), tmp_path, PKI, ports, tmp_path / "policy.yaml")
     assert not [a for a in plain if a.startswith("--audit")]
