@@ -120,7 +120,7 @@ PROTECTED: list[tuple[str, Any, str, str]] = [
         (
             f"node-selector-{key.rsplit('/', 1)[-1]}",
             with_pod(nodeSelector={key: "x"}),
-            f"spec.pod.nodeSelector.{key}",
+            "spec.pod.nodeSelector",
             f"the operator selects {key} from {field}",
         )
         for key, field in _NODE_LABEL_FIELDS.items()
@@ -139,13 +139,13 @@ PROTECTED: list[tuple[str, Any, str, str]] = [
     ),
     # The operator's labels (it finds its pods by them) and its annotation prefix.
     *(
-        (f"label-{key}", with_pod(labels={key: "x"}), f"spec.pod.labels.{key}", "are the operator's")
+        (f"label-{key}", with_pod(labels={key: "x"}), "spec.pod.labels", f"{key}: tpujob.dev/* and")
         for key in (c.LABEL_JOB_NAME, c.LABEL_WORKER, "tpujob.dev/anything", c.LABEL_MANAGED_BY)
     ),
     (
         "annotation-in-the-operators-prefix",
         with_pod(annotations={"tpujob.dev/note": "x"}),
-        "spec.pod.annotations.tpujob.dev/note",
+        "spec.pod.annotations",
         "are the operator's",
     ),
     # The worker env: TPU_*, MEGASCALE_*, TPUJOB_* on the trainer, also through an envFrom prefix.
@@ -339,7 +339,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "mount-of-an-unknown-volume",
         with_trainer(volumeMounts=[{"name": "data", "mountPath": "/data"}]),
-        "spec.trainer.volumeMounts[0].name",
+        "spec.trainer.volumeMounts",
         "no volume data in spec.pod.volumes (volumes: none); add it",
     ),
     (
@@ -350,7 +350,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
                 "containers": [sidecar(volumeMounts=[{"name": "x", "mountPath": "/x"}])],
             }
         ),
-        "spec.pod.containers[0].volumeMounts[0].name",
+        "spec.pod.containers",
         "no volume x in spec.pod.volumes (volumes: scratch)",
     ),
     (
@@ -409,7 +409,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "gcsfuse-without-the-annotation",
         with_pod(volumes=[{"name": "data", "csi": {"driver": c.GCSFUSE_CSI_DRIVER}}]),
-        "spec.pod.volumes[0].csi",
+        "spec.pod.annotations",
         'need the pod annotation gke-gcsfuse/volumes: "true"',
     ),
     (
@@ -418,7 +418,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
             annotations={c.GCSFUSE_VOLUMES_ANNOTATION: "false"},
             volumes=[{"name": "data", "csi": {"driver": c.GCSFUSE_CSI_DRIVER}}],
         ),
-        "spec.pod.volumes[0].csi",
+        "spec.pod.annotations",
         "add it to spec.pod.annotations",
     ),
     (
