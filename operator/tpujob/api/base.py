@@ -7,7 +7,7 @@ these; validation.py and pod_validation.py report Problems.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -42,8 +42,6 @@ class ApiModel(BaseModel):
         use_enum_values=True,
         validate_default=True,
     )
-    # CEL rules for this object, copied into the CRD as x-kubernetes-validations.
-    cel_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def fresh_copy(self) -> Self:
         """A deep copy made by pydantic-core (dump, then validate): about 3x cheaper than

@@ -6,7 +6,14 @@ catalog's own refusals are in tpu.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
+
+# metadata
+NAME_TOO_LONG: Final = (
+    "'{name}' is longer than {max} characters; pod hostnames add a suffix and must fit in a 63-character DNS "
+    "label"
+)
 
 # spec.tpu
 MULTISLICE_OF_ONE_HOST: Final = (
@@ -48,7 +55,7 @@ ONE_MATCHER: Final = (
 EXIT_CODE_ZERO: Final = (
     "0 is not allowed with operator In: exit code 0 is success and never matches; remove it"
 )
-EXIT_CODES_REPEATED: Final = "{codes} listed more than once; list each exit code once"
+EXIT_CODES_REPEATED: Final = "{code} listed more than once; list each exit code once"
 
 # spec.trainer and spec.pod
 ENV_RESERVED: Final = (
@@ -67,7 +74,6 @@ OPERATOR_PORT: Final = (
     "are {ports}"
 )
 VALUE_AND_VALUE_FROM: Final = "set value or valueFrom, not both"
-ONE_ENV_SOURCE: Final = "set exactly one of secretRef or configMapRef"
 NO_SUCH_VOLUME: Final = "no volume {name} in spec.pod.volumes (volumes: {volumes}); add it"
 RELATIVE_PATH: Final = "'{path}' must be a relative path without '..'"
 NO_ESCALATION_BUT_PRIVILEGED: Final = (
@@ -86,3 +92,8 @@ GCSFUSE_ANNOTATION: Final = (
     'Cloud Storage FUSE volumes need the pod annotation {annotation}: "true" (GKE injects the gcsfuse '
     "sidecar by it); add it to spec.pod.annotations"
 )
+
+
+def exactly_one(names: Sequence[str]) -> str:
+    """Kubernetes takes one source where it lists several (an env var's valueFrom, a volume)."""
+    return f"set exactly one of {', '.join(names[:-1])} or {names[-1]}"

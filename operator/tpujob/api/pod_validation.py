@@ -175,7 +175,7 @@ def _container_problems(
     yield from _env_problems(path, container.env, containers)
     for index, source in enumerate(container.env_from):
         if (source.secret_ref is None) == (source.config_map_ref is None):
-            yield Problem(f"{path}.envFrom[{index}]", m.ONE_ENV_SOURCE)
+            yield Problem(f"{path}.envFrom[{index}]", m.exactly_one(["secretRef", "configMapRef"]))
     yield from _mount_problems(path, container.volume_mounts)
     yield from _security_problems(f"{path}.securityContext", container.security_context)
 
@@ -306,8 +306,7 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
 def _exactly_one(path: str, **sources: object) -> Iterator[Problem]:
     """Kubernetes takes one source where it lists several (an env var's valueFrom, a volume)."""
     if sum(source is not None for source in sources.values()) != 1:
-        names = list(sources)
-        yield Problem(path, f"set exactly one of {', '.join(names[:-1])} or {names[-1]}")
+        yield Problem(path, m.exactly_one(list(sources)))
 
 
 def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:

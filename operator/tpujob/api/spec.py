@@ -46,6 +46,8 @@ DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # A Compute Engine zone: region and letter (us-central1-a), or an AI zone: region, 'ai', a number and its
 # parent zone's letter (us-central1-ai1a; https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones).
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z]$"
+# A slice's chips as a torus: dimensions joined by 'x' (the catalog in tpu.py says which exist).
+TOPOLOGY_PATTERN = r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$"
 
 
 class TPUType(enum.StrEnum):
@@ -81,7 +83,7 @@ class TPUSpec(ApiModel):
             "Chips of one slice as a torus: AxB for v5e and v6e (e.g. 2x2, 4x4), AxBxC for v4, v5p "
             "and tpu7x (e.g. 2x2x1, 2x2x4). Sets the number of hosts (VMs) per slice."
         ),
-        pattern=r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$",
+        pattern=TOPOLOGY_PATTERN,
         max_length=20,
     )
     slices: int = Field(
@@ -98,14 +100,6 @@ class TPUSpec(ApiModel):
             "GKE machine type where a generation offers a choice (v5e: ct5lp-hightpu-1t|4t|8t, "
             "v6e: ct6e-standard-1t|4t|8t). Default: a single host when one VM holds the slice, "
             "else 4-chip VMs."
-        ),
-    )
-
-    cel_rules = (
-        (
-            "self.type in ['v5e', 'v6e'] ? self.topology.matches('^[0-9]+x[0-9]+$')"
-            " : self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$')",
-            "topology must be AxB for v5e and v6e, AxBxC for v4, v5p and tpu7x",
         ),
     )
 
@@ -148,17 +142,6 @@ class CapacitySpec(ApiModel):
         description=(
             "The Compute Engine reservation to consume: its name, or projects/PROJECT/reservations/NAME for "
             "one shared from another project. Required when mode is reservation."
-        ),
-    )
-
-    cel_rules = (
-        (
-            "self.mode == 'reservation' ? has(self.reservation) : !has(self.reservation)",
-            "reservation is required when mode is reservation, and only then",
-        ),
-        (
-            "!has(self.maxRunDurationSeconds) || self.mode == 'flexStart'",
-            "maxRunDurationSeconds is only used with mode flexStart",
         ),
     )
 

@@ -131,11 +131,7 @@ def _from_pydantic(error: pydantic.ValidationError) -> Iterator[Problem]:
         elif kind == "string_pattern_mismatch":
             yield Problem(_path(loc), _pattern_message(loc, given, item["ctx"]["pattern"]))
         elif kind == "string_too_long" and loc[-1] == "name" and loc[0] == "metadata":
-            yield Problem(
-                _path(loc),
-                f"{given!r} is longer than {MAX_JOB_NAME_LENGTH} characters; pod hostnames add a suffix "
-                "and must fit in a 63-character DNS label",
-            )
+            yield Problem(_path(loc), m.NAME_TOO_LONG.format(name=given, max=MAX_JOB_NAME_LENGTH))
         else:
             yield Problem(_path(loc), f"{item['msg']} (got {given!r})")
 
@@ -197,12 +193,9 @@ def _failure_policy_problems(job: TPUJob) -> Iterator[Problem]:
             continue
         if codes.operator == ExitCodeOperator.in_ and 0 in codes.values:
             yield Problem(f"{path}.onExitCodes.values", m.EXIT_CODE_ZERO)
-        repeated = sorted({code for code in codes.values if codes.values.count(code) > 1})
-        if repeated:
-            yield Problem(
-                f"{path}.onExitCodes.values",
-                m.EXIT_CODES_REPEATED.format(codes=", ".join(map(str, repeated))),
-            )
+        repeated = next((code for code in codes.values if codes.values.count(code) > 1), None)
+        if repeated is not None:  # the first, as the API server's rule names it
+            yield Problem(f"{path}.onExitCodes.values", m.EXIT_CODES_REPEATED.format(code=repeated))
 
 
 def _default_zone_problems(
