@@ -189,8 +189,8 @@ ZONES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-# The catalog's refusals as templates: the operator fills them in Python, the CRD's CEL rules (api/cel.py) with
-# CEL expressions, so `kubectl apply` and the operator say the same thing.
+# The catalog's refusals as templates: the operator fills them in Python, the CRD's CEL rules
+# (api/cel_catalog.py) with CEL expressions, so `kubectl apply` and the operator say the same thing.
 ZONE_WITHOUT_TYPE: Final = "{zone} does not offer {type} TPUs; zones that do: {zones}"
 TOPOLOGY_WRONG_RANK: Final = "'{topology}' is not a {type} topology: {type} takes {shape}; valid: {valid}"
 TOPOLOGY_TOO_LARGE: Final = (

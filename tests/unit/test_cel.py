@@ -301,7 +301,9 @@ def test_accepted_cases_pass_every_rule(case: Case):
 def test_refused_cases_are_refused_at_their_field_with_their_words(case: Case):
     """By the CEL rules at the case's field path, with its words; where no rule refuses it, the schema
     does, and the model (whose constraints the schema is generated from) refuses it too."""
-    found = [refusal for refusals_of_rule in all_refusals(case.manifest).values() for refusal in refusals_of_rule]
+    found = [
+        refusal for refusals_of_rule in all_refusals(case.manifest).values() for refusal in refusals_of_rule
+    ]
     if not found:
         with pytest.raises(pydantic.ValidationError) as caught:
             TPUJob.model_validate(case.manifest)
@@ -361,7 +363,8 @@ def test_defaults_reach_the_rules_as_the_api_server_applies_them():
 
 
 def test_transition_rules_run_on_updates_only_and_message_expressions_are_used():
-    """The harness' handling of oldSelf, messageExpression and fieldPath, for when the CRD gains such rules."""
+    """The harness' handling of oldSelf, messageExpression and fieldPath (transition rules: for when the
+    CRD gains one)."""
     immutable = CrdRule(steps=("spec", "tpu"), rule="self == oldSelf", message="tpu is immutable")
     before, after = base_job(), base_job(tpu={"type": "v5e", "topology": "4x4"})
     assert immutable.transition

@@ -1,6 +1,7 @@
-"""The CRD's CEL rules (x-kubernetes-validations), by where they sit: the operator's own checks (validation.py,
-pod_validation.py) said again for the API server, so a bad TPUJob is refused at `kubectl apply` with the
-operator's field path and words. The operator keeps its checks for objects stored before a rule existed.
+"""The CRD's CEL rules (x-kubernetes-validations), by where they sit: the operator's own checks
+(validation.py, pod_validation.py) said again for the API server, so a bad TPUJob is refused at
+`kubectl apply` with the operator's field path and words. The operator keeps its checks for objects stored
+before a rule existed.
 
 A rule sits as low as it can: on a list's items when it judges one item (the API server reports the item's
 path, index and all; a fieldPath takes none), on the one object or map it reads otherwise. That also keeps
@@ -160,7 +161,8 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 message_expression=cel_format(
                     m.ENV_RESERVED,
                     name="self.name",
-                    fix=f"self.name in {lit(ENV_SETTINGS)} ? 'set ' + {lit(ENV_SETTINGS)}[self.name] + ' instead'"
+                    fix=f"self.name in {lit(ENV_SETTINGS)} ? "
+                    f"'set ' + {lit(ENV_SETTINGS)}[self.name] + ' instead'"
                     " : 'remove it'",
                 ),
                 field_path=".name",
@@ -243,7 +245,8 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 field_path=".operator",
             ),
             CelRule(
-                rule="!(has(self.operator) && self.operator == 'Exists' && has(self.value) && self.value != '')",
+                rule="!(has(self.operator) && self.operator == 'Exists' && has(self.value) && "
+                "self.value != '')",
                 message=m.EXISTS_WITH_VALUE,
                 field_path=".value",
                 reason=FORBIDDEN,
@@ -265,7 +268,8 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
         Place(WorkerPodSpec): (
             CelRule(
                 rule=f"!has(self.volumes) || !self.volumes.exists(v, has(v.csi) && v.csi.driver == "
-                f"{lit(c.GCSFUSE_CSI_DRIVER)}) || (has(self.annotations) && {lit(gcsfuse)} in self.annotations "
+                f"{lit(c.GCSFUSE_CSI_DRIVER)}) || (has(self.annotations) && "
+                f"{lit(gcsfuse)} in self.annotations "
                 f"&& self.annotations[{lit(gcsfuse)}] == 'true')",
                 message=m.GCSFUSE_ANNOTATION.format(annotation=gcsfuse),
                 field_path=".annotations",
@@ -367,5 +371,6 @@ def rules_by_place() -> dict[Place, tuple[CelRule, ...]]:
 
 
 def rules_for(model: type[ApiModel]) -> list[tuple[Place, tuple[CelRule, ...]]]:
-    """The places of `model` (its own, or its base classes': an InitContainer is a Container) and their rules."""
+    """The places of `model` (its own, or its base classes': an InitContainer is a Container), with their
+    rules."""
     return [(place, rules) for place, rules in rules_by_place().items() if place.model in model.__mro__]

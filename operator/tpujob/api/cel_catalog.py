@@ -79,8 +79,6 @@ def _single_host_slices() -> dict[str, catalog.SliceShape]:
     return found
 
 
-
-
 def topology_rules() -> tuple[CelRule, ...]:
     """One rule per generation on spec.tpu: its topology exists (tpu._topology_problem's words)."""
     rules = []
@@ -151,7 +149,9 @@ def _machine_serves(tpu: str) -> str:
     """The machine type (one of the type's) serves the topology (tpu._machine_type_problem finds none)."""
     served, refused, exact, _ = _machine_pairs()
     pair = f"({tpu}.machineType + '/' + {tpu}.topology)"
-    return f"(!({pair} in {lit(refused)}) && (!({tpu}.machineType in {lit(exact)}) || {pair} in {lit(served)}))"
+    return (
+        f"(!({pair} in {lit(refused)}) && (!({tpu}.machineType in {lit(exact)}) || {pair} in {lit(served)}))"
+    )
 
 
 def slice_resolves(tpu: str, types: tuple[str, ...] = catalog.TPU_TYPES) -> str:
@@ -187,9 +187,11 @@ def machine_type_rules() -> tuple[CelRule, ...]:
             reason=INVALID,
         ),
         CelRule(
-            rule=f"!has(self.machineType) || !{known} || !{topology_exists('self')} || {_machine_serves('self')}",
+            rule=f"!has(self.machineType) || !{known} || !{topology_exists('self')} || "
+            + _machine_serves("self"),
             message="this machine type cannot serve the topology",
-            message_expression=f"{per_vm} == 1 ? {cel_format(catalog.ONE_CHIP_MACHINE, one_chip=one_chip, **words)}"
+            message_expression=f"{per_vm} == 1 ? "
+            f"{cel_format(catalog.ONE_CHIP_MACHINE, one_chip=one_chip, **words)}"
             f" : ({per_vm} == 8 ? {cel_format(catalog.EIGHT_CHIP_MACHINE, **words)}"
             f" : {cel_format(catalog.FOUR_CHIP_MACHINE, **words)})",
             field_path=".machineType",

@@ -43,6 +43,28 @@ KEYED_BY_MOUNT_PATH: dict[str, Any] = {
     "x-kubernetes-list-type": "map",
     "x-kubernetes-list-map-keys": ["mountPath"],
 }
+# Bounds on every list and map of the pod parts: Kubernetes sets none on a pod, but the API server estimates
+# the cost of the CRD's CEL rules from them (an unbounded list counts as long as a whole request, and a CRD
+# over its budget is refused). Far past what a team writes; each is said in its field's description.
+MAX_CONTAINERS = 16  # sidecars, and init containers: each list
+MAX_COMMAND = 64
+MAX_ARGS = 1024
+MAX_ENV = 256
+MAX_ENV_FROM = 32
+MAX_MOUNTS = 64
+MAX_PORTS = 32
+MAX_CAPABILITIES = 64
+MAX_CAPABILITY_LENGTH = 64
+MAX_RESOURCES = 16
+MAX_VOLUMES = 64
+MAX_KEYS = 64  # keys of a Secret or ConfigMap volume
+MAX_ATTRIBUTES = 32
+MAX_LABELS = 64
+MAX_ANNOTATIONS = 128
+MAX_NODE_SELECTOR = 32
+MAX_TOLERATIONS = 32
+MAX_PULL_SECRETS = 32
+MAX_GROUPS = 32
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
 Id = Annotated[int, Field(ge=0, le=MAX_ID)]
 
@@ -180,17 +202,34 @@ class ResourceRequirements(ApiModel):
     container may take google.com/tpu)."""
 
     requests: dict[str, Quantity] = Field(
-        default_factory=dict, description="Requests, e.g. {cpu: '8', memory: 64Gi}."
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description=f"Requests, e.g. {{cpu: '8', memory: 64Gi}}. At most {MAX_RESOURCES}.",
     )
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits, e.g. {memory: 128Gi}.")
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description=f"Limits, e.g. {{memory: 128Gi}}. At most {MAX_RESOURCES}.",
+    )
+
+
+Capability = Annotated[str, Field(max_length=MAX_CAPABILITY_LENGTH)]
 
 
 class Capabilities(ApiModel):
     """Linux capabilities to add and drop (names as in capabilities(7), without CAP_ or with it)."""
 
-    add: list[str] | None = Field(default=None, description="Capabilities to add.")
-    drop: list[str] | None = Field(
-        default=None, description="Capabilities to drop; the operator's default drops ALL."
+    add: list[Capability] | None = Field(
+        default=None,
+        max_length=MAX_CAPABILITIES,
+        description=(
+            f"Capabilities to add. At most {MAX_CAPABILITIES}, of {MAX_CAPABILITY_LENGTH} characters each."
+        ),
+    )
+    drop: list[Capability] | None = Field(
+        default=None,
+        max_length=MAX_CAPABILITIES,
+        description=f"Capabilities to drop; the operator's default drops ALL. At most {MAX_CAPABILITIES}.",
     )
 
 
@@ -244,19 +283,33 @@ class Container(ApiModel):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Always, IfNotPresent or Never. Default: the cluster's default for the tag."
     )
-    command: list[str] = Field(default_factory=list, description="Entrypoint; empty keeps the image's.")
-    args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
+    command: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_COMMAND,
+        description=f"Entrypoint; empty keeps the image's. At most {MAX_COMMAND} items.",
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ARGS,
+        description=f"Arguments to the entrypoint. At most {MAX_ARGS}.",
+    )
     working_dir: str | None = Field(default=None, max_length=4096, description="Working directory.")
     env: list[EnvVar] = Field(
-        default_factory=list, json_schema_extra=KEYED_BY_NAME, description="Environment variables."
+        default_factory=list,
+        max_length=MAX_ENV,
+        json_schema_extra=KEYED_BY_NAME,
+        description=f"Environment variables. At most {MAX_ENV}.",
     )
     env_from: list[EnvFromSource] = Field(
-        default_factory=list, description="Every key of a Secret or ConfigMap as a variable."
+        default_factory=list,
+        max_length=MAX_ENV_FROM,
+        description=f"Every key of a Secret or ConfigMap as a variable. At most {MAX_ENV_FROM}.",
     )
     volume_mounts: list[VolumeMount] = Field(
         default_factory=list,
+        max_length=MAX_MOUNTS,
         json_schema_extra=KEYED_BY_MOUNT_PATH,
-        description="Volumes of spec.pod.volumes to mount.",
+        description=f"Volumes of spec.pod.volumes to mount. At most {MAX_MOUNTS}.",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory; never google.com/tpu."
@@ -265,7 +318,9 @@ class Container(ApiModel):
         default=None, description="Security settings over the operator's restrictive defaults."
     )
     ports: list[ContainerPort] = Field(
-        default_factory=list, description="Ports it listens on; the trainer's ports are taken."
+        default_factory=list,
+        max_length=MAX_PORTS,
+        description=f"Ports it listens on; the trainer's ports are taken. At most {MAX_PORTS}.",
     )
 
 
@@ -316,7 +371,11 @@ class SecretVolumeSource(ApiModel):
         max_length=253,
         description="Name of the Secret in the job's namespace.",
     )
-    items: list[KeyToPath] = Field(default_factory=list, description="Only these keys, as these paths.")
+    items: list[KeyToPath] = Field(
+        default_factory=list,
+        max_length=MAX_KEYS,
+        description=f"Only these keys, as these paths. At most {MAX_KEYS}.",
+    )
     default_mode: int | None = Field(
         default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
     )
@@ -331,7 +390,11 @@ class ConfigMapVolumeSource(ApiModel):
         max_length=253,
         description="Name of the ConfigMap in the job's namespace.",
     )
-    items: list[KeyToPath] = Field(default_factory=list, description="Only these keys, as these paths.")
+    items: list[KeyToPath] = Field(
+        default_factory=list,
+        max_length=MAX_KEYS,
+        description=f"Only these keys, as these paths. At most {MAX_KEYS}.",
+    )
     default_mode: int | None = Field(
         default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
     )
@@ -367,7 +430,11 @@ class CSIVolumeSource(ApiModel):
     fs_type: str | None = Field(default=None, max_length=63, description="Filesystem type, e.g. ext4.")
     volume_attributes: dict[str, str] = Field(
         default_factory=dict,
-        description="Driver settings, e.g. {bucketName: my-bucket, mountOptions: 'implicit-dirs'}.",
+        max_length=MAX_ATTRIBUTES,
+        description=(
+            "Driver settings, e.g. {bucketName: my-bucket, mountOptions: 'implicit-dirs'}. "
+            f"At most {MAX_ATTRIBUTES}."
+        ),
     )
     node_publish_secret_ref: LocalObjectReference | None = Field(
         default=None, description="A Secret the driver reads when it mounts the volume."
@@ -424,7 +491,9 @@ class PodSecurityContext(ApiModel):
         default=None, description="A group that owns the volumes and that every process belongs to."
     )
     supplemental_groups: list[Id] = Field(
-        default_factory=list, description="More groups of every container's first process."
+        default_factory=list,
+        max_length=MAX_GROUPS,
+        description=f"More groups of every container's first process. At most {MAX_GROUPS}.",
     )
 
 
@@ -438,11 +507,19 @@ class WorkerPodSpec(ApiModel):
 
     labels: dict[str, LabelValue] = Field(
         default_factory=dict,
-        description="Labels of the pods; tpujob.dev/* and app.kubernetes.io/managed-by are the operator's.",
+        max_length=MAX_LABELS,
+        description=(
+            "Labels of the pods; tpujob.dev/* and app.kubernetes.io/managed-by are the operator's. "
+            f"At most {MAX_LABELS}."
+        ),
     )
     annotations: dict[str, str] = Field(
         default_factory=dict,
-        description='Pod annotations, e.g. gke-gcsfuse/volumes: "true" (Cloud Storage FUSE volumes).',
+        max_length=MAX_ANNOTATIONS,
+        description=(
+            'Pod annotations, e.g. gke-gcsfuse/volumes: "true" (Cloud Storage FUSE volumes); tpujob.dev/* '
+            f"are the operator's. At most {MAX_ANNOTATIONS}."
+        ),
     )
     priority_class_name: str | None = Field(
         default=None,
@@ -452,34 +529,50 @@ class WorkerPodSpec(ApiModel):
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,
-        description="Secrets (kubernetes.io/dockerconfigjson) to pull private images with.",
+        max_length=MAX_PULL_SECRETS,
+        description=(
+            "Secrets (kubernetes.io/dockerconfigjson) to pull private images with. "
+            f"At most {MAX_PULL_SECRETS}."
+        ),
     )
     volumes: list[Volume] = Field(
         default_factory=list,
+        max_length=MAX_VOLUMES,
         json_schema_extra=KEYED_BY_NAME,
-        description="Volumes the trainer and sidecars mount by name.",
+        description=f"Volumes the trainer and sidecars mount by name. At most {MAX_VOLUMES}.",
     )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict,
-        description="More node labels to require, besides the TPU ones the operator sets (refused here).",
+        max_length=MAX_NODE_SELECTOR,
+        description=(
+            "More node labels to require, besides the TPU ones the operator sets (refused here). "
+            f"At most {MAX_NODE_SELECTOR}."
+        ),
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
-        description="More taints to tolerate, besides google.com/tpu and cloud.google.com/gke-spot.",
+        max_length=MAX_TOLERATIONS,
+        description=(
+            "More taints to tolerate, besides google.com/tpu and cloud.google.com/gke-spot. "
+            f"At most {MAX_TOLERATIONS}."
+        ),
     )
     init_containers: list[InitContainer] = Field(
         default_factory=list,
+        max_length=MAX_CONTAINERS,
         json_schema_extra=KEYED_BY_NAME,
         description=(
-            "Containers that run before the trainer, or beside it as native sidecars (restartPolicy: Always)."
+            "Containers that run before the trainer, or beside it as native sidecars "
+            f"(restartPolicy: Always). At most {MAX_CONTAINERS}."
         ),
     )
     containers: list[Container] = Field(
         default_factory=list,
+        max_length=MAX_CONTAINERS,
         json_schema_extra=KEYED_BY_NAME,
         description=(
             "Containers beside the trainer. The pod ends only when all of them exit: a helper that runs "
-            "forever belongs in initContainers with restartPolicy: Always."
+            f"forever belongs in initContainers with restartPolicy: Always. At most {MAX_CONTAINERS}."
         ),
     )
     security_context: PodSecurityContext | None = Field(
