@@ -24,6 +24,7 @@ import yaml
 from tests.manifests import base_job
 from tests.pod_manifests import SIDECAR, TEAM_JOB
 from tpujob.api import constants as c
+from tpujob.api.pod_validation import OPERATOR_NODE_LABELS
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 
@@ -158,10 +159,13 @@ REFUSED: list[Case] = [
         "v5e-too-large",
         tpu("v5e", "16x32"),
         TOPOLOGY,
-        "'16x32' has 512 chips, more than the largest v5e slice",
+        "chips, more than the largest v5e slice (256 chips); use more slices instead",
     ),
     refused(
-        "v5p-too-large", tpu("v5p", "16x16x64"), TOPOLOGY, "has 16384 chips, more than the largest v5p slice"
+        "v5p-too-large",
+        tpu("v5p", "16x16x64"),
+        TOPOLOGY,
+        "chips, more than the largest v5p slice (8960 chips)",
     ),
     refused("v5p-descending", tpu("v5p", "4x2x2"), TOPOLOGY, "'4x2x2' is not a v5p topology"),
     refused("v4-not-multiples-of-4", tpu("v4", "4x4x6"), TOPOLOGY, "'4x4x6' is not a v4 topology; valid:"),
@@ -353,7 +357,7 @@ REFUSED: list[Case] = [
         "exit-code-listed-twice",
         failure_rules({"action": "FailJob", "onExitCodes": {"operator": "In", "values": [2, 3, 2]}}),
         "spec.runPolicy.failurePolicy.rules[0].onExitCodes.values",
-        "2 listed more than once",
+        "listed more than once; list each exit code once",
     ),
     refused(
         "too-many-failure-rules",
@@ -434,7 +438,7 @@ REFUSED: list[Case] = [
         "mount-of-an-undeclared-volume",
         trainer(volumeMounts=[{"name": "data", "mountPath": "/data"}]),
         "spec.trainer.volumeMounts",
-        "no volume data in spec.pod.volumes (volumes: none); add it",
+        "names no volume in spec.pod.volumes (",
     ),
     refused(
         "absolute-sub-path",
@@ -510,13 +514,13 @@ REFUSED: list[Case] = [
         "sidecar-mount-of-an-undeclared-volume",
         pod(volumes=[SCRATCH], containers=[sidecar(volumeMounts=[{"name": "x", "mountPath": "/x"}])]),
         "spec.pod.containers",
-        "no volume x in spec.pod.volumes (volumes: scratch); add it",
+        "names no volume in spec.pod.volumes (",
     ),
     refused(
         "init-container-mount-of-an-undeclared-volume",
         pod(initContainers=[sidecar(volumeMounts=[{"name": "cache", "mountPath": "/c"}])]),
         "spec.pod.initContainers",
-        "no volume cache in spec.pod.volumes (volumes: none)",
+        "names no volume in spec.pod.volumes (",
     ),
     refused(
         "gcsfuse-volume-without-its-annotation",
@@ -552,25 +556,35 @@ REFUSED: list[Case] = [
         "reserved-label",
         pod(labels={c.LABEL_WORKER: "0"}),
         "spec.pod.labels",
-        "tpujob.dev/worker: tpujob.dev/* and app.kubernetes.io/managed-by are the operator's",
+        "tpujob.dev/* and app.kubernetes.io/managed-by are the operator's",
     ),
     refused(
         "managed-by-label",
         pod(labels={c.LABEL_MANAGED_BY: "me"}),
         "spec.pod.labels",
-        "app.kubernetes.io/managed-by: tpujob.dev/*",
+        "tpujob.dev/* and app.kubernetes.io/managed-by are the operator's: it finds its pods by them",
     ),
     refused(
         "reserved-annotation",
         pod(annotations={"tpujob.dev/note": "x"}),
         "spec.pod.annotations",
-        "tpujob.dev/note: tpujob.dev/* are the operator's",
+        "tpujob.dev/* are the operator's",
     ),
     refused(
         "tpu-node-selector",
         pod(nodeSelector={c.NODE_LABEL_TOPOLOGY: "4x4"}),
         "spec.pod.nodeSelector",
         "the operator selects cloud.google.com/gke-tpu-topology from spec.tpu.topology",
+    ),
+    *(
+        refused(
+            f"node-selector-{key.rsplit('/', 1)[-1]}",
+            pod(nodeSelector={key: "x"}),
+            "spec.pod.nodeSelector",
+            f"the operator selects {key} from {field}; set that instead",
+        )
+        for key, field in OPERATOR_NODE_LABELS.items()
+        if key != c.NODE_LABEL_TOPOLOGY
     ),
     refused(
         "toleration-of-the-tpu-taint",

@@ -340,7 +340,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
         "mount-of-an-unknown-volume",
         with_trainer(volumeMounts=[{"name": "data", "mountPath": "/data"}]),
         "spec.trainer.volumeMounts",
-        "no volume data in spec.pod.volumes (volumes: none); add it",
+        "data names no volume in spec.pod.volumes (volumes: none); add it",
     ),
     (
         "sidecar-mount-of-an-unknown-volume",
@@ -351,7 +351,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
             }
         ),
         "spec.pod.containers",
-        "no volume x in spec.pod.volumes (volumes: scratch)",
+        "x names no volume in spec.pod.volumes (volumes: scratch)",
     ),
     (
         "one-path-mounted-twice",

@@ -11,7 +11,7 @@ the operator already makes, so an object that breaks it was already refused as I
 
 Cost: the API server estimates each rule's cost from the schema's bounds (maxItems, maxLength,
 maxProperties) and refuses a CRD over its budget; every list and string these rules walk is bounded in the
-models, and a map key, which no schema bounds, is only compared by prefix and size (`cel_text.is_key`).
+models, and messages join only strings of a known length (cel_text).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tpujob.api import constants as c
 from tpujob.api import messages as m
 from tpujob.api.base import ApiModel
 from tpujob.api.cel_catalog import spec_rules, tpu_rules
-from tpujob.api.cel_text import FORBIDDEN, INVALID, REQUIRED, CelRule, any_of, cel_format, is_key, lit
+from tpujob.api.cel_text import FORBIDDEN, INVALID, REQUIRED, CelRule, any_of, cel_format, lit
 from tpujob.api.pod import (
     Container,
     ContainerPort,
@@ -109,43 +109,32 @@ def _volume_names(volumes: str, present: str) -> str:
 def _missing_volume(lists: str, mounted: str, names: str) -> CelRule:
     """Every mount of the containers in `lists` names a volume of `names` (pod_validation's
     _missing_volume_problems); `mounted` is where the rule reports."""
-    lacks = f"!(x.name in {names})"
-    first = f"{lists}.filter(ct, has(ct.volumeMounts) && ct.volumeMounts.exists(x, {lacks}))[0]"
     return CelRule(
-        rule=f"{lists}.all(ct, !has(ct.volumeMounts) || ct.volumeMounts.all(x, !{lacks}))",
-        message="a volume mount names no volume of spec.pod.volumes; add it",
-        message_expression=cel_format(
-            m.NO_SUCH_VOLUME,
-            name=f"{first}.volumeMounts.filter(x, {lacks})[0].name",
-            volumes=f"{names}.size() > 0 ? {names}.join(', ') : 'none'",
-        ),
+        rule=f"{lists}.all(ct, !has(ct.volumeMounts) || ct.volumeMounts.all(x, x.name in {names}))",
+        # Static: a mount's name taken out of the list has no length the cost estimate knows (cel_text).
+        message=m.NO_SUCH_VOLUME.format(name="a volume mount", volumes="see spec.pod.volumes"),
         field_path=mounted,
         reason=INVALID,
     )
 
 
 def _operator_keys(owned: str, *, prefix: str, names: tuple[str, ...] = ()) -> CelRule:
-    theirs = any_of(f"k.startsWith({lit(prefix)})", *(is_key("k", name) for name in names))
+    """No key of the map is the operator's; static, as a map key has no length the cost estimate knows."""
+    theirs = any_of(f"k.startsWith({lit(prefix)})", *(f"k == {lit(name)}" for name in names))
     return CelRule(
-        rule=f"self.all(k, !{theirs})",
-        message=m.OPERATOR_KEYS.format(keys="these keys", owned=owned),
-        message_expression=cel_format(
-            m.OPERATOR_KEYS, keys=f"self.filter(k, {theirs}).join(', ')", owned=lit(owned)
-        ),
-        reason=FORBIDDEN,
+        rule=f"self.all(k, !{theirs})", message=m.OPERATOR_KEYS.format(owned=owned), reason=FORBIDDEN
     )
 
 
-def _node_selector() -> CelRule:
-    theirs = any_of(*(is_key("k", name) for name in OPERATOR_NODE_LABELS))
-    first = f"self.filter(k, {theirs})[0]"
-    return CelRule(
-        rule=f"self.all(k, !{theirs})",
-        message="the operator selects the TPU node labels from spec.tpu, spec.nodePool and spec.capacity",
-        message_expression=cel_format(
-            m.OPERATOR_NODE_LABEL, key=first, field=f"{lit(OPERATOR_NODE_LABELS)}[{first}]"
-        ),
-        reason=FORBIDDEN,
+def _node_selector() -> tuple[CelRule, ...]:
+    """One rule per node label the operator selects on, each naming the field that decides it."""
+    return tuple(
+        CelRule(
+            rule=f"!({lit(key)} in self)",
+            message=m.OPERATOR_NODE_LABEL.format(key=key, field=field),
+            reason=FORBIDDEN,
+        )
+        for key, field in OPERATOR_NODE_LABELS.items()
     )
 
 
@@ -200,7 +189,7 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 message=f"the trainer's ports are taken; the operator's ports are {OPERATOR_PORT_LIST}",
                 message_expression=cel_format(
                     m.OPERATOR_PORT,
-                    port="string(self.containerPort)",
+                    port=f"{lit({port: str(port) for port in OPERATOR_PORTS})}[self.containerPort]",
                     what=f"{lit(OPERATOR_PORTS)}[self.containerPort]",
                     ports=lit(OPERATOR_PORT_LIST),
                 ),
@@ -264,7 +253,7 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
         Place(WorkerPodSpec, "annotations"): (
             _operator_keys(OPERATOR_ANNOTATIONS_OWNED, prefix=OPERATOR_LABEL_PREFIX),
         ),
-        Place(WorkerPodSpec, "nodeSelector"): (_node_selector(),),
+        Place(WorkerPodSpec, "nodeSelector"): _node_selector(),
         Place(WorkerPodSpec): (
             CelRule(
                 rule=f"!has(self.volumes) || !self.volumes.exists(v, has(v.csi) && v.csi.driver == "
@@ -355,11 +344,7 @@ def _spec_rules() -> dict[Place, tuple[CelRule, ...]]:
             ),
             CelRule(
                 rule="self.values.all(v, self.values.exists_one(x, x == v))",
-                message=m.EXIT_CODES_REPEATED.format(code="an exit code"),
-                message_expression=cel_format(
-                    m.EXIT_CODES_REPEATED,
-                    code="string(self.values.filter(v, self.values.filter(x, x == v).size() > 1)[0])",
-                ),
+                message=m.EXIT_CODES_REPEATED.format(codes="an exit code"),
                 field_path=".values",
             ),
         ),

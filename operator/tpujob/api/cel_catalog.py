@@ -11,15 +11,23 @@ from __future__ import annotations
 
 from tpujob import tpu as catalog
 from tpujob.api import messages as m
-from tpujob.api.cel_text import FORBIDDEN, INVALID, REQUIRED, CelRule, all_of, any_of, cel_format, lit
-from tpujob.api.spec import TOPOLOGY_PATTERN
+from tpujob.api.cel_text import (
+    FORBIDDEN,
+    INVALID,
+    REQUIRED,
+    CelRule,
+    all_of,
+    any_of,
+    cel_format,
+    lit,
+    number_text,
+)
+from tpujob.api.spec import MAX_SLICES, TOPOLOGY_PATTERN
 from tpujob.api.validation import DEFAULT_TRAINER_REPOSITORY, multislice_problem
 
 # Large 3D shapes the catalog allows by rule, not by list; a machine type that fails one of them serves
 # only the listed shapes it passes (the 1- and 8-chip VMs), one that passes them all fails only listed ones.
 _RULE_SHAPES = ("4x4x4", "4x4x8", "4x8x8", "8x8x8")
-# A dimension the rules compute with: four digits keep every product inside CEL's int64.
-_DIMENSION = "^[1-9][0-9]{0,3}$"
 
 
 def _dims(tpu: str) -> str:
@@ -38,7 +46,7 @@ def shape_exists(generation: catalog.Generation, tpu: str) -> str:
     dims = [f"int({_dims(tpu)}[{i}])" for i in range(3)]
     by_rule = [
         f"{_dims(tpu)}.size() == 3",
-        f"{_dims(tpu)}.all(d, d.matches({lit(_DIMENSION)}) && int(d) % 4 == 0)",
+        f"{_dims(tpu)}.all(d, int(d) % 4 == 0)",
         f"{_chips(tpu, 3)} <= {generation.max_chips}",
     ]
     if not generation.any_dimension_order:
@@ -92,7 +100,9 @@ def topology_rules() -> tuple[CelRule, ...]:
             catalog.TOPOLOGY_TOO_LARGE,
             topology="self.topology",
             type=lit(g.type),
-            chips=f"string({_chips('self', g.dimensions)})",
+            # No string(int) in a message: the API server cannot bound its length, and prices the
+            # message as if it were a whole request.
+            chips=lit("too many"),
             max_chips=lit(str(g.max_chips)),
         )
         unknown = cel_format(catalog.TOPOLOGY_UNKNOWN, **words)
@@ -207,7 +217,7 @@ def multislice_rule() -> CelRule:
     return CelRule(
         rule=f"self.slices <= 1 || !({_slice_key('self')} in {lit(list(tails))})",
         message="Multislice (slices > 1) needs multi-host slices; use a larger topology or slices: 1",
-        message_expression=f"string(self.slices) + {lit(tails)}[{_slice_key('self')}]",
+        message_expression=f"{number_text('self.slices', MAX_SLICES)} + {lit(tails)}[{_slice_key('self')}]",
         field_path=".slices",
         reason=INVALID,
     )

@@ -1,8 +1,13 @@
 """CEL as text: one rule of the CRD (x-kubernetes-validations), literals, and the operator's message templates
 (messages.py, tpu.py) turned into CEL string expressions, so the API server and the operator say the same.
 
-Only standard CEL and the strings extension Kubernetes enables (split, join, lastIndexOf, substring):
+Only standard CEL and the strings extension Kubernetes enables (split, lastIndexOf, substring):
 https://kubernetes.io/docs/reference/using-api/cel/. tests/unit/test_cel.py runs every rule with them.
+
+Messages join only strings whose length the API server's cost estimate knows (a field with maxLength or an
+enum, a literal, a lookup in a literal map): a string it cannot bound (string(int), a map key, anything taken
+out of a list by filter) is priced as long as a whole request, and one message over the budget refuses the
+whole CRD. Such messages stay static, and the operator's, which can say more, contain them.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ def all_of(*conditions: str) -> str:
     return "(" + " && ".join(conditions) + ")" if conditions else "true"
 
 
-def is_key(key: str, name: str) -> str:
-    """`key == name` for a map key, whose length the schema cannot bound: the API server's cost estimate takes
-    an unbounded string as long as a whole request, so compare by prefix (costed by `name`) and size."""
-    return f"({key}.startsWith({lit(name)}) && {key}.size() == {len(name)})"
+def number_text(expression: str, largest: int) -> str:
+    """string(expression) for an int from 0 to `largest`, as a lookup in a literal map: the API server's
+    cost estimate knows the length of a literal, not of string(int)'s result (priced as a whole request)."""
+    return f"{lit({n: str(n) for n in range(largest + 1)})}[{expression}]"

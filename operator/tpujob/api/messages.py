@@ -55,7 +55,7 @@ ONE_MATCHER: Final = (
 EXIT_CODE_ZERO: Final = (
     "0 is not allowed with operator In: exit code 0 is success and never matches; remove it"
 )
-EXIT_CODES_REPEATED: Final = "{code} listed more than once; list each exit code once"
+EXIT_CODES_REPEATED: Final = "{codes} listed more than once; list each exit code once"
 
 # spec.trainer and spec.pod
 ENV_RESERVED: Final = (
@@ -74,7 +74,7 @@ OPERATOR_PORT: Final = (
     "are {ports}"
 )
 VALUE_AND_VALUE_FROM: Final = "set value or valueFrom, not both"
-NO_SUCH_VOLUME: Final = "no volume {name} in spec.pod.volumes (volumes: {volumes}); add it"
+NO_SUCH_VOLUME: Final = "{name} names no volume in spec.pod.volumes ({volumes}); add it there"
 RELATIVE_PATH: Final = "'{path}' must be a relative path without '..'"
 NO_ESCALATION_BUT_PRIVILEGED: Final = (
     "allowPrivilegeEscalation false and privileged true cannot go together; drop one"
@@ -82,7 +82,7 @@ NO_ESCALATION_BUT_PRIVILEGED: Final = (
 NO_ESCALATION_BUT_SYS_ADMIN: Final = (
     "allowPrivilegeEscalation false and adding CAP_SYS_ADMIN cannot go together; drop one"
 )
-OPERATOR_KEYS: Final = "{keys}: {owned} are the operator's: it finds its pods by them; use a key of your own"
+OPERATOR_KEYS: Final = "{owned} are the operator's: it finds its pods by them; use a key of your own"
 OPERATOR_NODE_LABEL: Final = "the operator selects {key} from {field}; set that instead"
 OPERATOR_TAINT: Final = "{key}: {why}; remove it"
 TOLERATION_WITHOUT_KEY: Final = "a toleration without key must have operator Exists (any taint)"

@@ -226,7 +226,8 @@ def _missing_volume_problems(
     """The first mount in these containers of a volume spec.pod.volumes lacks, as the API server names it."""
     missing = next((x.name for ct in containers for x in ct.volume_mounts if x.name not in volumes), None)
     if missing is not None:
-        yield Problem(path, m.NO_SUCH_VOLUME.format(name=missing, volumes=", ".join(volumes) or "none"))
+        known = f"volumes: {', '.join(volumes) or 'none'}"
+        yield Problem(path, m.NO_SUCH_VOLUME.format(name=missing, volumes=known))
 
 
 def _mount_problems(path: str, mounts: Sequence[VolumeMount]) -> Iterator[Problem]:
@@ -277,7 +278,7 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     ):
         if keys:
             yield Problem(
-                f"spec.pod.{section}", m.OPERATOR_KEYS.format(keys=", ".join(sorted(keys)), owned=owned)
+                f"spec.pod.{section}", f"{', '.join(sorted(keys))}: {m.OPERATOR_KEYS.format(owned=owned)}"
             )
     selected = next((key for key in pod.node_selector if key in OPERATOR_NODE_LABELS), None)
     if selected is not None:

@@ -54,8 +54,10 @@ ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z]$"
 MAX_ZONE_LENGTH = 63  # a GCE resource name
 MAX_ZONES = 10
 MAX_OAUTH_SCOPES = 16
-# A slice's chips as a torus: dimensions joined by 'x' (the catalog in tpu.py says which exist).
-TOPOLOGY_PATTERN = r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$"
+# A slice's chips as a torus: dimensions joined by 'x' (the catalog in tpu.py says which exist). At most 4
+# digits each (no slice is 10,000 chips long): the CRD's rules multiply them, and stay inside CEL's int64.
+TOPOLOGY_PATTERN = r"^[1-9][0-9]{0,3}x[1-9][0-9]{0,3}(x[1-9][0-9]{0,3})?$"
+MAX_SLICES = 64
 
 
 class TPUType(enum.StrEnum):
@@ -92,12 +94,12 @@ class TPUSpec(ApiModel):
             "and tpu7x (e.g. 2x2x1, 2x2x4). Sets the number of hosts (VMs) per slice."
         ),
         pattern=TOPOLOGY_PATTERN,
-        max_length=20,
+        max_length=14,
     )
     slices: int = Field(
         default=1,
         ge=1,
-        le=64,
+        le=MAX_SLICES,
         description="Number of slices (node pools). More than one needs multi-host slices (Multislice).",
     )
     machine_type: str | None = Field(

@@ -193,9 +193,12 @@ def _failure_policy_problems(job: TPUJob) -> Iterator[Problem]:
             continue
         if codes.operator == ExitCodeOperator.in_ and 0 in codes.values:
             yield Problem(f"{path}.onExitCodes.values", m.EXIT_CODE_ZERO)
-        repeated = next((code for code in codes.values if codes.values.count(code) > 1), None)
-        if repeated is not None:  # the first, as the API server's rule names it
-            yield Problem(f"{path}.onExitCodes.values", m.EXIT_CODES_REPEATED.format(code=repeated))
+        repeated = sorted({code for code in codes.values if codes.values.count(code) > 1})
+        if repeated:
+            yield Problem(
+                f"{path}.onExitCodes.values",
+                m.EXIT_CODES_REPEATED.format(codes=", ".join(map(str, repeated))),
+            )
 
 
 def _default_zone_problems(
