@@ -30,9 +30,7 @@ from tpujob.api.pod import (
     EnvFromSource,
     EnvVar,
     EnvVarSource,
-    KeyToPath,
     Toleration,
-    Volume,
     VolumeMount,
     WorkerPodSpec,
 )
@@ -51,6 +49,7 @@ from tpujob.api.pod_validation import (
 from tpujob.api.run_policy import FailurePolicyRule, OnExitCodes
 from tpujob.api.spec import CapacitySpec, NodePoolSpec, TPUJobSpec, TPUSpec, TrainerSpec
 from tpujob.api.trainer_contract import OPERATOR_TPUJOB_ENV
+from tpujob.api.volumes import KeyToPath, Volume
 
 
 @dataclass(frozen=True)

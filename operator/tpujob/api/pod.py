@@ -3,10 +3,11 @@
 A curated, typed subset of Kubernetes' core/v1 PodSpec and Container, not a whole pod template: the fields
 training teams on GKE use (Cloud Storage FUSE, Secrets, ConfigMaps, Filestore/Parallelstore claims, /dev/shm,
 native sidecars), with Kubernetes' names, meanings, bounds and patterns, so a pod template's fragment pastes
-in as is. Whatever the operator sets itself (the TPU resources, node selector and tolerations, hostname,
-restart policy, the worker env and ports) is not here, or is refused by pod_validation.py with the field to
-use instead. Cross-field rules ("exactly one of", names that must exist) live in pod_validation.py: as CEL
-inside these nested lists, the API server's cost estimate would multiply by every list's possible length.
+in as is; volumes.py holds the volumes. Whatever the operator sets itself (the TPU resources, node selector
+and tolerations, hostname, restart policy, the worker env and ports) is not here, or is refused by
+pod_validation.py with the field to use instead. Cross-field rules ("exactly one of", names that must exist)
+live in pod_validation.py, and again as the CRD's CEL rules in cel.py: every list and map here is bounded so
+that the API server's cost estimate, which multiplies by every list's possible length, stays in budget.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from tpujob.api.base import (
     DNS_SUBDOMAIN_PATTERN,
     ENV_NAME_PATTERN,
     LABEL_VALUE_PATTERN,
-    QUANTITY_PATTERN,
     ApiModel,
+    Quantity,
 )
+from tpujob.api.volumes import MAX_VOLUMES, LocalObjectReference, Volume
 
-# Kubernetes bounds (k8s.io/kubernetes pkg/apis/core/validation): user and group IDs 0 to 2^31-1, file modes
-# 0 to 0777, ports 1 to 65535; a port name is an IANA service name of at most 15 characters.
+# Kubernetes bounds (k8s.io/kubernetes pkg/apis/core/validation): user and group IDs 0 to 2^31-1, ports 1 to
+# 65535; a port name is an IANA service name of at most 15 characters.
 MAX_ID = 2147483647
-MAX_FILE_MODE = 0o777
 PORT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # The fields an env var may take from its pod (the downward API for env).
 FIELD_PATH_PATTERN = (
@@ -56,16 +57,12 @@ MAX_PORTS = 32
 MAX_CAPABILITIES = 64
 MAX_CAPABILITY_LENGTH = 64
 MAX_RESOURCES = 16
-MAX_VOLUMES = 64
-MAX_KEYS = 64  # keys of a Secret or ConfigMap volume
-MAX_ATTRIBUTES = 32
 MAX_LABELS = 64
 MAX_ANNOTATIONS = 128
 MAX_NODE_SELECTOR = 32
 MAX_TOLERATIONS = 32
 MAX_PULL_SECRETS = 32
 MAX_GROUPS = 32
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
 Id = Annotated[int, Field(ge=0, le=MAX_ID)]
 
 
@@ -334,127 +331,6 @@ class InitContainer(Container):
             "Always: a native sidecar, started before the trainer and stopped after it, so the pod still "
             "completes when the trainer exits. Unset: runs to completion before the trainer starts."
         ),
-    )
-
-
-# --- volumes -----------------------------------------------------------------------------------------------
-
-
-class KeyToPath(ApiModel):
-    """One key of a Secret or ConfigMap as a file."""
-
-    key: str = Field(pattern=CONFIG_KEY_PATTERN, max_length=253, description="The key.")
-    path: str = Field(
-        min_length=1, max_length=4096, description="The file's path in the volume (relative, no '..')."
-    )
-    mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="File mode bits, e.g. 0400 (256)."
-    )
-
-
-class EmptyDirVolumeSource(ApiModel):
-    """Scratch space that lives as long as the pod."""
-
-    medium: str | None = Field(
-        default=None,
-        pattern=r"^(Memory|HugePages(-[0-9]+[KMGT]i)?)?$",
-        description="Unset: the node's disk. Memory: tmpfs in RAM (e.g. for /dev/shm), counted as memory.",
-    )
-    size_limit: Quantity | None = Field(default=None, description="At most this much, e.g. 64Gi.")
-
-
-class SecretVolumeSource(ApiModel):
-    """A Secret's keys as files."""
-
-    secret_name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=253,
-        description="Name of the Secret in the job's namespace.",
-    )
-    items: list[KeyToPath] = Field(
-        default_factory=list,
-        max_length=MAX_KEYS,
-        description=f"Only these keys, as these paths. At most {MAX_KEYS}.",
-    )
-    default_mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
-    )
-    optional: bool | None = Field(default=None, description="true: a missing Secret is an empty volume.")
-
-
-class ConfigMapVolumeSource(ApiModel):
-    """A ConfigMap's keys as files."""
-
-    name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=253,
-        description="Name of the ConfigMap in the job's namespace.",
-    )
-    items: list[KeyToPath] = Field(
-        default_factory=list,
-        max_length=MAX_KEYS,
-        description=f"Only these keys, as these paths. At most {MAX_KEYS}.",
-    )
-    default_mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
-    )
-    optional: bool | None = Field(default=None, description="true: a missing ConfigMap is an empty volume.")
-
-
-class PersistentVolumeClaimVolumeSource(ApiModel):
-    """A PersistentVolumeClaim, e.g. a Filestore or Parallelstore instance shared by every worker."""
-
-    claim_name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN, max_length=253, description="Name of the claim in the job's namespace."
-    )
-    read_only: bool | None = Field(default=None, description="true: every mount is read-only.")
-
-
-class LocalObjectReference(ApiModel):
-    """An object in the job's namespace, by name."""
-
-    name: str = Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253, description="The object's name.")
-
-
-class CSIVolumeSource(ApiModel):
-    """An inline (ephemeral) CSI volume, e.g. a Cloud Storage bucket through the Cloud Storage FUSE CSI driver
-    (driver gcsfuse.csi.storage.gke.io, volumeAttributes bucketName and mountOptions; the pod then needs the
-    annotation gke-gcsfuse/volumes: "true")."""
-
-    driver: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=63,
-        description="The CSI driver, e.g. gcsfuse.csi.storage.gke.io.",
-    )
-    read_only: bool | None = Field(default=None, description="true: the volume is read-only.")
-    fs_type: str | None = Field(default=None, max_length=63, description="Filesystem type, e.g. ext4.")
-    volume_attributes: dict[str, str] = Field(
-        default_factory=dict,
-        max_length=MAX_ATTRIBUTES,
-        description=(
-            "Driver settings, e.g. {bucketName: my-bucket, mountOptions: 'implicit-dirs'}. "
-            f"At most {MAX_ATTRIBUTES}."
-        ),
-    )
-    node_publish_secret_ref: LocalObjectReference | None = Field(
-        default=None, description="A Secret the driver reads when it mounts the volume."
-    )
-
-
-class Volume(ApiModel):
-    """A volume the pod's containers can mount: a name and exactly one source."""
-
-    name: str = Field(
-        pattern=DNS_LABEL_PATTERN, max_length=63, description="Volume name, unique in the pod; mounts use it."
-    )
-    empty_dir: EmptyDirVolumeSource | None = Field(default=None, description="Scratch space, disk or RAM.")
-    secret: SecretVolumeSource | None = Field(default=None, description="A Secret's keys as files.")
-    config_map: ConfigMapVolumeSource | None = Field(default=None, description="A ConfigMap's keys as files.")
-    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = Field(
-        default=None, description="A PersistentVolumeClaim (Filestore, Parallelstore, a disk)."
-    )
-    csi: CSIVolumeSource | None = Field(
-        default=None, description="An inline CSI volume, e.g. a Cloud Storage bucket (Cloud Storage FUSE)."
     )
 
 

@@ -18,12 +18,12 @@ from tpujob.api.pod import (
     ContainerSecurityContext,
     EnvFromSource,
     EnvVar,
-    KeyToPath,
     ResourceRequirements,
     VolumeMount,
     WorkerPodSpec,
 )
 from tpujob.api.spec import TPUJobSpec, TrainerSpec
+from tpujob.api.volumes import KeyToPath
 
 # The worker env: the slice's identity and wiring under TPU_ and MEGASCALE_ (render/plan.py worker_env), both
 # prefixes reserved whole, as libtpu reads more of them (TPU_ACCELERATOR_TYPE, TPU_SKIP_MDS_QUERY, ...) ...
