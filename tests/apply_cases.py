@@ -599,6 +599,18 @@ REFUSED: list[Case] = [
         "when spec.capacity.mode is spot",
     ),
     refused(
+        "toleration-key-not-a-name",
+        pod(tolerations=[{"key": "dedicated team", "operator": "Exists"}]),
+        "spec.pod.tolerations[0].key",
+        "'dedicated team' is not a valid toleration key",
+    ),
+    refused(
+        "toleration-key-name-too-long",
+        pod(tolerations=[{"key": "example.com/" + "n" * 64, "operator": "Exists"}]),
+        "spec.pod.tolerations[0].key",
+        "is not a valid toleration key: an optional DNS subdomain and '/', then at most 63",
+    ),
+    refused(
         "toleration-without-key-or-exists",
         pod(tolerations=[{"operator": "Equal", "value": "x"}]),
         "spec.pod.tolerations[0].operator",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from tpujob.api import constants as c
 from tpujob.api import messages as m
-from tpujob.api.base import ApiModel
+from tpujob.api.base import QUALIFIED_NAME_PATTERN, ApiModel
 from tpujob.api.cel_catalog import spec_rules, tpu_rules
 from tpujob.api.cel_text import FORBIDDEN, INVALID, REQUIRED, CelRule, any_of, cel_format, lit
 from tpujob.api.pod import (
@@ -226,6 +226,16 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 ),
                 field_path=".key",
                 reason=FORBIDDEN,
+            ),
+            CelRule(
+                # pod_validation._qualified_name_problems: the pattern, a name of at most 63 characters after
+                # the last '/', a prefix of at most 253 before it.
+                rule="!has(self.key) || self.key == '' || "
+                f"(self.key.matches({lit(QUALIFIED_NAME_PATTERN)}) && "
+                "self.key.size() - self.key.lastIndexOf('/') - 1 <= 63 && self.key.lastIndexOf('/') <= 253)",
+                message=m.QUALIFIED_KEY.format(key="this key", what="toleration"),
+                message_expression=cel_format(m.QUALIFIED_KEY, key="self.key", what=lit("toleration")),
+                field_path=".key",
             ),
             CelRule(
                 rule="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",

@@ -85,6 +85,10 @@ NO_ESCALATION_BUT_SYS_ADMIN: Final = (
 OPERATOR_KEYS: Final = "{owned} are the operator's: it finds its pods by them; use a key of your own"
 OPERATOR_NODE_LABEL: Final = "the operator selects {key} from {field}; set that instead"
 OPERATOR_TAINT: Final = "{key}: {why}; remove it"
+QUALIFIED_KEY: Final = (
+    "'{key}' is not a valid {what} key: an optional DNS subdomain and '/', then at most 63 letters, digits, "
+    "'-', '_' or '.', alphanumeric at both ends"
+)
 TOLERATION_WITHOUT_KEY: Final = "a toleration without key must have operator Exists (any taint)"
 EXISTS_WITH_VALUE: Final = "operator Exists takes no value; remove it or use Equal"
 SECONDS_WITHOUT_NO_EXECUTE: Final = "only used with effect NoExecute"

@@ -255,11 +255,7 @@ def _security_problems(path: str, context: ContainerSecurityContext | None) -> I
 def _qualified_name_problems(path: str, key: str, what: str) -> Iterator[Problem]:
     prefix, _, name = key.rpartition("/")
     if len(name) > 63 or len(prefix) > 253 or not re.match(QUALIFIED_NAME_PATTERN, key):
-        yield Problem(
-            path,
-            f"{key!r} is not a valid {what} key: an optional DNS subdomain and '/', then at most 63 letters, "
-            "digits, '-', '_' or '.', alphanumeric at both ends",
-        )
+        yield Problem(path, m.QUALIFIED_KEY.format(key=key, what=what))
 
 
 def _key_problems(path: str, keys: Mapping[str, str], what: str) -> Iterator[Problem]:
