@@ -598,6 +598,45 @@ REFUSED: list[Case] = [
         "spec.pod.tolerations[0].key",
         "when spec.capacity.mode is spot",
     ),
+    # names given twice in a keyed list (the API server: Duplicate value)
+    refused(
+        "env-set-twice",
+        trainer(env=[{"name": "HF_TOKEN", "value": "a"}, {"name": "HF_TOKEN", "value": "b"}]),
+        "spec.trainer.env[1]",
+        "HF_TOKEN",
+    ),
+    refused(
+        "sidecar-env-set-twice",
+        pod(containers=[sidecar(env=[{"name": "LOG_LEVEL", "value": "1"}, {"name": "LOG_LEVEL"}])]),
+        "spec.pod.containers[0].env[1]",
+        "LOG_LEVEL",
+    ),
+    refused(
+        "path-mounted-twice",
+        pod(
+            {
+                "volumeMounts": [
+                    {"name": "scratch", "mountPath": "/data"},
+                    {"name": "scratch", "mountPath": "/data"},
+                ]
+            },
+            volumes=[SCRATCH],
+        ),
+        "spec.trainer.volumeMounts[1]",
+        "/data",
+    ),
+    refused(
+        "volume-declared-twice",
+        pod(volumes=[SCRATCH, {"name": "scratch", "emptyDir": {"medium": "Memory"}}]),
+        "spec.pod.volumes[1]",
+        "scratch",
+    ),
+    refused(
+        "two-sidecars-one-name",
+        pod(containers=[sidecar(), sidecar(image="busybox:1")]),
+        "spec.pod.containers[1]",
+        "log-shipper",
+    ),
     refused(
         "toleration-key-not-a-name",
         pod(tolerations=[{"key": "dedicated team", "operator": "Exists"}]),

@@ -262,13 +262,13 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "env-twice-on-the-trainer",
         with_trainer(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
-        "spec.trainer.env[1].name",
+        "spec.trainer.env[1]",
         "A is set twice",
     ),
     (
         "env-twice-on-a-sidecar",
         with_pod(containers=[sidecar(env=[{"name": "A"}, secret_env("A")])]),
-        "spec.pod.containers[0].env[1].name",
+        "spec.pod.containers[0].env[1]",
         "A is set twice",
     ),
     (
@@ -365,7 +365,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
                 ],
             },
         ),
-        "spec.trainer.volumeMounts[1].mountPath",
+        "spec.trainer.volumeMounts[1]",
         "/s is mounted twice",
     ),
     (
@@ -383,7 +383,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "two-volumes-one-name",
         with_pod(volumes=[EMPTY_DIR, {"name": "scratch", "configMap": {"name": "m"}}]),
-        "spec.pod.volumes[1].name",
+        "spec.pod.volumes[1]",
         "scratch names two volumes",
     ),
     (
@@ -424,7 +424,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "two-containers-one-name",
         with_pod(initContainers=[sidecar()], containers=[sidecar()]),
-        "spec.pod.containers[0].name",
+        "spec.pod.containers[0]",
         "log-shipper names two containers",
     ),
     (

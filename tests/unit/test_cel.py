@@ -231,6 +231,29 @@ def _message(rule: CrdRule, data: dict[str, Any]) -> str:
 # --- The rules on the cases of tests/apply_cases.py -------------------------------------------------
 
 
+def duplicates(value: Any, schema: dict[str, Any], path: str = "") -> list[tuple[str, str]]:
+    """The API server's check of keyed lists (x-kubernetes-list-type map): every item after the first with
+    a key already seen, at the item's path, as "Duplicate value" (apiextensions schema/listtype)."""
+    found: list[tuple[str, str]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child = schema.get("properties", {}).get(key)
+            if child is not None:
+                found += duplicates(item, child, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        keys = schema.get("x-kubernetes-list-map-keys", [])
+        seen: set[str] = set()
+        for index, item in enumerate(value):
+            here = f"{path}[{index}]"
+            if schema.get("x-kubernetes-list-type") == "map" and isinstance(item, dict):
+                key = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
+                if key in seen:
+                    found.append((here, f"Duplicate value: {key}"))
+                seen.add(key)
+            found += duplicates(item, schema.get("items", {}), here)
+    return found
+
+
 def all_refusals(manifest: dict[str, Any]) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """Every rule that refuses `manifest`, with where and what it says."""
     return {rule.key: found for rule in RULES if (found := refusals(rule, manifest))}
@@ -295,6 +318,7 @@ def test_every_rule_compiles(rule):
 @pytest.mark.parametrize("case", ACCEPTED, ids=[case.name for case in ACCEPTED])
 def test_accepted_cases_pass_every_rule(case: Case):
     assert all_refusals(case.manifest) == {}
+    assert duplicates(as_stored(case.manifest), SCHEMA) == []
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=[case.name for case in REFUSED])
@@ -304,6 +328,7 @@ def test_refused_cases_are_refused_at_their_field_with_their_words(case: Case):
     found = [
         refusal for refusals_of_rule in all_refusals(case.manifest).values() for refusal in refusals_of_rule
     ]
+    found += duplicates(as_stored(case.manifest), SCHEMA)
     if not found:
         with pytest.raises(pydantic.ValidationError) as caught:
             TPUJob.model_validate(case.manifest)

@@ -113,7 +113,8 @@ def operator_annotation(key: str) -> bool:
 
 
 def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
-    """Every problem of spec.trainer's container fields and of spec.pod."""
+    """Every problem of spec.trainer's container fields and of spec.pod. A name or path given twice is
+    named by the second item, as the API server names it in a keyed list (x-kubernetes-list-map-keys)."""
     pod = spec.pod
     volumes = [volume.name for volume in pod.volumes]
     containers = [
@@ -134,9 +135,7 @@ def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
         if container.name == c.TRAINER_CONTAINER:
             yield Problem(f"{path}.name", m.TRAINER_NAME_TAKEN.format(name=c.TRAINER_CONTAINER))
         elif container.name in seen:
-            yield Problem(
-                f"{path}.name", f"{container.name} names two containers; container names are unique"
-            )
+            yield Problem(path, f"{container.name} names two containers; container names are unique")
         seen.add(container.name)
         yield from _container_problems(path, container, names, trainer=False)
         for index, port in enumerate(container.ports):
@@ -192,7 +191,7 @@ def _env_problems(path: str, env: Sequence[EnvVar], containers: set[str]) -> Ite
     for index, var in enumerate(env):
         here = f"{path}.env[{index}]"
         if var.name in seen:
-            yield Problem(f"{here}.name", f"{var.name} is set twice; keep one")
+            yield Problem(here, f"{var.name} is set twice; keep one")
         seen.add(var.name)
         source = var.value_from
         if source is None:
@@ -235,7 +234,7 @@ def _mount_problems(path: str, mounts: Sequence[VolumeMount]) -> Iterator[Proble
     for index, mount in enumerate(mounts):
         here = f"{path}.volumeMounts[{index}]"
         if mount.mount_path in paths:
-            yield Problem(f"{here}.mountPath", f"{mount.mount_path} is mounted twice in this container")
+            yield Problem(here, f"{mount.mount_path} is mounted twice in this container")
         paths.add(mount.mount_path)
         if mount.sub_path:
             yield from _relative_path_problem(f"{here}.subPath", mount.sub_path)
@@ -311,7 +310,7 @@ def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     for index, volume in enumerate(pod.volumes):
         here = f"spec.pod.volumes[{index}]"
         if volume.name in seen:
-            yield Problem(f"{here}.name", f"{volume.name} names two volumes; volume names are unique")
+            yield Problem(here, f"{volume.name} names two volumes; volume names are unique")
         seen.add(volume.name)
         yield from _exactly_one(
             here,
