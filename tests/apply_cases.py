@@ -638,6 +638,12 @@ REFUSED: list[Case] = [
         "log-shipper",
     ),
     refused(
+        "sidecar-named-like-an-init-container",
+        pod(initContainers=[sidecar()], containers=[sidecar()]),
+        "spec.pod.containers",
+        "names two containers; container names are unique in the pod",
+    ),
+    refused(
         "toleration-key-not-a-name",
         pod(tolerations=[{"key": "dedicated team", "operator": "Exists"}]),
         "spec.pod.tolerations[0].key",

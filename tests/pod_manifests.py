@@ -424,7 +424,7 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
     (
         "two-containers-one-name",
         with_pod(initContainers=[sidecar()], containers=[sidecar()]),
-        "spec.pod.containers[0]",
+        "spec.pod.containers",
         "log-shipper names two containers",
     ),
     (

@@ -273,6 +273,13 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 field_path=".annotations",
                 reason=REQUIRED,
             ),
+            CelRule(
+                rule="!has(self.containers) || !has(self.initContainers) || "
+                "self.containers.all(ct, !self.initContainers.exists(i, i.name == ct.name))",
+                message=m.CONTAINER_NAME_TWICE.format(name="a container and an init container: one name"),
+                field_path=".containers",
+                reason=INVALID,
+            ),
             _missing_volume(
                 "(has(self.initContainers) ? self.initContainers : [])", ".initContainers", volumes
             ),

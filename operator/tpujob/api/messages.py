@@ -68,6 +68,7 @@ ENV_PREFIX_RESERVED: Final = (
 )
 TPU_ON_TRAINER: Final = "{resource} is set by the operator from the topology; remove it"
 TPU_ON_SIDECAR: Final = "{resource} is the trainer's: every chip of the host goes to it; remove it"
+CONTAINER_NAME_TWICE: Final = "{name} names two containers; container names are unique in the pod"
 TRAINER_NAME_TAKEN: Final = "{name} is the trainer's container; name it otherwise"
 OPERATOR_PORT: Final = (
     "{port} is the trainer's {what} port, and the pod's containers share one network; the operator's ports "

@@ -130,13 +130,18 @@ def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
     yield from _missing_volume_problems("spec.trainer.volumeMounts", [trainer], volumes)
     yield from _missing_volume_problems("spec.pod.initContainers", pod.init_containers, volumes)
     yield from _missing_volume_problems("spec.pod.containers", pod.containers, volumes)
-    seen = {c.TRAINER_CONTAINER}
+    init_names = {container.name for container in pod.init_containers}
+    across = next((x.name for x in pod.containers if x.name in init_names), None)
+    if across is not None:  # named by the list, as the API server's rule on spec.pod names it
+        yield Problem("spec.pod.containers", m.CONTAINER_NAME_TWICE.format(name=across))
+    seen: dict[str, set[str]] = {}  # names by list: a keyed list's Duplicate value names the item
     for path, container in containers:
+        in_list = seen.setdefault(path.rsplit("[", 1)[0], set())
         if container.name == c.TRAINER_CONTAINER:
             yield Problem(f"{path}.name", m.TRAINER_NAME_TAKEN.format(name=c.TRAINER_CONTAINER))
-        elif container.name in seen:
-            yield Problem(path, f"{container.name} names two containers; container names are unique")
-        seen.add(container.name)
+        elif container.name in in_list:
+            yield Problem(path, m.CONTAINER_NAME_TWICE.format(name=container.name))
+        in_list.add(container.name)
         yield from _container_problems(path, container, names, trainer=False)
         for index, port in enumerate(container.ports):
             if port.container_port in OPERATOR_PORTS:
