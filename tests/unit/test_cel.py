@@ -1,20 +1,21 @@
 """Every CEL rule of the generated CRD, run by Google's CEL (cel-expr-python) on realistic manifests.
 
-The test bed's API server (Kubernetes 1.20) predates CEL, so nothing there ever runs the
-`x-kubernetes-validations` of crds/tpujob.dev_tpujobs.yaml. Here each rule runs on the value a 1.25+ API
-server would give it: `self` is the object at the rule's place in a TPUJob manifest, after the server has
-pruned unknown fields and applied the schema's defaults. The cases are tests/apply_cases.py's, the
-table the operator (test_apply_cases.py) and a real API server (e2e) judge too: every accepted case passes
-every rule, every refused case is refused by the rules at its field path with its words (or, where the
-schema refuses it, by the model that mirrors the schema). A rule added to the CRD that no refused case
-trips fails test_every_rule_of_the_crd_has_cases until the table has one.
+The quick tier's proof of the `x-kubernetes-validations` of crds/tpujob.dev_tpujobs.yaml (a Kubernetes
+1.20 API server predates CEL; the e2e tier posts the same cases to a 1.36 one). Here each rule runs on the
+value a 1.25+ API server would give it: `self` is the object at the rule's place in a TPUJob manifest,
+after the server has pruned unknown fields and applied the schema's defaults. The cases are
+tests/apply_cases.py's, the table the operator (test_apply_cases.py) and a real API server (e2e) judge too:
+every accepted case passes every rule, every refused case is refused by the rules at its field path with
+its words (or, where the schema refuses it, by the model that mirrors the schema, or by a keyed list's
+Duplicate value, judged here as the server does). A rule added to the CRD that no refused case trips fails
+test_every_rule_of_the_crd_has_cases until the table has one.
 
 Kubernetes' CEL environment is standard CEL plus extension libraries
 (https://kubernetes.io/docs/reference/using-api/cel/): cel-go's strings extension at version 2 from 1.29
 (k8s.io/apiserver/pkg/cel/environment), and Kubernetes' own libraries (lists, regex, URLs, quantity, IP,
 CIDR, format, semver). The rules use standard CEL (`has()`, `in`, `? :`, `size()`, `matches()` (RE2, as in
 Kubernetes), `startsWith`, `contains`, the macros `all`, `exists`, `exists_one`, `filter` and `map`) and the
-strings extension (`split`, `join`, `lastIndexOf`, `substring`). A rule that calls a
+strings extension (`split`, `lastIndexOf`, `substring`). A rule that calls a
 Kubernetes-only function fails test_every_rule_compiles: add that function here as a cel.FunctionDecl
 that behaves as Kubernetes' (cite its entry in the page above), or rewrite the rule in
 operator/tpujob/api/.
