@@ -316,6 +316,16 @@ def test_every_rule_compiles(rule):
         assert program.return_type() in (wanted, cel.Type.DYN), (expression, program.return_type().name())
 
 
+def test_messages_join_only_strings_of_known_length():
+    """The API server prices a string it cannot bound (string(int), a map key, anything a comprehension
+    took out of a list) as long as a whole request, and refuses the CRD when a message's estimate is over
+    budget (operator/tpujob/api/cel_text.py): messages join fields, literals and literal-map lookups."""
+    unbounded = re.compile(r"\bstring\(|\.join\(|\.filter\(|\.map\(|\.all\(|\.exists\(")
+    for rule in RULES:
+        code = re.sub(r"'(?:[^'\\]|\\.)*'", "''", rule.message_expression or "")  # literals say nothing
+        assert not unbounded.search(code), (rule.path, rule.message_expression)
+
+
 @pytest.mark.parametrize("case", ACCEPTED, ids=[case.name for case in ACCEPTED])
 def test_accepted_cases_pass_every_rule(case: Case):
     assert all_refusals(case.manifest) == {}
