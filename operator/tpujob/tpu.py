@@ -139,6 +139,15 @@ GENERATIONS: Final[dict[str, Generation]] = {
 
 TPU_TYPES: Final = tuple(GENERATIONS)
 
+# "TPU v3 and v4 are not supported" for flex-start (GKE "About flex-start provisioning mode"). TPU7x is not
+# listed there, but xpk ships Ironwood flex-start recipes and makes those pools as for the other generations
+# (AI-Hypercomputer/xpk docs/usage/tpu7x/recipes/flex_filestore_recipe.md, flex_lustre_recipe.md:
+# `xpk cluster create --tpu-type=tpu7x-2x2x2 --flex`; src/xpk/core/capacity.py: --flex-start
+# --enable-autoscaling --location-policy=ANY --reservation-affinity=none --no-enable-autorepair --max-nodes,
+# plus --placement-policy for a multi-host tpu7x pool, src/xpk/core/nodepool.py). Zones and the minimum GKE
+# versions are checked against the cluster by the operator and GKE.
+FLEX_START_TYPES: Final = ("v5e", "v5p", "v6e", "tpu7x")
+
 # Which TPU generations each zone offers: Cloud TPU's "TPU regions and zones" table, worldwide, AI zones
 # included (https://docs.cloud.google.com/tpu/docs/regions-zones, also served as /tpu/docs/types-zones).
 # North America as the page reads: TPU7x us-central1-ai1a, us-central1-c; v6e us-central1-b, us-east1-d,
@@ -180,12 +189,35 @@ ZONES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+# The catalog's refusals as templates: the operator fills them in Python, the CRD's CEL rules
+# (api/cel_catalog.py) with CEL expressions, so `kubectl apply` and the operator say the same thing.
+ZONE_WITHOUT_TYPE: Final = "{zone} does not offer {type} TPUs; zones that do: {zones}"
+TOPOLOGY_WRONG_RANK: Final = "'{topology}' is not a {type} topology: {type} takes {shape}; valid: {valid}"
+TOPOLOGY_TOO_LARGE: Final = (
+    "'{topology}' has {chips} chips, more than the largest {type} slice ({max_chips} chips); "
+    "use more slices instead"
+)
+TOPOLOGY_UNKNOWN: Final = "'{topology}' is not a {type} topology; valid: {valid}"
+MACHINE_TYPE_UNKNOWN: Final = "'{machine}' is not a {type} machine type; valid: {names}"
+ONE_CHIP_MACHINE: Final = "{machine} has 1 chip and serves only topology {one_chip}, not {topology}"
+EIGHT_CHIP_MACHINE: Final = "{machine} has 8 chips and serves only topology 2x4, not {topology}"
+FOUR_CHIP_MACHINE: Final = "{machine} has 4 chips and cannot serve topology {topology}"
+
+
+def rank_name(dimensions: int) -> str:
+    return "AxB (2D)" if dimensions == 2 else "AxBxC (3D)"
+
+
+def machine_type_names(generation: Generation) -> str:
+    return ", ".join(m.name for m in generation.machine_types)
+
+
 def zone_problem(tpu_type: str, zone: str) -> str | None:
     """Why `zone` cannot hold this generation (None: it can)."""
     offered = ZONES.get(tpu_type, ())
     if zone in offered:
         return None
-    return f"{zone} does not offer {tpu_type} TPUs; zones that do: {', '.join(offered)}"
+    return ZONE_WITHOUT_TYPE.format(zone=zone, type=tpu_type, zones=", ".join(offered))
 
 
 def zones_offering(tpu_type: str, zones: Iterable[str]) -> list[str]:
@@ -223,19 +255,19 @@ def describe_valid_topologies(generation: Generation) -> str:
 def _topology_problem(generation: Generation, topology: str) -> str | None:
     """Why GKE would refuse this topology for this generation, or None when it is valid."""
     dims = parse_topology(topology)
-    valid = f"valid: {describe_valid_topologies(generation)}"
+    valid = describe_valid_topologies(generation)
     if dims is None:
-        return f"{topology!r} is not a topology; write it as dimensions joined by 'x'; {valid}"
+        return f"{topology!r} is not a topology; write it as dimensions joined by 'x'; valid: {valid}"
     if len(dims) != generation.dimensions:
-        shape = "AxB (2D)" if generation.dimensions == 2 else "AxBxC (3D)"
-        return f"{topology!r} is not a {generation.type} topology: {generation.type} takes {shape}; {valid}"
+        return TOPOLOGY_WRONG_RANK.format(
+            topology=topology, type=generation.type, shape=rank_name(generation.dimensions), valid=valid
+        )
     if topology in generation.topologies:
         return None
     chips = math.prod(dims)
     if chips > generation.max_chips:
-        return (
-            f"{topology!r} has {chips} chips, more than the largest {generation.type} slice "
-            f"({generation.max_chips} chips); use more slices instead"
+        return TOPOLOGY_TOO_LARGE.format(
+            topology=topology, chips=chips, type=generation.type, max_chips=generation.max_chips
         )
     multiples_of_4 = generation.dimensions == 3 and all(d % 4 == 0 for d in dims)
     ascending = list(dims) == sorted(dims)
@@ -248,7 +280,7 @@ def _topology_problem(generation: Generation, topology: str) -> str | None:
         and _topology_problem(generation, ordered) is None
     ):
         return f"{topology!r} is not a {generation.type} topology: write the dimensions ascending ({ordered})"
-    return f"{topology!r} is not a {generation.type} topology; {valid}"
+    return TOPOLOGY_UNKNOWN.format(topology=topology, type=generation.type, valid=valid)
 
 
 def _machine_type_problem(machine_type: MachineType, chips: int, topology: str) -> str | None:
@@ -256,11 +288,11 @@ def _machine_type_problem(machine_type: MachineType, chips: int, topology: str) 
     per_vm = machine_type.chips_per_vm
     if per_vm == 1 and chips != 1:
         one_chip = "x".join("1" for _ in topology.split("x"))
-        return f"{machine_type.name} has 1 chip and serves only topology {one_chip}, not {topology}"
+        return ONE_CHIP_MACHINE.format(machine=machine_type.name, one_chip=one_chip, topology=topology)
     if per_vm == 8 and chips != 8:
-        return f"{machine_type.name} has 8 chips and serves only topology 2x4, not {topology}"
+        return EIGHT_CHIP_MACHINE.format(machine=machine_type.name, topology=topology)
     if per_vm == 4 and chips < 4:
-        return f"{machine_type.name} has 4 chips and cannot serve topology {topology}"
+        return FOUR_CHIP_MACHINE.format(machine=machine_type.name, topology=topology)
     if chips % per_vm:
         return f"topology {topology} ({chips} chips) is not a whole number of {machine_type.name} VMs"
     return None
@@ -293,9 +325,11 @@ def resolve_slice(tpu_type: str, topology: str, machine_type: str | None = None)
     else:
         found = generation.machine_type(machine_type)
         if found is None:
-            names = ", ".join(m.name for m in generation.machine_types)
             raise CatalogError(
-                "machineType", f"{machine_type!r} is not a {generation.type} machine type; valid: {names}"
+                "machineType",
+                MACHINE_TYPE_UNKNOWN.format(
+                    machine=machine_type, type=generation.type, names=machine_type_names(generation)
+                ),
             )
         chosen = found
     problem = _machine_type_problem(chosen, chips, topology)

@@ -85,7 +85,8 @@ def test_status_phase_is_an_enum_of_phase_and_its_description_names_them_all():
 # (JSON Schema's const, propertyNames, ...) a 1.20 API server drops silently and a strict one refuses.
 KUBERNETES_KEYWORDS = {
     "type", "description", "properties", "items", "additionalProperties", "required", "enum", "default",
-    "pattern", "minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems", "format", "nullable",
+    "pattern", "minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems", "maxProperties",
+    "format", "nullable",
     "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
 }  # fmt: skip
 
@@ -94,6 +95,19 @@ def test_every_schema_keyword_is_one_kubernetes_has():
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _nodes(schema):
         assert node.keys() <= KUBERNETES_KEYWORDS, (path, node.keys() - KUBERNETES_KEYWORDS)
+
+
+def test_every_list_and_map_is_bounded():
+    """The API server estimates the CEL rules' cost from these bounds (an unbounded list or map counts as
+    long as a whole request) and refuses a CRD over its budget."""
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    unbounded = [
+        path
+        for path, node in _nodes(schema)
+        if (node.get("type") == "array" and "maxItems" not in node)
+        or (isinstance(node.get("additionalProperties"), dict) and "maxProperties" not in node)
+    ]
+    assert not unbounded
 
 
 def test_keyed_lists_are_keyed_by_a_required_field():

@@ -7,13 +7,14 @@ these; validation.py and pod_validation.py report Problems.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$"
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
 # Kubernetes object names (k8s.io/apimachinery/pkg/util/validation): a DNS-1123 label (container and volume
 # names, at most 63 characters) and a DNS-1123 subdomain (Secrets, ConfigMaps, claims, priority classes,
 # service accounts: at most 253).
@@ -42,8 +43,6 @@ class ApiModel(BaseModel):
         use_enum_values=True,
         validate_default=True,
     )
-    # CEL rules for this object, copied into the CRD as x-kubernetes-validations.
-    cel_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def fresh_copy(self) -> Self:
         """A deep copy made by pydantic-core (dump, then validate): about 3x cheaper than

@@ -12,7 +12,10 @@ from typing import Any
 import yaml
 
 from tpujob.api import constants as c
+from tpujob.api import messages as m
 from tpujob.api.base import ApiModel
+from tpujob.api.cel import rules_for
+from tpujob.api.cel_text import INVALID, CelRule, cel_format, lit
 from tpujob.api.job import MAX_JOB_NAME_LENGTH
 from tpujob.api.spec import TPUJobSpec
 from tpujob.api.status import TPUJobStatus
@@ -20,22 +23,37 @@ from tpujob.api.status import TPUJobStatus
 _DROPPED_KEYS = {"title"}
 
 
-def _cel_rules_by_model() -> dict[str, list[dict[str, str]]]:
-    """$defs name (the class name) -> x-kubernetes-validations for every model that has CEL rules."""
-    found: dict[str, list[dict[str, str]]] = {}
+def _models() -> dict[str, type[ApiModel]]:
+    """$defs name (the class name) -> the model."""
+    found: dict[str, type[ApiModel]] = {}
     pending: list[type[ApiModel]] = [ApiModel]
     while pending:
         model = pending.pop()
         pending.extend(model.__subclasses__())
-        if model.cel_rules:
-            found[model.__name__] = [{"rule": rule, "message": msg} for rule, msg in model.cel_rules]
+        found[model.__name__] = model
     return found
 
 
-def structural(schema: dict[str, Any]) -> dict[str, Any]:
-    """Inline $refs, fold Optional (anyOf with null) and attach CEL rules: a structural schema."""
+def _add_rules(node: dict[str, Any], rules: tuple[CelRule, ...]) -> None:
+    node["x-kubernetes-validations"] = [
+        *node.get("x-kubernetes-validations", []),
+        *(rule.to_schema() for rule in rules),
+    ]
+
+
+def with_rules(node: dict[str, Any], model: type[ApiModel]) -> dict[str, Any]:
+    """A model's converted schema with the CEL rules of cel.py: on the object, a property or its items."""
+    for place, rules in rules_for(model):
+        target = node if not place.field else node["properties"][place.field]
+        _add_rules(target["items"] if place.items else target, rules)
+    return node
+
+
+def structural(schema: dict[str, Any], model: type[ApiModel] | None = None) -> dict[str, Any]:
+    """Inline $refs, fold Optional (anyOf with null) and attach CEL rules: a structural schema. `model` is
+    the schema's own (its root's rules)."""
     defs = schema.get("$defs", {})
-    cel = _cel_rules_by_model()
+    models = _models()
 
     def convert(node: Any) -> Any:
         if isinstance(node, list):
@@ -45,8 +63,8 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
         if "$ref" in node:
             name = node["$ref"].rsplit("/", 1)[-1]
             target = convert(copy.deepcopy(defs[name]))
-            if name in cel:
-                target["x-kubernetes-validations"] = cel[name]
+            if name in models:  # not an enum
+                target = with_rules(target, models[name])
             extra = {k: convert(v) for k, v in node.items() if k != "$ref" and k not in _DROPPED_KEYS}
             return {**target, **extra}
         if "anyOf" in node:
@@ -70,12 +88,12 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
 
     result = convert(schema)
     assert isinstance(result, dict)
-    return result
+    return with_rules(result, model) if model is not None else result
 
 
 # The descriptions Kubernetes gives TypeMeta (k8s.io/apimachinery), as controller-gen copies them into every
-# CRD. metadata stays bare: the API server refuses anything there but name and generateName, and describes
-# it itself (ObjectMeta) in the OpenAPI document `kubectl explain` reads.
+# CRD. metadata stays bare but for name (the API server refuses anything there but name and generateName),
+# and the server describes it itself (ObjectMeta) in the OpenAPI document `kubectl explain` reads.
 _CONVENTIONS = "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
 _API_VERSION_DESCRIPTION = (
     "APIVersion defines the versioned schema of this representation of an object. Servers should convert "
@@ -90,7 +108,7 @@ _KIND_DESCRIPTION = (
 
 
 def openapi_schema() -> dict[str, Any]:
-    spec = structural(TPUJobSpec.model_json_schema(by_alias=True, mode="validation"))
+    spec = structural(TPUJobSpec.model_json_schema(by_alias=True, mode="validation"), TPUJobSpec)
     status = structural(TPUJobStatus.model_json_schema(by_alias=True, mode="serialization"))
     status.pop("required", None)  # the operator fills status in stages
     return {
@@ -100,18 +118,21 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": _API_VERSION_DESCRIPTION},
             "kind": {"type": "string", "description": _KIND_DESCRIPTION},
-            "metadata": {"type": "object"},
+            # name is declared for the rule's fieldPath below (a fieldPath must name a field of the schema).
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": status,
         },
         "x-kubernetes-validations": [
-            {
-                "rule": f"self.metadata.name.size() <= {MAX_JOB_NAME_LENGTH}",
-                "message": (
-                    f"metadata.name must be at most {MAX_JOB_NAME_LENGTH} characters "
-                    "(pod hostnames add a suffix and must fit in a DNS label)"
+            CelRule(
+                rule=f"self.metadata.name.size() <= {MAX_JOB_NAME_LENGTH}",
+                message=m.NAME_TOO_LONG.format(name="metadata.name", max=MAX_JOB_NAME_LENGTH),
+                message_expression=cel_format(
+                    m.NAME_TOO_LONG, name="self.metadata.name", max=lit(str(MAX_JOB_NAME_LENGTH))
                 ),
-            }
+                field_path=".metadata.name",
+                reason=INVALID,
+            ).to_schema()
         ],
     }
 

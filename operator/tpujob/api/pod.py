@@ -3,10 +3,11 @@
 A curated, typed subset of Kubernetes' core/v1 PodSpec and Container, not a whole pod template: the fields
 training teams on GKE use (Cloud Storage FUSE, Secrets, ConfigMaps, Filestore/Parallelstore claims, /dev/shm,
 native sidecars), with Kubernetes' names, meanings, bounds and patterns, so a pod template's fragment pastes
-in as is. Whatever the operator sets itself (the TPU resources, node selector and tolerations, hostname,
-restart policy, the worker env and ports) is not here, or is refused by pod_validation.py with the field to
-use instead. Cross-field rules ("exactly one of", names that must exist) live in pod_validation.py: as CEL
-inside these nested lists, the API server's cost estimate would multiply by every list's possible length.
+in as is; volumes.py holds the volumes. Whatever the operator sets itself (the TPU resources, node selector
+and tolerations, hostname, restart policy, the worker env and ports) is not here, or is refused by
+pod_validation.py with the field to use instead. Cross-field rules ("exactly one of", names that must exist)
+live in pod_validation.py, and again as the CRD's CEL rules in cel.py: every list and map here is bounded so
+that the API server's cost estimate, which multiplies by every list's possible length, stays in budget.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from tpujob.api.base import (
     DNS_SUBDOMAIN_PATTERN,
     ENV_NAME_PATTERN,
     LABEL_VALUE_PATTERN,
-    QUANTITY_PATTERN,
     ApiModel,
+    Quantity,
 )
+from tpujob.api.volumes import MAX_VOLUMES, LocalObjectReference, Volume
 
-# Kubernetes bounds (k8s.io/kubernetes pkg/apis/core/validation): user and group IDs 0 to 2^31-1, file modes
-# 0 to 0777, ports 1 to 65535; a port name is an IANA service name of at most 15 characters.
+# Kubernetes bounds (k8s.io/kubernetes pkg/apis/core/validation): user and group IDs 0 to 2^31-1, ports 1 to
+# 65535; a port name is an IANA service name of at most 15 characters.
 MAX_ID = 2147483647
-MAX_FILE_MODE = 0o777
 PORT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # The fields an env var may take from its pod (the downward API for env).
 FIELD_PATH_PATTERN = (
@@ -43,7 +44,25 @@ KEYED_BY_MOUNT_PATH: dict[str, Any] = {
     "x-kubernetes-list-type": "map",
     "x-kubernetes-list-map-keys": ["mountPath"],
 }
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+# Bounds on every list and map of the pod parts: Kubernetes sets none on a pod, but the API server estimates
+# the cost of the CRD's CEL rules from them (an unbounded list counts as long as a whole request, and a CRD
+# over its budget is refused). Far past what a team writes; each is said in its field's description.
+MAX_CONTAINERS = 16  # sidecars, and init containers: each list
+MAX_COMMAND = 64
+MAX_ARGS = 1024
+MAX_ENV = 256
+MAX_ENV_FROM = 32
+MAX_MOUNTS = 64
+MAX_PORTS = 32
+MAX_CAPABILITIES = 64
+MAX_CAPABILITY_LENGTH = 64
+MAX_RESOURCES = 16
+MAX_LABELS = 64
+MAX_ANNOTATIONS = 128
+MAX_NODE_SELECTOR = 32
+MAX_TOLERATIONS = 32
+MAX_PULL_SECRETS = 32
+MAX_GROUPS = 32
 Id = Annotated[int, Field(ge=0, le=MAX_ID)]
 
 
@@ -180,17 +199,34 @@ class ResourceRequirements(ApiModel):
     container may take google.com/tpu)."""
 
     requests: dict[str, Quantity] = Field(
-        default_factory=dict, description="Requests, e.g. {cpu: '8', memory: 64Gi}."
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description=f"Requests, e.g. {{cpu: '8', memory: 64Gi}}. At most {MAX_RESOURCES}.",
     )
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits, e.g. {memory: 128Gi}.")
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description=f"Limits, e.g. {{memory: 128Gi}}. At most {MAX_RESOURCES}.",
+    )
+
+
+Capability = Annotated[str, Field(max_length=MAX_CAPABILITY_LENGTH)]
 
 
 class Capabilities(ApiModel):
     """Linux capabilities to add and drop (names as in capabilities(7), without CAP_ or with it)."""
 
-    add: list[str] | None = Field(default=None, description="Capabilities to add.")
-    drop: list[str] | None = Field(
-        default=None, description="Capabilities to drop; the operator's default drops ALL."
+    add: list[Capability] | None = Field(
+        default=None,
+        max_length=MAX_CAPABILITIES,
+        description=(
+            f"Capabilities to add. At most {MAX_CAPABILITIES}, of {MAX_CAPABILITY_LENGTH} characters each."
+        ),
+    )
+    drop: list[Capability] | None = Field(
+        default=None,
+        max_length=MAX_CAPABILITIES,
+        description=f"Capabilities to drop; the operator's default drops ALL. At most {MAX_CAPABILITIES}.",
     )
 
 
@@ -244,19 +280,33 @@ class Container(ApiModel):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Always, IfNotPresent or Never. Default: the cluster's default for the tag."
     )
-    command: list[str] = Field(default_factory=list, description="Entrypoint; empty keeps the image's.")
-    args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
+    command: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_COMMAND,
+        description=f"Entrypoint; empty keeps the image's. At most {MAX_COMMAND} items.",
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ARGS,
+        description=f"Arguments to the entrypoint. At most {MAX_ARGS}.",
+    )
     working_dir: str | None = Field(default=None, max_length=4096, description="Working directory.")
     env: list[EnvVar] = Field(
-        default_factory=list, json_schema_extra=KEYED_BY_NAME, description="Environment variables."
+        default_factory=list,
+        max_length=MAX_ENV,
+        json_schema_extra=KEYED_BY_NAME,
+        description=f"Environment variables. At most {MAX_ENV}.",
     )
     env_from: list[EnvFromSource] = Field(
-        default_factory=list, description="Every key of a Secret or ConfigMap as a variable."
+        default_factory=list,
+        max_length=MAX_ENV_FROM,
+        description=f"Every key of a Secret or ConfigMap as a variable. At most {MAX_ENV_FROM}.",
     )
     volume_mounts: list[VolumeMount] = Field(
         default_factory=list,
+        max_length=MAX_MOUNTS,
         json_schema_extra=KEYED_BY_MOUNT_PATH,
-        description="Volumes of spec.pod.volumes to mount.",
+        description=f"Volumes of spec.pod.volumes to mount. At most {MAX_MOUNTS}.",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory; never google.com/tpu."
@@ -265,7 +315,9 @@ class Container(ApiModel):
         default=None, description="Security settings over the operator's restrictive defaults."
     )
     ports: list[ContainerPort] = Field(
-        default_factory=list, description="Ports it listens on; the trainer's ports are taken."
+        default_factory=list,
+        max_length=MAX_PORTS,
+        description=f"Ports it listens on; the trainer's ports are taken. At most {MAX_PORTS}.",
     )
 
 
@@ -279,115 +331,6 @@ class InitContainer(Container):
             "Always: a native sidecar, started before the trainer and stopped after it, so the pod still "
             "completes when the trainer exits. Unset: runs to completion before the trainer starts."
         ),
-    )
-
-
-# --- volumes -----------------------------------------------------------------------------------------------
-
-
-class KeyToPath(ApiModel):
-    """One key of a Secret or ConfigMap as a file."""
-
-    key: str = Field(pattern=CONFIG_KEY_PATTERN, max_length=253, description="The key.")
-    path: str = Field(
-        min_length=1, max_length=4096, description="The file's path in the volume (relative, no '..')."
-    )
-    mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="File mode bits, e.g. 0400 (256)."
-    )
-
-
-class EmptyDirVolumeSource(ApiModel):
-    """Scratch space that lives as long as the pod."""
-
-    medium: str | None = Field(
-        default=None,
-        pattern=r"^(Memory|HugePages(-[0-9]+[KMGT]i)?)?$",
-        description="Unset: the node's disk. Memory: tmpfs in RAM (e.g. for /dev/shm), counted as memory.",
-    )
-    size_limit: Quantity | None = Field(default=None, description="At most this much, e.g. 64Gi.")
-
-
-class SecretVolumeSource(ApiModel):
-    """A Secret's keys as files."""
-
-    secret_name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=253,
-        description="Name of the Secret in the job's namespace.",
-    )
-    items: list[KeyToPath] = Field(default_factory=list, description="Only these keys, as these paths.")
-    default_mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
-    )
-    optional: bool | None = Field(default=None, description="true: a missing Secret is an empty volume.")
-
-
-class ConfigMapVolumeSource(ApiModel):
-    """A ConfigMap's keys as files."""
-
-    name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=253,
-        description="Name of the ConfigMap in the job's namespace.",
-    )
-    items: list[KeyToPath] = Field(default_factory=list, description="Only these keys, as these paths.")
-    default_mode: int | None = Field(
-        default=None, ge=0, le=MAX_FILE_MODE, description="Mode bits of the files; default 0644 (420)."
-    )
-    optional: bool | None = Field(default=None, description="true: a missing ConfigMap is an empty volume.")
-
-
-class PersistentVolumeClaimVolumeSource(ApiModel):
-    """A PersistentVolumeClaim, e.g. a Filestore or Parallelstore instance shared by every worker."""
-
-    claim_name: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN, max_length=253, description="Name of the claim in the job's namespace."
-    )
-    read_only: bool | None = Field(default=None, description="true: every mount is read-only.")
-
-
-class LocalObjectReference(ApiModel):
-    """An object in the job's namespace, by name."""
-
-    name: str = Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253, description="The object's name.")
-
-
-class CSIVolumeSource(ApiModel):
-    """An inline (ephemeral) CSI volume, e.g. a Cloud Storage bucket through the Cloud Storage FUSE CSI driver
-    (driver gcsfuse.csi.storage.gke.io, volumeAttributes bucketName and mountOptions; the pod then needs the
-    annotation gke-gcsfuse/volumes: "true")."""
-
-    driver: str = Field(
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        max_length=63,
-        description="The CSI driver, e.g. gcsfuse.csi.storage.gke.io.",
-    )
-    read_only: bool | None = Field(default=None, description="true: the volume is read-only.")
-    fs_type: str | None = Field(default=None, max_length=63, description="Filesystem type, e.g. ext4.")
-    volume_attributes: dict[str, str] = Field(
-        default_factory=dict,
-        description="Driver settings, e.g. {bucketName: my-bucket, mountOptions: 'implicit-dirs'}.",
-    )
-    node_publish_secret_ref: LocalObjectReference | None = Field(
-        default=None, description="A Secret the driver reads when it mounts the volume."
-    )
-
-
-class Volume(ApiModel):
-    """A volume the pod's containers can mount: a name and exactly one source."""
-
-    name: str = Field(
-        pattern=DNS_LABEL_PATTERN, max_length=63, description="Volume name, unique in the pod; mounts use it."
-    )
-    empty_dir: EmptyDirVolumeSource | None = Field(default=None, description="Scratch space, disk or RAM.")
-    secret: SecretVolumeSource | None = Field(default=None, description="A Secret's keys as files.")
-    config_map: ConfigMapVolumeSource | None = Field(default=None, description="A ConfigMap's keys as files.")
-    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = Field(
-        default=None, description="A PersistentVolumeClaim (Filestore, Parallelstore, a disk)."
-    )
-    csi: CSIVolumeSource | None = Field(
-        default=None, description="An inline CSI volume, e.g. a Cloud Storage bucket (Cloud Storage FUSE)."
     )
 
 
@@ -424,7 +367,9 @@ class PodSecurityContext(ApiModel):
         default=None, description="A group that owns the volumes and that every process belongs to."
     )
     supplemental_groups: list[Id] = Field(
-        default_factory=list, description="More groups of every container's first process."
+        default_factory=list,
+        max_length=MAX_GROUPS,
+        description=f"More groups of every container's first process. At most {MAX_GROUPS}.",
     )
 
 
@@ -438,11 +383,19 @@ class WorkerPodSpec(ApiModel):
 
     labels: dict[str, LabelValue] = Field(
         default_factory=dict,
-        description="Labels of the pods; tpujob.dev/* and app.kubernetes.io/managed-by are the operator's.",
+        max_length=MAX_LABELS,
+        description=(
+            "Labels of the pods; tpujob.dev/* and app.kubernetes.io/managed-by are the operator's. "
+            f"At most {MAX_LABELS}."
+        ),
     )
     annotations: dict[str, str] = Field(
         default_factory=dict,
-        description='Pod annotations, e.g. gke-gcsfuse/volumes: "true" (Cloud Storage FUSE volumes).',
+        max_length=MAX_ANNOTATIONS,
+        description=(
+            'Pod annotations, e.g. gke-gcsfuse/volumes: "true" (Cloud Storage FUSE volumes); tpujob.dev/* '
+            f"are the operator's. At most {MAX_ANNOTATIONS}."
+        ),
     )
     priority_class_name: str | None = Field(
         default=None,
@@ -452,34 +405,50 @@ class WorkerPodSpec(ApiModel):
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,
-        description="Secrets (kubernetes.io/dockerconfigjson) to pull private images with.",
+        max_length=MAX_PULL_SECRETS,
+        description=(
+            "Secrets (kubernetes.io/dockerconfigjson) to pull private images with. "
+            f"At most {MAX_PULL_SECRETS}."
+        ),
     )
     volumes: list[Volume] = Field(
         default_factory=list,
+        max_length=MAX_VOLUMES,
         json_schema_extra=KEYED_BY_NAME,
-        description="Volumes the trainer and sidecars mount by name.",
+        description=f"Volumes the trainer and sidecars mount by name. At most {MAX_VOLUMES}.",
     )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict,
-        description="More node labels to require, besides the TPU ones the operator sets (refused here).",
+        max_length=MAX_NODE_SELECTOR,
+        description=(
+            "More node labels to require, besides the TPU ones the operator sets (refused here). "
+            f"At most {MAX_NODE_SELECTOR}."
+        ),
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
-        description="More taints to tolerate, besides google.com/tpu and cloud.google.com/gke-spot.",
+        max_length=MAX_TOLERATIONS,
+        description=(
+            "More taints to tolerate, besides google.com/tpu and cloud.google.com/gke-spot. "
+            f"At most {MAX_TOLERATIONS}."
+        ),
     )
     init_containers: list[InitContainer] = Field(
         default_factory=list,
+        max_length=MAX_CONTAINERS,
         json_schema_extra=KEYED_BY_NAME,
         description=(
-            "Containers that run before the trainer, or beside it as native sidecars (restartPolicy: Always)."
+            "Containers that run before the trainer, or beside it as native sidecars "
+            f"(restartPolicy: Always). At most {MAX_CONTAINERS}."
         ),
     )
     containers: list[Container] = Field(
         default_factory=list,
+        max_length=MAX_CONTAINERS,
         json_schema_extra=KEYED_BY_NAME,
         description=(
             "Containers beside the trainer. The pod ends only when all of them exit: a helper that runs "
-            "forever belongs in initContainers with restartPolicy: Always."
+            f"forever belongs in initContainers with restartPolicy: Always. At most {MAX_CONTAINERS}."
         ),
     )
     security_context: PodSecurityContext | None = Field(

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from tpujob.api import constants as c
+from tpujob.api import messages as m
 from tpujob.api import trainer_contract as contract
 from tpujob.api.base import QUALIFIED_NAME_PATTERN, ApiModel, Problem
 from tpujob.api.pod import (
@@ -17,12 +18,12 @@ from tpujob.api.pod import (
     ContainerSecurityContext,
     EnvFromSource,
     EnvVar,
-    KeyToPath,
     ResourceRequirements,
     VolumeMount,
     WorkerPodSpec,
 )
 from tpujob.api.spec import TPUJobSpec, TrainerSpec
+from tpujob.api.volumes import KeyToPath
 
 # The worker env: the slice's identity and wiring under TPU_ and MEGASCALE_ (render/plan.py worker_env), both
 # prefixes reserved whole, as libtpu reads more of them (TPU_ACCELERATOR_TYPE, TPU_SKIP_MDS_QUERY, ...) ...
@@ -58,8 +59,10 @@ OPERATOR_TAINTS = {
     c.SPOT_TAINT_KEY: "the operator tolerates it when spec.capacity.mode is spot",
 }
 OPERATOR_LABEL_PREFIX = f"{c.GROUP}/"
+OPERATOR_LABELS_OWNED = f"{OPERATOR_LABEL_PREFIX}* and {c.LABEL_MANAGED_BY}"
+OPERATOR_ANNOTATIONS_OWNED = f"{OPERATOR_LABEL_PREFIX}*"
 
-_PORTS = ", ".join(str(port) for port in OPERATOR_PORTS)
+OPERATOR_PORT_LIST = ", ".join(str(port) for port in OPERATOR_PORTS)
 # Fields of a pod or container that the operator sets, each with where it is set: a manifest that names one
 # is told so, instead of "unknown field" (see validation.py).
 OPERATOR_FIELDS: dict[tuple[type[ApiModel], str], str] = {
@@ -86,7 +89,7 @@ OPERATOR_FIELDS: dict[tuple[type[ApiModel], str], str] = {
     (WorkerPodSpec, "terminationGracePeriodSeconds"): "the operator sets 30 s, the notice a spot VM gets, in "
     "which the trainer saves a checkpoint; remove it",
     (TrainerSpec, "name"): f"the trainer's container is always named {c.TRAINER_CONTAINER}; remove it",
-    (TrainerSpec, "ports"): f"the operator sets the trainer's ports ({_PORTS}); remove it",
+    (TrainerSpec, "ports"): f"the operator sets the trainer's ports ({OPERATOR_PORT_LIST}); remove it",
     (TPUJobSpec, "template"): "a TPUJob takes no pod template: the trainer's container is spec.trainer, the "
     "rest of the pod spec.pod (volumes, sidecars, labels, ...)",
 }
@@ -100,10 +103,20 @@ def env_reserved(name: str) -> bool:
     return name.startswith(RESERVED_ENV_PREFIXES) and name not in USER_TPU_ENV
 
 
+def operator_label(key: str) -> bool:
+    """The pod labels the operator finds its pods by."""
+    return key.startswith(OPERATOR_LABEL_PREFIX) or key == c.LABEL_MANAGED_BY
+
+
+def operator_annotation(key: str) -> bool:
+    return key.startswith(OPERATOR_LABEL_PREFIX)
+
+
 def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
-    """Every problem of spec.trainer's container fields and of spec.pod."""
+    """Every problem of spec.trainer's container fields and of spec.pod. A name or path given twice is
+    named by the second item, as the API server names it in a keyed list (x-kubernetes-list-map-keys)."""
     pod = spec.pod
-    volumes = {volume.name for volume in pod.volumes}
+    volumes = [volume.name for volume in pod.volumes]
     containers = [
         *((f"spec.pod.initContainers[{i}]", x) for i, x in enumerate(pod.init_containers)),
         *((f"spec.pod.containers[{i}]", x) for i, x in enumerate(pod.containers)),
@@ -111,25 +124,34 @@ def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
     names = {c.TRAINER_CONTAINER, *(container.name for _, container in containers)}
     trainer = spec.trainer
     yield from _trainer_env_problems(trainer.env, trainer.env_from)
-    yield from _container_problems("spec.trainer", trainer, volumes, names, trainer=True)
-    seen = {c.TRAINER_CONTAINER}
+    yield from _container_problems("spec.trainer", trainer, names, trainer=True)
+    # A mount of a missing volume is named by its list: the API server's rule, across spec.pod.volumes and
+    # the list, can report no item of it (a CEL fieldPath takes no index).
+    yield from _missing_volume_problems("spec.trainer.volumeMounts", [trainer], volumes)
+    yield from _missing_volume_problems("spec.pod.initContainers", pod.init_containers, volumes)
+    yield from _missing_volume_problems("spec.pod.containers", pod.containers, volumes)
+    init_names = {container.name for container in pod.init_containers}
+    across = next((x.name for x in pod.containers if x.name in init_names), None)
+    if across is not None:  # named by the list, as the API server's rule on spec.pod names it
+        yield Problem("spec.pod.containers", m.CONTAINER_NAME_TWICE.format(name=across))
+    seen: dict[str, set[str]] = {}  # names by list: a keyed list's Duplicate value names the item
     for path, container in containers:
+        in_list = seen.setdefault(path.rsplit("[", 1)[0], set())
         if container.name == c.TRAINER_CONTAINER:
-            yield Problem(
-                f"{path}.name", f"{c.TRAINER_CONTAINER} is the trainer's container; name it otherwise"
-            )
-        elif container.name in seen:
-            yield Problem(
-                f"{path}.name", f"{container.name} names two containers; container names are unique"
-            )
-        seen.add(container.name)
-        yield from _container_problems(path, container, volumes, names, trainer=False)
+            yield Problem(f"{path}.name", m.TRAINER_NAME_TAKEN.format(name=c.TRAINER_CONTAINER))
+        elif container.name in in_list:
+            yield Problem(path, m.CONTAINER_NAME_TWICE.format(name=container.name))
+        in_list.add(container.name)
+        yield from _container_problems(path, container, names, trainer=False)
         for index, port in enumerate(container.ports):
             if port.container_port in OPERATOR_PORTS:
                 yield Problem(
                     f"{path}.ports[{index}].containerPort",
-                    f"{port.container_port} is the trainer's {OPERATOR_PORTS[port.container_port]} port, and "
-                    f"the pod's containers share one network; the operator's ports are {_PORTS}",
+                    m.OPERATOR_PORT.format(
+                        port=port.container_port,
+                        what=OPERATOR_PORTS[port.container_port],
+                        ports=OPERATOR_PORT_LIST,
+                    ),
                 )
     yield from _pod_problems(pod)
 
@@ -139,44 +161,34 @@ def _trainer_env_problems(env: Sequence[EnvVar], env_from: Sequence[EnvFromSourc
         if env_reserved(var.name):
             setting = ENV_SETTINGS.get(var.name)
             fix = f"set {setting} instead" if setting else "remove it"
-            yield Problem(
-                f"spec.trainer.env[{index}].name",
-                f"{var.name} is set by the operator (TPU_*, MEGASCALE_* and the TPUJOB_* of the README's env "
-                f"contract are the worker env it gives every worker); {fix}",
-            )
+            yield Problem(f"spec.trainer.env[{index}].name", m.ENV_RESERVED.format(name=var.name, fix=fix))
     for index, source in enumerate(env_from):
         # The operator's own variables win over envFrom's (env beats envFrom in Kubernetes), but a TPU_ or
         # MEGASCALE_ prefix would hand libtpu variables the operator does not set.
         prefix = source.prefix or ""
         if prefix and any(prefix.startswith(p) or p.startswith(prefix) for p in RESERVED_ENV_PREFIXES):
             yield Problem(
-                f"spec.trainer.envFrom[{index}].prefix",
-                f"{prefix!r} would name variables TPU_* or MEGASCALE_*, which the operator and libtpu own; "
-                "choose another prefix",
+                f"spec.trainer.envFrom[{index}].prefix", m.ENV_PREFIX_RESERVED.format(prefix=prefix)
             )
 
 
 def _container_problems(
-    path: str, container: TrainerSpec | Container, volumes: set[str], containers: set[str], *, trainer: bool
+    path: str, container: TrainerSpec | Container, containers: set[str], *, trainer: bool
 ) -> Iterator[Problem]:
     yield from _resource_problems(f"{path}.resources", container.resources, trainer)
     yield from _env_problems(path, container.env, containers)
     for index, source in enumerate(container.env_from):
         if (source.secret_ref is None) == (source.config_map_ref is None):
-            yield Problem(f"{path}.envFrom[{index}]", "set exactly one of secretRef or configMapRef")
-    yield from _mount_problems(path, container.volume_mounts, volumes)
+            yield Problem(f"{path}.envFrom[{index}]", m.exactly_one(["secretRef", "configMapRef"]))
+    yield from _mount_problems(path, container.volume_mounts)
     yield from _security_problems(f"{path}.securityContext", container.security_context)
 
 
 def _resource_problems(path: str, resources: ResourceRequirements, trainer: bool) -> Iterator[Problem]:
     for section, quantities in (("requests", resources.requests), ("limits", resources.limits)):
         if c.TPU_RESOURCE in quantities:
-            why = (
-                "set by the operator from the topology"
-                if trainer
-                else "the trainer's: every chip of the host goes to it"
-            )
-            yield Problem(f"{path}.{section}", f"{c.TPU_RESOURCE} is {why}; remove it")
+            template = m.TPU_ON_TRAINER if trainer else m.TPU_ON_SIDECAR
+            yield Problem(f"{path}.{section}", template.format(resource=c.TPU_RESOURCE))
 
 
 def _env_problems(path: str, env: Sequence[EnvVar], containers: set[str]) -> Iterator[Problem]:
@@ -184,13 +196,13 @@ def _env_problems(path: str, env: Sequence[EnvVar], containers: set[str]) -> Ite
     for index, var in enumerate(env):
         here = f"{path}.env[{index}]"
         if var.name in seen:
-            yield Problem(f"{here}.name", f"{var.name} is set twice; keep one")
+            yield Problem(here, f"{var.name} is set twice; keep one")
         seen.add(var.name)
         source = var.value_from
         if source is None:
             continue
         if var.value is not None:
-            yield Problem(here, "set value or valueFrom, not both")
+            yield Problem(here, m.VALUE_AND_VALUE_FROM)
         yield from _exactly_one(
             f"{here}.valueFrom",
             secretKeyRef=source.secret_key_ref,
@@ -209,20 +221,25 @@ def _env_problems(path: str, env: Sequence[EnvVar], containers: set[str]) -> Ite
 
 def _relative_path_problem(path: str, value: str) -> Iterator[Problem]:
     if value.startswith("/") or ".." in value.split("/"):
-        yield Problem(path, f"{value!r} must be a relative path without '..'")
+        yield Problem(path, m.RELATIVE_PATH.format(path=value))
 
 
-def _mount_problems(path: str, mounts: Sequence[VolumeMount], volumes: set[str]) -> Iterator[Problem]:
+def _missing_volume_problems(
+    path: str, containers: Sequence[TrainerSpec | Container], volumes: Sequence[str]
+) -> Iterator[Problem]:
+    """The first mount in these containers of a volume spec.pod.volumes lacks, as the API server names it."""
+    missing = next((x.name for ct in containers for x in ct.volume_mounts if x.name not in volumes), None)
+    if missing is not None:
+        known = f"volumes: {', '.join(volumes) or 'none'}"
+        yield Problem(path, m.NO_SUCH_VOLUME.format(name=missing, volumes=known))
+
+
+def _mount_problems(path: str, mounts: Sequence[VolumeMount]) -> Iterator[Problem]:
     paths: set[str] = set()
     for index, mount in enumerate(mounts):
         here = f"{path}.volumeMounts[{index}]"
-        if mount.name not in volumes:
-            known = ", ".join(sorted(volumes)) or "none"
-            yield Problem(
-                f"{here}.name", f"no volume {mount.name} in spec.pod.volumes (volumes: {known}); add it"
-            )
         if mount.mount_path in paths:
-            yield Problem(f"{here}.mountPath", f"{mount.mount_path} is mounted twice in this container")
+            yield Problem(here, f"{mount.mount_path} is mounted twice in this container")
         paths.add(mount.mount_path)
         if mount.sub_path:
             yield from _relative_path_problem(f"{here}.subPath", mount.sub_path)
@@ -234,21 +251,15 @@ def _security_problems(path: str, context: ContainerSecurityContext | None) -> I
     if context is None or context.allow_privilege_escalation is not False:
         return
     if context.privileged:
-        yield Problem(path, "allowPrivilegeEscalation false and privileged true cannot go together; drop one")
+        yield Problem(path, m.NO_ESCALATION_BUT_PRIVILEGED)
     if "CAP_SYS_ADMIN" in ((context.capabilities and context.capabilities.add) or []):
-        yield Problem(
-            path, "allowPrivilegeEscalation false and adding CAP_SYS_ADMIN cannot go together; drop one"
-        )
+        yield Problem(path, m.NO_ESCALATION_BUT_SYS_ADMIN)
 
 
 def _qualified_name_problems(path: str, key: str, what: str) -> Iterator[Problem]:
     prefix, _, name = key.rpartition("/")
     if len(name) > 63 or len(prefix) > 253 or not re.match(QUALIFIED_NAME_PATTERN, key):
-        yield Problem(
-            path,
-            f"{key!r} is not a valid {what} key: an optional DNS subdomain and '/', then at most 63 letters, "
-            "digits, '-', '_' or '.', alphanumeric at both ends",
-        )
+        yield Problem(path, m.QUALIFIED_KEY.format(key=key, what=what))
 
 
 def _key_problems(path: str, keys: Mapping[str, str], what: str) -> Iterator[Problem]:
@@ -260,42 +271,43 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     yield from _key_problems("spec.pod.labels", pod.labels, "label")
     yield from _key_problems("spec.pod.annotations", pod.annotations, "annotation")
     yield from _key_problems("spec.pod.nodeSelector", pod.node_selector, "label")
-    for section, keys in (("labels", pod.labels), ("annotations", pod.annotations)):
-        for key in keys:
-            if key.startswith(OPERATOR_LABEL_PREFIX) or (section == "labels" and key == c.LABEL_MANAGED_BY):
-                yield Problem(
-                    f"spec.pod.{section}.{key}",
-                    f"{OPERATOR_LABEL_PREFIX}* and {c.LABEL_MANAGED_BY} are the operator's: it finds its "
-                    "pods by them; use a key of your own",
-                )
-    for key in pod.node_selector:
-        if key in OPERATOR_NODE_LABELS:
+    # The operator's keys are named by their map (the API server's rule on a map can report no key of it).
+    for section, owned, keys in (
+        ("labels", OPERATOR_LABELS_OWNED, [k for k in pod.labels if operator_label(k)]),
+        ("annotations", OPERATOR_ANNOTATIONS_OWNED, [k for k in pod.annotations if operator_annotation(k)]),
+    ):
+        if keys:
             yield Problem(
-                f"spec.pod.nodeSelector.{key}",
-                f"the operator selects {key} from {OPERATOR_NODE_LABELS[key]}; set that instead",
+                f"spec.pod.{section}", f"{', '.join(sorted(keys))}: {m.OPERATOR_KEYS.format(owned=owned)}"
             )
+    selected = next((key for key in pod.node_selector if key in OPERATOR_NODE_LABELS), None)
+    if selected is not None:
+        yield Problem(
+            "spec.pod.nodeSelector",
+            m.OPERATOR_NODE_LABEL.format(key=selected, field=OPERATOR_NODE_LABELS[selected]),
+        )
     for index, toleration in enumerate(pod.tolerations):
         here = f"spec.pod.tolerations[{index}]"
         if toleration.key in OPERATOR_TAINTS:
-            yield Problem(f"{here}.key", f"{toleration.key}: {OPERATOR_TAINTS[toleration.key]}; remove it")
+            yield Problem(
+                f"{here}.key",
+                m.OPERATOR_TAINT.format(key=toleration.key, why=OPERATOR_TAINTS[toleration.key]),
+            )
         if toleration.key:
             yield from _qualified_name_problems(f"{here}.key", toleration.key, "toleration")
         elif toleration.operator != "Exists":
-            yield Problem(
-                f"{here}.operator", "a toleration without key must have operator Exists (any taint)"
-            )
+            yield Problem(f"{here}.operator", m.TOLERATION_WITHOUT_KEY)
         if toleration.operator == "Exists" and toleration.value:
-            yield Problem(f"{here}.value", "operator Exists takes no value; remove it or use Equal")
+            yield Problem(f"{here}.value", m.EXISTS_WITH_VALUE)
         if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
-            yield Problem(f"{here}.tolerationSeconds", "only used with effect NoExecute")
+            yield Problem(f"{here}.tolerationSeconds", m.SECONDS_WITHOUT_NO_EXECUTE)
     yield from _volume_problems(pod)
 
 
 def _exactly_one(path: str, **sources: object) -> Iterator[Problem]:
     """Kubernetes takes one source where it lists several (an env var's valueFrom, a volume)."""
     if sum(source is not None for source in sources.values()) != 1:
-        names = list(sources)
-        yield Problem(path, f"set exactly one of {', '.join(names[:-1])} or {names[-1]}")
+        yield Problem(path, m.exactly_one(list(sources)))
 
 
 def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
@@ -303,7 +315,7 @@ def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
     for index, volume in enumerate(pod.volumes):
         here = f"spec.pod.volumes[{index}]"
         if volume.name in seen:
-            yield Problem(f"{here}.name", f"{volume.name} names two volumes; volume names are unique")
+            yield Problem(here, f"{volume.name} names two volumes; volume names are unique")
         seen.add(volume.name)
         yield from _exactly_one(
             here,
@@ -321,12 +333,11 @@ def _volume_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
         kind = "secret" if volume.secret is not None else "configMap"
         for item_index, item in enumerate(items):
             yield from _relative_path_problem(f"{here}.{kind}.items[{item_index}].path", item.path)
-        gcsfuse = volume.csi is not None and volume.csi.driver == c.GCSFUSE_CSI_DRIVER
-        if gcsfuse and pod.annotations.get(c.GCSFUSE_VOLUMES_ANNOTATION) != "true":
-            # GKE's webhook injects the gcsfuse sidecar only into annotated pods; without it the mount never
-            # serves and the pod cannot start (GKE: Mount Cloud Storage buckets as CSI ephemeral volumes).
-            yield Problem(
-                f"{here}.csi",
-                f'Cloud Storage FUSE volumes need the pod annotation {c.GCSFUSE_VOLUMES_ANNOTATION}: "true" '
-                f"(GKE injects the gcsfuse sidecar by it); add it to spec.pod.annotations",
-            )
+    gcsfuse = any(v.csi is not None and v.csi.driver == c.GCSFUSE_CSI_DRIVER for v in pod.volumes)
+    if gcsfuse and pod.annotations.get(c.GCSFUSE_VOLUMES_ANNOTATION) != "true":
+        # GKE's webhook injects the gcsfuse sidecar only into annotated pods; without it the mount never
+        # serves and the pod cannot start (GKE: Mount Cloud Storage buckets as CSI ephemeral volumes). Named
+        # where the fix goes, as the API server's rule names it.
+        yield Problem(
+            "spec.pod.annotations", m.GCSFUSE_ANNOTATION.format(annotation=c.GCSFUSE_VOLUMES_ANNOTATION)
+        )

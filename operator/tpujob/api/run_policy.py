@@ -44,13 +44,6 @@ class OnExitCodes(ApiModel):
         description="Exit codes (0 to 255), each listed once; 0 is not allowed with In.",
     )
 
-    cel_rules = (
-        (
-            "self.operator == 'NotIn' || !(0 in self.values)",
-            "0 is not allowed in an In list (exit code 0 is success and never matches); remove it",
-        ),
-    )
-
 
 class OnPodCondition(ApiModel):
     """A pod condition a rule matches."""
@@ -94,13 +87,6 @@ class FailurePolicyRule(ApiModel):
         min_length=1,
         max_length=MAX_POD_CONDITIONS,
         description="Match when the pod has any of these conditions. Set this or onExitCodes.",
-    )
-
-    cel_rules = (
-        (
-            "has(self.onExitCodes) != has(self.onPodConditions)",
-            "set exactly one of onExitCodes or onPodConditions",
-        ),
     )
 
 

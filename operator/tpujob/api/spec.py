@@ -17,6 +17,11 @@ from tpujob.api.base import ApiModel
 from tpujob.api.pod import (
     KEYED_BY_MOUNT_PATH,
     KEYED_BY_NAME,
+    MAX_ARGS,
+    MAX_COMMAND,
+    MAX_ENV,
+    MAX_ENV_FROM,
+    MAX_MOUNTS,
     ContainerSecurityContext,
     EnvFromSource,
     EnvVar,
@@ -46,6 +51,13 @@ DEFAULT_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # A Compute Engine zone: region and letter (us-central1-a), or an AI zone: region, 'ai', a number and its
 # parent zone's letter (us-central1-ai1a; https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones).
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-(ai[0-9]+)?[a-z]$"
+MAX_ZONE_LENGTH = 63  # a GCE resource name
+MAX_ZONES = 10
+MAX_OAUTH_SCOPES = 16
+# A slice's chips as a torus: dimensions joined by 'x' (the catalog in tpu.py says which exist). At most 4
+# digits each (no slice is 10,000 chips long): the CRD's rules multiply them, and stay inside CEL's int64.
+TOPOLOGY_PATTERN = r"^[1-9][0-9]{0,3}x[1-9][0-9]{0,3}(x[1-9][0-9]{0,3})?$"
+MAX_SLICES = 64
 
 
 class TPUType(enum.StrEnum):
@@ -81,13 +93,13 @@ class TPUSpec(ApiModel):
             "Chips of one slice as a torus: AxB for v5e and v6e (e.g. 2x2, 4x4), AxBxC for v4, v5p "
             "and tpu7x (e.g. 2x2x1, 2x2x4). Sets the number of hosts (VMs) per slice."
         ),
-        pattern=r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$",
-        max_length=20,
+        pattern=TOPOLOGY_PATTERN,
+        max_length=14,
     )
     slices: int = Field(
         default=1,
         ge=1,
-        le=64,
+        le=MAX_SLICES,
         description="Number of slices (node pools). More than one needs multi-host slices (Multislice).",
     )
     machine_type: str | None = Field(
@@ -101,14 +113,6 @@ class TPUSpec(ApiModel):
         ),
     )
 
-    cel_rules = (
-        (
-            "self.type in ['v5e', 'v6e'] ? self.topology.matches('^[0-9]+x[0-9]+$')"
-            " : self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$')",
-            "topology must be AxB for v5e and v6e, AxBxC for v4, v5p and tpu7x",
-        ),
-    )
-
 
 class CapacitySpec(ApiModel):
     """Where the TPUs come from: on-demand, spot VMs (cheaper, reclaimable), a reservation, or flex-start
@@ -118,13 +122,14 @@ class CapacitySpec(ApiModel):
         default=CapacityMode.on_demand,
         description="onDemand, spot, reservation or flexStart.",
     )
-    zones: list[Annotated[str, Field(pattern=ZONE_PATTERN)]] = Field(
+    zones: list[Annotated[str, Field(pattern=ZONE_PATTERN, max_length=MAX_ZONE_LENGTH)]] = Field(
         default_factory=list,
-        max_length=10,
+        max_length=MAX_ZONES,
         description=(
             "Zones to try in order (create policy): a slice still in Stockout or WaitingForCapacity in one "
             "past zoneFallbackSeconds has its pools deleted and the next zone is tried, round the list. All "
-            "slices of a job share one zone. Default: spec.nodePool.zone, else the operator's zones."
+            "slices of a job share one zone. Default: spec.nodePool.zone, else the operator's zones. At most "
+            f"{MAX_ZONES}."
         ),
     )
     zone_fallback_seconds: int = Field(
@@ -151,17 +156,6 @@ class CapacitySpec(ApiModel):
         ),
     )
 
-    cel_rules = (
-        (
-            "self.mode == 'reservation' ? has(self.reservation) : !has(self.reservation)",
-            "reservation is required when mode is reservation, and only then",
-        ),
-        (
-            "!has(self.maxRunDurationSeconds) || self.mode == 'flexStart'",
-            "maxRunDurationSeconds is only used with mode flexStart",
-        ),
-    )
-
 
 class NodePoolSpec(ApiModel):
     """Who makes the TPU node pools."""
@@ -176,6 +170,7 @@ class NodePoolSpec(ApiModel):
     zone: str | None = Field(
         default=None,
         pattern=ZONE_PATTERN,
+        max_length=MAX_ZONE_LENGTH,
         description="Zone of the node pools (create policy). Default: the operator's configured zone.",
     )
     workload_policy: str | None = Field(
@@ -201,14 +196,15 @@ class NodePoolSpec(ApiModel):
         default=True,
         description="Google Virtual NIC on the pools' nodes: the faster DCN path TPU docs advise.",
     )
-    oauth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
+    oauth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN, max_length=256)]] = Field(
         # A plain default (pydantic copies it per instance) reaches the CRD; a default_factory would not.
         default=list(DEFAULT_OAUTH_SCOPES),
         min_length=1,
+        max_length=MAX_OAUTH_SCOPES,
         description=(
             "OAuth scopes of the nodes' service account. The default (cloud-platform, IAM decides) lets a "
             "trainer without Workload Identity write gs:// checkpoints; GKE's default scopes are read-only "
-            "for Cloud Storage."
+            f"for Cloud Storage. At most {MAX_OAUTH_SCOPES}."
         ),
     )
 
@@ -222,28 +218,39 @@ class TrainerSpec(ApiModel):
         pattern=r"^(Always|IfNotPresent|Never)$",
         description="Always, IfNotPresent or Never. Default: the cluster's default for the tag.",
     )
-    command: list[str] = Field(default_factory=list, description="Entrypoint; empty keeps the image's.")
-    args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
+    command: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_COMMAND,
+        description=f"Entrypoint; empty keeps the image's. At most {MAX_COMMAND} items.",
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ARGS,
+        description=f"Arguments to the entrypoint. At most {MAX_ARGS}.",
+    )
     env: list[EnvVar] = Field(
         default_factory=list,
+        max_length=MAX_ENV,
         json_schema_extra=KEYED_BY_NAME,
         description=(
             "Environment variables after the worker env the operator sets (TPU_*, MEGASCALE_* and its "
             "TPUJOB_* names are refused here: see the README's env contract): a value, or valueFrom a "
-            "Secret, ConfigMap or field."
+            f"Secret, ConfigMap or field. At most {MAX_ENV}."
         ),
     )
     env_from: list[EnvFromSource] = Field(
         default_factory=list,
+        max_length=MAX_ENV_FROM,
         description=(
             "Every key of a Secret or ConfigMap as a variable. Variables in env (the operator's included) "
-            "win over these."
+            f"win over these. At most {MAX_ENV_FROM}."
         ),
     )
     volume_mounts: list[VolumeMount] = Field(
         default_factory=list,
+        max_length=MAX_MOUNTS,
         json_schema_extra=KEYED_BY_MOUNT_PATH,
-        description="Volumes of spec.pod.volumes to mount into the trainer.",
+        description=f"Volumes of spec.pod.volumes to mount into the trainer. At most {MAX_MOUNTS}.",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory besides the TPU chips."

@@ -9,6 +9,13 @@ from pydantic import ConfigDict, Field
 
 from tpujob.api.base import ApiModel
 
+# Bounds on the status' lists and maps (the API server takes an unbounded one as long as a request): each
+# holds one entry per condition type, reason, badput category or recent attempt (goodput keeps 4), well under
+# 64; node pools one per slice, and spec.tpu.slices is at most 64 (twice that while a changed spec's pools
+# replace the old ones).
+MAX_STATUS_ENTRIES = 64
+MAX_STATUS_POOLS = 128
+
 
 class Phase(enum.StrEnum):
     """status.phase: a readable summary of where the job is in its life cycle (the CRD's enum)."""
@@ -179,6 +186,7 @@ class Goodput(ApiModel):
     productive_seconds: float = Field(default=0.0, description="Time spent on training steps kept.")
     badput_seconds: dict[str, float] = Field(
         default_factory=dict,
+        max_length=MAX_STATUS_ENTRIES,
         description="Lost time per category: tpuInitialization, trainingPrep, programStartup, dataLoading, "
         "checkpointSave, checkpointRestore, wastedProgressFromDisruption, other.",
     )
@@ -199,6 +207,7 @@ class Goodput(ApiModel):
     )
     runs: list[GoodputRun] = Field(
         default_factory=list,
+        max_length=MAX_STATUS_ENTRIES,
         description="When the attempts not yet accounted were Running (the latest few), to account an "
         "attempt that reports no progress.",
     )
@@ -233,16 +242,22 @@ class TPUJobStatus(ApiModel):
     phase: Phase | None = Field(default=None, description=f"{_one_of([p.value for p in Phase])}.")
     reason: str | None = Field(default=None, description="Why the job is in this phase.")
     message: str | None = Field(default=None, description="Details for a human.")
-    conditions: list[Condition] = Field(default_factory=list, description="Latest observations.")
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=MAX_STATUS_ENTRIES, description="Latest observations."
+    )
     observed_generation: int | None = Field(default=None, description="spec generation last acted on.")
-    node_pools: list[NodePoolStatus] = Field(default_factory=list, description="One entry per slice.")
+    node_pools: list[NodePoolStatus] = Field(
+        default_factory=list, max_length=MAX_STATUS_POOLS, description="One entry per slice."
+    )
     workers: WorkerCounts = Field(default_factory=WorkerCounts, description="Pods of the current attempt.")
     attempt: int = Field(default=0, description="Current attempt; each restart recreates all pods.")
     restarts: int = Field(default=0, description="All restarts, whatever the cause.")
     application_restarts: int = Field(
         default=0, description="Restarts caused by the application; these count against maxRestarts."
     )
-    restarts_by_reason: dict[str, int] = Field(default_factory=dict, description="Restarts per reason.")
+    restarts_by_reason: dict[str, int] = Field(
+        default_factory=dict, max_length=MAX_STATUS_ENTRIES, description="Restarts per reason."
+    )
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
     zone: str | None = Field(

@@ -10,6 +10,7 @@ from typing import Any
 import pydantic
 
 from tpujob import tpu
+from tpujob.api import messages as m
 from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, QUANTITY_PATTERN, ApiModel, Problem
 from tpujob.api.job import MAX_JOB_NAME_LENGTH, TPUJob
 from tpujob.api.pod_validation import OPERATOR_FIELDS, pod_problems
@@ -130,11 +131,7 @@ def _from_pydantic(error: pydantic.ValidationError) -> Iterator[Problem]:
         elif kind == "string_pattern_mismatch":
             yield Problem(_path(loc), _pattern_message(loc, given, item["ctx"]["pattern"]))
         elif kind == "string_too_long" and loc[-1] == "name" and loc[0] == "metadata":
-            yield Problem(
-                _path(loc),
-                f"{given!r} is longer than {MAX_JOB_NAME_LENGTH} characters; pod hostnames add a suffix "
-                "and must fit in a 63-character DNS label",
-            )
+            yield Problem(_path(loc), m.NAME_TOO_LONG.format(name=given, max=MAX_JOB_NAME_LENGTH))
         else:
             yield Problem(_path(loc), f"{item['msg']} (got {given!r})")
 
@@ -165,14 +162,8 @@ def _pattern_message(loc: tuple[int | str, ...], given: Any, pattern: str) -> st
     return f"{given!r} does not match {pattern}"
 
 
-# "TPU v3 and v4 are not supported" for flex-start (GKE "About flex-start provisioning mode"). TPU7x is not
-# listed there, but xpk ships Ironwood flex-start recipes and makes those pools as for the other generations
-# (AI-Hypercomputer/xpk docs/usage/tpu7x/recipes/flex_filestore_recipe.md, flex_lustre_recipe.md:
-# `xpk cluster create --tpu-type=tpu7x-2x2x2 --flex`; src/xpk/core/capacity.py: --flex-start
-# --enable-autoscaling --location-policy=ANY --reservation-affinity=none --no-enable-autorepair --max-nodes,
-# plus --placement-policy for a multi-host tpu7x pool, src/xpk/core/nodepool.py). Zones and the minimum GKE
-# versions are checked against the cluster by the operator and GKE.
-FLEX_START_TYPES = ("v5e", "v5p", "v6e", "tpu7x")
+# Flex-start's generations are the catalog's (tpu.FLEX_START_TYPES, with GKE's and xpk's word).
+FLEX_START_TYPES = tpu.FLEX_START_TYPES
 
 
 def _flex_start_problems(job: TPUJob, shape: tpu.SliceShape | None) -> Iterator[Problem]:
@@ -180,16 +171,13 @@ def _flex_start_problems(job: TPUJob, shape: tpu.SliceShape | None) -> Iterator[
     if capacity.mode != CapacityMode.flex_start:
         if capacity.max_run_duration_seconds is not None:
             yield Problem(
-                "spec.capacity.maxRunDurationSeconds",
-                f"only used when mode is flexStart (mode is {capacity.mode}); "
-                "remove it or set mode: flexStart",
+                "spec.capacity.maxRunDurationSeconds", m.RUN_DURATION_UNUSED.format(mode=capacity.mode)
             )
         return
     if job.spec.tpu.type not in FLEX_START_TYPES:
         yield Problem(
             "spec.capacity.mode",
-            f"flexStart offers {', '.join(FLEX_START_TYPES)} TPUs, not {job.spec.tpu.type} (GKE flex-start); "
-            "use mode spot, reservation or onDemand",
+            m.FLEX_START_TYPE.format(types=", ".join(FLEX_START_TYPES), type=job.spec.tpu.type),
         )
 
 
@@ -199,24 +187,17 @@ def _failure_policy_problems(job: TPUJob) -> Iterator[Problem]:
         path = f"spec.runPolicy.failurePolicy.rules[{index}]"
         if (rule.on_exit_codes is None) == (rule.on_pod_conditions is None):
             given = "both" if rule.on_exit_codes is not None else "neither"
-            yield Problem(
-                path,
-                f"set exactly one of onExitCodes or onPodConditions ({given} given); "
-                "write one rule per matcher",
-            )
+            yield Problem(path, m.ONE_MATCHER.format(given=given))
         codes = rule.on_exit_codes
         if codes is None:
             continue
         if codes.operator == ExitCodeOperator.in_ and 0 in codes.values:
-            yield Problem(
-                f"{path}.onExitCodes.values",
-                "0 is not allowed with operator In: exit code 0 is success and never matches; remove it",
-            )
+            yield Problem(f"{path}.onExitCodes.values", m.EXIT_CODE_ZERO)
         repeated = sorted({code for code in codes.values if codes.values.count(code) > 1})
         if repeated:
             yield Problem(
                 f"{path}.onExitCodes.values",
-                f"{', '.join(map(str, repeated))} listed more than once; list each exit code once",
+                m.EXIT_CODES_REPEATED.format(codes=", ".join(map(str, repeated))),
             )
 
 
@@ -248,6 +229,20 @@ def _default_zone_problems(
     )
 
 
+def multislice_fix(shape: tpu.SliceShape) -> str:
+    """How to make a single-host slice fit Multislice."""
+    four_chip = next((t.name for t in shape.generation.machine_types if t.chips_per_vm == 4), None)
+    if four_chip and shape.chips > 4:  # 2x4 on v5e/v6e: two 4-chip hosts make it a multi-host slice
+        return f"set spec.tpu.machineType: {four_chip} (2 hosts of 4 chips), a larger topology, or slices: 1"
+    return "use a larger topology or slices: 1"
+
+
+def multislice_problem(shape: tpu.SliceShape, slices: int | str) -> str:
+    return m.MULTISLICE_OF_ONE_HOST.format(
+        slices=slices, topology=shape.topology, machine=shape.machine_type.name, fix=multislice_fix(shape)
+    )
+
+
 def semantic_problems(job: TPUJob, default_zones: DefaultZones | None = None) -> Iterator[Problem]:
     """Rules across fields and against the TPU catalog (the schema alone cannot express them); with
     `default_zones`, where a job that names no zone would go."""
@@ -259,55 +254,32 @@ def semantic_problems(job: TPUJob, default_zones: DefaultZones | None = None) ->
         yield Problem(f"spec.tpu.{error.field}", error.message)
 
     if shape is not None and spec.tpu.slices > 1 and not shape.multi_host:
-        four_chip = next((m.name for m in shape.generation.machine_types if m.chips_per_vm == 4), None)
-        fix = "use a larger topology or slices: 1"
-        if four_chip and shape.chips > 4:  # 2x4 on v5e/v6e: two 4-chip hosts make it a multi-host slice
-            fix = (
-                f"set spec.tpu.machineType: {four_chip} (2 hosts of 4 chips), a larger topology, or slices: 1"
-            )
-        yield Problem(
-            "spec.tpu.slices",
-            f"{spec.tpu.slices} slices need multi-host slices, but {spec.tpu.topology} is one "
-            f"{shape.machine_type.name} host; {fix}",
-        )
+        yield Problem("spec.tpu.slices", multislice_problem(shape, spec.tpu.slices))
     if (
         shape is not None
         and not shape.generation.runs_tensorflow
         and is_default_trainer_image(spec.trainer.image)
     ):
         yield Problem(
-            "spec.trainer.image",
-            f"{spec.trainer.image!r} is the TensorFlow trainer, and TensorFlow does not run on "
-            f"{spec.tpu.type} (Cloud TPU's TPU7x page: JAX and PyTorch only); use a JAX or PyTorch/XLA "
-            "image that reads the worker env the operator sets",
+            "spec.trainer.image", m.TENSORFLOW_ELSEWHERE.format(image=spec.trainer.image, type=spec.tpu.type)
         )
 
     capacity = spec.capacity
     if capacity.mode == CapacityMode.reservation and not capacity.reservation:
-        yield Problem(
-            "spec.capacity.reservation",
-            "required when mode is reservation: the reservation's name, or "
-            "projects/PROJECT/reservations/NAME for one shared from another project",
-        )
+        yield Problem("spec.capacity.reservation", m.RESERVATION_REQUIRED)
     if capacity.mode != CapacityMode.reservation and capacity.reservation:
-        yield Problem(
-            "spec.capacity.reservation",
-            f"only used when mode is reservation (mode is {capacity.mode}); "
-            "remove it or set mode: reservation",
-        )
+        yield Problem("spec.capacity.reservation", m.RESERVATION_UNUSED.format(mode=capacity.mode))
 
     yield from _flex_start_problems(job, shape)
     yield from _failure_policy_problems(job)
 
     pool = spec.node_pool
     if pool.policy == NodePoolPolicy.existing and pool.zone:
-        yield Problem("spec.nodePool.zone", "only used with policy create; remove it")
+        yield Problem("spec.nodePool.zone", m.ONLY_WITH_CREATE)
     if pool.policy == NodePoolPolicy.existing and capacity.zones:
-        yield Problem("spec.capacity.zones", "only used with policy create; remove it")
+        yield Problem("spec.capacity.zones", m.ONLY_WITH_CREATE)
     if pool.zone and capacity.zones:
-        yield Problem(
-            "spec.capacity.zones", "set either spec.nodePool.zone (one zone) or spec.capacity.zones, not both"
-        )
+        yield Problem("spec.capacity.zones", m.ZONE_AND_ZONES)
     for path, zone in [
         ("spec.nodePool.zone", pool.zone),
         *((f"spec.capacity.zones[{i}]", z) for i, z in enumerate(capacity.zones)),
@@ -322,15 +294,8 @@ def semantic_problems(job: TPUJob, default_zones: DefaultZones | None = None) ->
         and pool.policy == NodePoolPolicy.create
     )
     if needs_policy and not pool.workload_policy:
-        yield Problem(
-            "spec.nodePool.workloadPolicy",
-            f"multi-host {spec.tpu.type} pools are placed by a workload policy: name one "
-            "(gcloud compute resource-policies create workload-policy ... --type=HIGH_THROUGHPUT)",
-        )
+        yield Problem("spec.nodePool.workloadPolicy", m.WORKLOAD_POLICY_NEEDED.format(type=spec.tpu.type))
     if pool.workload_policy and shape is not None and not needs_policy:
-        yield Problem(
-            "spec.nodePool.workloadPolicy",
-            "only used for multi-host tpu7x pools made by the operator (policy create); remove it",
-        )
+        yield Problem("spec.nodePool.workloadPolicy", m.WORKLOAD_POLICY_UNUSED)
 
     yield from pod_problems(spec)
