@@ -101,15 +101,22 @@ def _reserved_env(name: str) -> str:
     )
 
 
-def _volume_names(volumes: str, present: str) -> str:
-    return f"({present} ? {volumes}.map(v, v.name) : [])"
+def _mounts_named(mounts: str, volumes: str, volumes_present: str) -> str:
+    """Every mount in `mounts` names a volume of `volumes`. Written with `||`/`&&` guards, never
+    `has(x) ? x : []` or a list literal: the API server's cost estimate knows no size for a list out of a
+    conditional or a literal, and prices it as the whole request (the CRD was refused, "exceeds budget by
+    factor of more than 100x")."""
+    return f"{mounts}.all(x, {volumes_present} && x.name in {volumes}.map(v, v.name))"
 
 
-def _missing_volume(lists: str, mounted: str, names: str) -> CelRule:
-    """Every mount of the containers in `lists` names a volume of `names` (pod_validation's
+def _missing_volume(
+    lists: str, lists_present: str, mounted: str, volumes: str, volumes_present: str
+) -> CelRule:
+    """Every mount of the containers in `lists` names a volume of `volumes` (pod_validation's
     _missing_volume_problems); `mounted` is where the rule reports."""
+    named = _mounts_named("ct.volumeMounts", volumes, volumes_present)
     return CelRule(
-        rule=f"{lists}.all(ct, !has(ct.volumeMounts) || ct.volumeMounts.all(x, x.name in {names}))",
+        rule=f"!({lists_present}) || {lists}.all(ct, !has(ct.volumeMounts) || {named})",
         # Static: a mount's name taken out of the list has no length the cost estimate knows (cel_text).
         message=m.NO_SUCH_VOLUME.format(name="a volume mount", volumes="see spec.pod.volumes"),
         field_path=mounted,
@@ -139,7 +146,6 @@ def _node_selector() -> tuple[CelRule, ...]:
 
 def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
     gcsfuse = c.GCSFUSE_VOLUMES_ANNOTATION
-    volumes = _volume_names("self.volumes", "has(self.volumes)")
     no_escalation = "has(self.allowPrivilegeEscalation) && !self.allowPrivilegeEscalation"
     return {
         Place(TrainerSpec, "env", items=True): (
@@ -281,9 +287,15 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 reason=INVALID,
             ),
             _missing_volume(
-                "(has(self.initContainers) ? self.initContainers : [])", ".initContainers", volumes
+                "self.initContainers",
+                "has(self.initContainers)",
+                ".initContainers",
+                "self.volumes",
+                "has(self.volumes)",
             ),
-            _missing_volume("(has(self.containers) ? self.containers : [])", ".containers", volumes),
+            _missing_volume(
+                "self.containers", "has(self.containers)", ".containers", "self.volumes", "has(self.volumes)"
+            ),
         ),
     }
 
@@ -336,10 +348,15 @@ def _spec_rules() -> dict[Place, tuple[CelRule, ...]]:
                 field_path=".capacity.zones",
                 reason=FORBIDDEN,
             ),
-            _missing_volume(
-                "[self.trainer]",
-                ".trainer.volumeMounts",
-                _volume_names("self.pod.volumes", "has(self.pod) && has(self.pod.volumes)"),
+            CelRule(
+                rule="!has(self.trainer.volumeMounts) || "
+                + _mounts_named(
+                    "self.trainer.volumeMounts", "self.pod.volumes", "has(self.pod) && has(self.pod.volumes)"
+                ),
+                # Static: a mount's name taken out of the list has no length the cost estimate knows.
+                message=m.NO_SUCH_VOLUME.format(name="a volume mount", volumes="see spec.pod.volumes"),
+                field_path=".trainer.volumeMounts",
+                reason=INVALID,
             ),
         ),
         Place(FailurePolicyRule): (

@@ -1,0 +1,144 @@
+"""Every case of tests/apply_cases.py and every example, applied to the test bed's Kubernetes 1.36 CRD server:
+the server's verdict, field path and words are the table's, which are the operator's (test_apply_cases.py).
+
+Each case goes twice: through the API (a server-side dry run, whose 422 lists the causes with their field
+paths) and through `kubectl apply --dry-run=server`, as a user applies it, whose error names the same path.
+Also here: an unknown field is refused under kubectl's strict field validation and warned otherwise, and a
+job stored before a rule existed still has its other fields updated (ratcheting)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.apply_cases import CASES, REFUSED, Case
+from tests.e2e.kubectl_cli import Kubectl
+from tests.manifests import plain_job
+from tpujob.api import constants as c
+from tpujob.api.crd import crd
+from tpujob_sandbox.operators import install_crd
+
+
+@pytest.fixture(autouse=True)
+def _needs_cel(sandbox):
+    if not sandbox.control_plane.serves_crds:
+        pytest.skip("this API server serves the CRD without CEL (kube-apiserver 1.20 in process)")
+
+
+def named(case: Case) -> dict:
+    """The case's manifest in the test's namespace, named after the case (unless its name is the fault)."""
+    body = copy.deepcopy(case.manifest)
+    body.setdefault("metadata", {}).pop("namespace", None)  # each test applies into its own
+    if not (case.refused_at or "").startswith("metadata."):
+        body["metadata"]["name"] = re.sub(r"[^a-z0-9-]", "-", case.name.lower())[:48].strip("-")
+    return body
+
+
+def in_namespace(manifest: dict, namespace: str) -> dict:
+    manifest["metadata"]["namespace"] = namespace
+    return manifest
+
+
+def refusals(causes: list[dict]) -> list[dict]:
+    """The causes that name a field (a schema refusal adds one with no field: "some validation rules were not
+    checked because the object was invalid")."""
+    return [cause for cause in causes if cause.get("field") not in (None, "", "<nil>")]
+
+
+def server_causes(custom: k8s.CustomObjectsApi, namespace: str, body: dict) -> list[dict] | None:
+    """None when the server accepts `body` (dry run); else the causes of its refusal."""
+    try:
+        custom.create_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, body, dry_run="All", field_validation="Strict"
+        )
+    except k8s.ApiException as error:
+        assert error.status == 422, error.body
+        return json.loads(error.body)["details"]["causes"]
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_the_api_server_gives_the_cases_verdict(case, operator, custom, namespace):
+    causes = server_causes(custom, namespace, named(case))
+    if case.refused_at is None:
+        assert causes is None
+        return
+    assert causes is not None, f"{case.name} was accepted; the table says {case.refused_at}"
+    assert {cause["field"] for cause in refusals(causes)} == {case.refused_at}, causes
+    assert any(case.message_part in cause["message"] for cause in refusals(causes)), causes
+
+
+def test_kubectl_apply_shows_every_verdict_with_its_field(kubectl: Kubectl, namespace, tmp_path):
+    """All cases in one multi-document apply, as a user would: accepted ones are created (dry run), each
+    refused one is named with its field path."""
+    documents = [named(case) for case in CASES]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump_all(documents))
+    result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    accepted = set(re.findall(r"tpujob\.tpujob\.dev/(\S+) created \(server dry run\)", result.stdout))
+    refused_names = {
+        doc["metadata"]["name"] for doc, case in zip(documents, CASES, strict=True) if case.refused_at
+    }
+    assert accepted == {doc["metadata"]["name"] for doc in documents} - refused_names, result.stderr
+    for doc, case in zip(documents, CASES, strict=True):
+        if case.refused_at is None:
+            continue
+        line = next((ln for ln in result.stderr.splitlines() if f'"{doc["metadata"]["name"]}"' in ln), "")
+        assert f"{case.refused_at}: " in line, f"{case.name}: {line or 'not named in kubectl output'}"
+    assert len(REFUSED) == len(refused_names)
+
+
+def test_an_unknown_field_is_refused_under_strict_validation_and_warned_otherwise(
+    kubectl, namespace, tmp_path
+):
+    manifest = in_namespace(plain_job("typo"), namespace)
+    manifest["spec"]["tpu"]["topolgy"] = "2x2"
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    strict = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    assert strict.returncode != 0 and 'unknown field "spec.tpu.topolgy"' in strict.stderr, strict.stderr
+    warned = kubectl.run("apply", "--dry-run=server", "--validate=warn", "-n", namespace, "-f", str(path))
+    assert warned.returncode == 0, warned.stderr
+    assert 'Warning: unknown field "spec.tpu.topolgy"' in warned.stderr, warned.stderr
+
+
+def test_a_job_stored_before_a_rule_keeps_taking_updates_of_its_other_fields(
+    sandbox, jobs, custom, namespace
+):
+    """Ratcheting (GA in Kubernetes 1.33): the CRD without its CEL takes a job the CEL refuses; with the CEL
+    back, a label can still be changed, but a new bad value is refused."""
+    extensions = k8s.ApiextensionsV1Api(sandbox.api_client)
+    bad = in_namespace(plain_job("stored-before"), namespace)
+    bad["spec"]["tpu"] = {"type": "v5e", "topology": "2x2x2"}  # v5e takes AxB: refused by CEL
+    without = crd(cel=False)
+    without["metadata"]["resourceVersion"] = extensions.read_custom_resource_definition(
+        c.CRD_NAME
+    ).metadata.resource_version
+    extensions.replace_custom_resource_definition(c.CRD_NAME, without)
+    try:
+        custom.create_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, bad)
+    finally:
+        install_crd(sandbox)
+    custom.patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, "stored-before", {"metadata": {"labels": {"team": "a"}}}
+    )
+    with pytest.raises(k8s.ApiException) as refused:
+        custom.patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "stored-before", {"spec": {"tpu": {"topology": "4x4x4"}}}
+        )
+    assert refused.value.status == 422
+
+
+def test_kubectl_refuses_a_bad_job_naming_the_field_and_the_fix(kubectl, namespace, tmp_path):
+    manifest = in_namespace(plain_job("bad-topology"), namespace)
+    manifest["spec"]["tpu"] = {"type": "v5e", "topology": "2x2x2"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = kubectl.run("apply", "-n", namespace, "-f", str(path))
+    assert result.returncode != 0
+    assert re.search(r"spec\.tpu\.topology: Invalid value: .*v5e", result.stderr), result.stderr
