@@ -181,6 +181,8 @@ class Settings:
     # its watch's cache may hold a job deleted meanwhile. A standalone operator's watch began with its
     # process, and the read would cost a token per job on the way to its pods.
     confirm_before_create: bool = True
+    # TPUJOB_GKE_FLEX_START_ZONE_FALLBACK: a queued flex-start request may be moved to the next zone.
+    flex_start_zone_fallback: bool = False
 
 
 class Observer:
@@ -228,6 +230,7 @@ class Observer:
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,
+            flex_start_zone_fallback=self.settings.flex_start_zone_fallback,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
             cluster_version=check.version if check is not None else "",

@@ -23,7 +23,7 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.placement import placement_problem
-from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason, quota_advice
 from tpujob.status.recreation import describe as recreation
 
 # Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
@@ -62,6 +62,9 @@ def pools_ready(b: Builder) -> bool:
     # Permanent refusals first: they need someone to act, the rest only time.
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
+    if reason == Reason.QUOTA:
+        # Which quota to raise, and where: no zone move can help (capacity.fall_back_if_due).
+        message = quota_advice(message, b.status.zone or "")
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
     if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
