@@ -14,6 +14,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
+from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.api.status import Phase, Reason
 from tpujob.gke import OwnedPool
 from tpujob.reconciler import Reconciler
@@ -21,7 +22,6 @@ from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.passes import Outcome, with_removals
-from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render_plan
 
@@ -109,7 +109,7 @@ class RecordingPools:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
-    def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
+    def state(self, slice_index: int, name: str, operation: str = "", since: Any = None) -> s.PoolView:
         return s.PoolView(slice_index, name, self.states.get(name, s.POOL_MISSING), operation=operation)
 
     def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:

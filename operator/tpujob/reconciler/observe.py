@@ -276,9 +276,16 @@ class Observer:
     def pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
         """Each slice's pool as GKE has it (one GetNodePool per slice)."""
         assert self.pools is not None
-        recorded = {p.slice: p.operation or "" for p in (job.status.node_pools if job.status else [])}
+        status = job.status or TPUJobStatus()
+        recorded = {p.slice: p.operation or "" for p in status.node_pools}
+        # A starting or running job looked at (its workers were disturbed): GKE's operations since its
+        # attempt began say whether an upgrade or a repair did it (status.recreation).
+        since = None
+        if status.phase in (Phase.STARTING, Phase.RUNNING):
+            began = status.last_restart_time or status.start_time
+            since = s.parse_timestamp(began) if began else None
         return tuple(
-            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""))
+            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""), since=since)
             for i in range(job.spec.tpu.slices)
         )
 

@@ -160,6 +160,8 @@ class PoolView:
     # and its name); "" when none runs or GKE was not asked.
     disruption: str = ""
     disruption_operation: str = ""
+    # Whether that operation still runs (False: it ended after the current attempt began).
+    disruption_running: bool = True
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tpujob.status.model import (
 from tpujob.status.placement import placement_problem
 from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason, quota_advice
 from tpujob.status.recreation import describe as recreation
+from tpujob.status.recreation import nodes_usable
 
 # Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
 _NEEDS_SOMEONE = frozenset(
@@ -53,7 +54,10 @@ def pools_ready(b: Builder) -> bool:
         views.append(pool)
     if b.observed.pools is not None or b.decision.create_pools:
         record_pools(b, views)
-    ready = all(v.state in POOL_READY_STATES for v in views)
+    # A pool GKE updates under the running slice (RECONCILING: UPGRADE_NODES "includes most forms of updates
+    # to node pools ... The nodes are generally still usable") serves it while its workers run undisturbed.
+    usable = POOL_READY_STATES | ({"RECONCILING"} if nodes_usable(b) else set())
+    ready = all(v.state in usable for v in views)
     if ready:
         if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
             b.status.provisioning_since = None
