@@ -338,3 +338,16 @@ def test_the_gke_client_reads_the_pools_operations_running_or_ended_since_the_at
 
     pools = gke.NodePools(Cluster(), Client())  # type: ignore[arg-type]
     assert pools._node_recreation("p", since) == found
+
+
+def test_an_application_restart_during_an_update_starts_its_new_attempt_on_the_pools_usable_nodes():
+    job = running_job(maxRestarts=1)
+    failed = (
+        *workers(job, "Running")[:1],
+        dataclasses.replace(workers(job, "Running")[1], phase="Failed", exit_code=1),
+    )
+    restarted = step(job, pods=failed, pools=pool(job, "RECONCILING", "UPGRADE_NODES"))
+    assert restarted.status.reason == Reason.WORKER_FAILED
+    later = step(advance(job, restarted), now=NOW + dt.timedelta(seconds=30),
+                 pools=pool(job, "RECONCILING", "UPGRADE_NODES"))  # fmt: skip
+    assert later.create_pods == [(0, 0), (0, 1)] and later.status.reason != Reason.NODE_UPGRADE

@@ -54,8 +54,8 @@ def pools_ready(b: Builder) -> bool:
         views.append(pool)
     if b.observed.pools is not None or b.decision.create_pools:
         record_pools(b, views)
-    # A pool GKE updates under the running slice (RECONCILING: UPGRADE_NODES "includes most forms of updates
-    # to node pools ... The nodes are generally still usable") serves it while its workers run undisturbed.
+    # A pool GKE updates (RECONCILING: UPGRADE_NODES "includes most forms of updates to node pools ... The
+    # nodes are generally still usable") serves the job, unless GKE's work is why it restarted.
     usable = POOL_READY_STATES | ({"RECONCILING"} if nodes_usable(b) else set())
     ready = all(v.state in usable for v in views)
     if ready:

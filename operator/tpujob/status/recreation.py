@@ -12,8 +12,8 @@ reports it. Decided from what GKE and the pods say, never from the operation's t
   infrastructure's doing, never spending maxRestarts. Every host of a multi-host slice goes with one repair
   ("If a node in a multi-host TPU slice needs to be repaired, GKE shuts down all TPU VMs in the slice": GKE
   "About TPUs in GKE").
-- While the workers run undisturbed, a pool RECONCILING under such an operation holds usable nodes: the job
-  runs on (pools.pools_ready). Pure."""
+- Unless the job restarted for GKE's work, a pool RECONCILING under such an operation holds usable nodes:
+  the job runs on, or its new attempt starts there (pools.pools_ready). Pure."""
 
 from __future__ import annotations
 
@@ -61,8 +61,12 @@ def slice_disrupted(b: Builder) -> bool:
 
 
 def nodes_usable(b: Builder) -> bool:
-    """A starting or running job whose workers GKE has not disturbed: a pool GKE works on still serves it."""
-    return b.status.phase in (Phase.STARTING, Phase.RUNNING) and not slice_disrupted(b)
+    """Whether a pool GKE works on (RECONCILING) still serves the job: yes, unless the job restarted for
+    GKE's upgrade or repair (and waits for it to end), or its running workers were just disrupted. A pod
+    placed on a node an upgrade drains later is evicted, and the job restarts then as NodeUpgrade."""
+    if b.status.reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
+        return False
+    return b.status.phase not in (Phase.STARTING, Phase.RUNNING) or not slice_disrupted(b)
 
 
 def restart_for_recreation(b: Builder) -> bool:

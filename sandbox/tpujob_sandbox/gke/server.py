@@ -204,6 +204,22 @@ class GkeSimulator:
         `provisioning_seconds` is GKE time."""
         self.faults.inject_pool(fault, pool, times, provisioning_seconds)
 
+    def refuse_upgrade_shield(
+        self,
+        message: str = 'Invalid JSON payload received. Unknown name "exclusionUntilEndOfSupport" at '
+        "'node_pool.maintenance_policy': Cannot find field.",
+    ) -> None:
+        """Test control: CreateNodePool refuses (400 INVALID_ARGUMENT, `message`) every pool that carries its
+        own upgrade exclusion, until clear_faults (nodepools.py says why this is not a known GKE fact)."""
+        self.pools.refuse_upgrade_shield = message
+
+    def update_node_pool(
+        self, pool: str, gke_seconds: float = 60.0, *, location: str = "", cluster: str = ""
+    ) -> str:
+        """Test control: a metadata-only update of `pool` (labels, say): an UPGRADE_NODES operation that
+        leaves the nodes alone (upgrades.py), RECONCILING for `gke_seconds` of GKE time. Its operation."""
+        return self.upgrades.update_metadata(self._state(location, cluster), pool, gke_seconds)
+
     def set_capacity(self, zone: str, machine_type: str, vms: int | None) -> None:
         """Free VMs of `machine_type` in `zone` (0: stocked out; None: plenty)."""
         self.capacity.set(zone, machine_type, vms)
