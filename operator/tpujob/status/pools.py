@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tpujob import tpu
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import ConditionStatus, Phase, Reason
 from tpujob.render import naming
@@ -26,6 +27,9 @@ from tpujob.status.placement import placement_problem
 from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason, quota_advice
 from tpujob.status.recreation import describe as recreation
 from tpujob.status.recreation import nodes_usable
+
+# The Warning event of a pool asked for in a zone the TPU catalog does not list for the job's generation.
+ZONE_NOT_LISTED = "ZoneNotListed"
 
 # Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
 _NEEDS_SOMEONE = frozenset(
@@ -54,6 +58,9 @@ def pools_ready(b: Builder) -> bool:
         views.append(pool)
     if b.observed.pools is not None or b.decision.create_pools:
         record_pools(b, views)
+    zone = b.status.zone
+    if b.decision.create_pools and zone and (unlisted := tpu.zone_warning(job.spec.tpu.type, zone)):
+        b.event("Warning", ZONE_NOT_LISTED, unlisted)  # asked of GKE anyway: its answer decides
     # A pool GKE updates (RECONCILING: UPGRADE_NODES "includes most forms of updates to node pools ... The
     # nodes are generally still usable") serves the job, unless GKE's work is why it restarted.
     usable = POOL_READY_STATES | ({"RECONCILING"} if nodes_usable(b) else set())
