@@ -389,3 +389,21 @@ def test_a_missing_reservation_is_refused_as_reservation_not_found_then_the_job_
     gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
     succeed_all(jobs, kubelet, "reserved", 1)
     wait_for(lambda: gke.reservations.get("res").in_use == 0, timeout=30, what="the reserved VM given back")
+
+
+def test_a_zone_the_catalog_does_not_list_is_asked_of_gke_with_a_warning_and_gkes_refusal_shown(jobs, gke):
+    """us-central1-f is a zone of the cluster's region that tpujob's TPU catalog does not list: the job is not
+    refused at validation; its pool is asked of GKE (a ZoneNotListed warning first), and GKE's own refusal
+    shows as NodePoolRejected."""
+    jobs.create(plain_job(tpu={"type": "v5e", "topology": "2x2"}, nodePool={"zone": "us-central1-f"}))
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
+        timeout=30,
+        what="GKE's refusal in the status",
+    )
+    assert 'Invalid machine type "ct5lp-hightpu-4t" in zone "us-central1-f"' in status["message"]
+    (create, *_) = [c for c in gke.recorded if c.rpc == "CreateNodePool"]
+    assert create.body["nodePool"]["locations"] == ["us-central1-f"]
+    assert "us-central1-f for v5e: tpujob's zone catalog does not list it" in status["message"]
+    (event, *_) = [e for e in jobs.events("train") if e.reason == "NodePoolRejected"]
+    assert event.type == "Warning" and "zone catalog does not list it" in event.message

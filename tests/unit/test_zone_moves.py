@@ -110,3 +110,21 @@ def test_a_queued_flex_start_request_keeps_its_place_past_the_fallback_time_unle
         assert later.delete_pools == [] and later.delete_pods == []
         assert "its place in the queue" in later.status.message
         assert "TPUJOB_GKE_FLEX_START_ZONE_FALLBACK" in later.status.message
+
+
+def test_a_pool_in_a_zone_the_catalog_does_not_list_is_asked_for_with_a_warning_and_a_refusal_says_so():
+    job = make_job(tpu={"type": "v5e", "topology": "2x2"}, nodePool={"zone": "us-central1-f"})
+    first = step(job, pools=(), zones=("us-central1-f",))
+    assert first.create_pools == [0]
+    (warning,) = [e for e in first.events if e.reason == "ZoneNotListed"]
+    assert warning.type == "Warning" and "us-central1-f for v5e" in warning.message
+    refusal = s.GKEError(
+        Reason.POOL_REJECTED, 'Invalid machine type "x" in zone "us-central1-f"', permanent=True
+    )
+    refused = step(job, pools=(), zones=("us-central1-f",), gke_errors={0: refusal})
+    assert refused.status.reason == Reason.POOL_REJECTED
+    assert refused.status.message.startswith(refusal.message) and "does not list it" in refused.status.message
+    listed = make_job(tpu={"type": "v5e", "topology": "2x2"}, nodePool={"zone": "us-central1-a"})
+    assert not [
+        e for e in step(listed, pools=(), zones=("us-central1-a",)).events if e.reason == "ZoneNotListed"
+    ]

@@ -76,6 +76,13 @@ def pools_ready(b: Builder) -> bool:
     if reason == Reason.QUOTA:
         # Which quota to raise, and where: no zone move can help (capacity.fall_back_if_due).
         message = quota_advice(message, b.status.zone or "")
+    elif (
+        reason == Reason.POOL_REJECTED
+        and b.status.zone
+        and (unlisted := tpu.zone_warning(job.spec.tpu.type, b.status.zone))
+        and unlisted not in message
+    ):
+        message = f"{message} ({unlisted})"  # GKE's words first: they decide
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
     if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
