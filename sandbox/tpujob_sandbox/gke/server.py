@@ -229,9 +229,9 @@ class GkeSimulator:
         upgrade or for a cluster made on an older one. GetCluster and the version rules see it."""
         self._clusters[(location or self.location, cluster or self.cluster)].model.version = version
 
-    def set_quota(self, region: str, machine_type: str, chips: int | None) -> None:
+    def set_quota(self, region: str, machine_type: str, chips: int | None, *, spot: bool = False) -> None:
         """Free chips of the machine type's TPU quota in `region` (None: plenty)."""
-        self.quota.set(region, zones.quota_family(machine_type), chips)
+        self.quota.set(region, zones.quota_family(machine_type, spot=spot), chips)
 
     def add_workload_policy(self, name: str, accelerator_topology: str, region: str | None = None) -> None:
         self.policies.add(WorkloadPolicy(name, region or self.cluster_model.region, accelerator_topology))
