@@ -514,3 +514,17 @@ def test_a_status_field_the_pass_unsets_is_removed_by_the_merge_patch() -> None:
         "goodput": {"ratio": 0.6, "x": None},
     }
     assert with_removals(after, []) == after
+
+
+def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growing() -> None:
+    """GKE accepts a create and ends it on the quota shortfall within seconds: an accepted create proves
+    nothing, so the count of refusals in a row (and the backoff) is not reset by it."""
+    quota = s.GKEError(Reason.QUOTA, "Quota 'TPU_LITE_PODSLICE_V5' exceeded.", permanent=True)
+    for reason, kept in ((Reason.QUOTA, True), (Reason.PROVISIONING, False)):
+        pools = RecordingPools()
+        passes = reconciler(pools)
+        passes.memory.refused("uid-1", {0: quota}, 1.0, 30.0)
+        passes.memory._gke_refused.clear()  # its backoff is over: the next pass asks again
+        passes.reconcile(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
+        assert len(pools.created) == 1
+        assert ("uid-1" in passes.memory._rejections) is kept, reason
