@@ -145,3 +145,27 @@ def test_a_metadata_update_on_a_running_slices_pool_restarts_nothing(operator, j
     assert status["restarts"] == 1
     nodes_after = {name: core.read_node(name).metadata.uid for name in gke.node_names(pool)}
     assert nodes_after == nodes_before
+
+
+def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(operator, jobs, gke, kubelet):
+    """The operator is down while GKE repairs a host of the slice (drains and recreates it whole) and ends
+    the repair: back up, it finds the workers gone, the pool RUNNING, and in GKE's operations list an
+    AUTO_REPAIR_NODES operation on the pool that ended after the attempt began: NodeRepair, not NodeLost."""
+    _, pool = running_slice(jobs, "repaired-unseen")
+    operator.stop()
+    gke.auto_repair(pool)
+    (repair,) = operations_on(gke, pool, "AUTO_REPAIR_NODES")
+    wait_for(lambda: gke.operations.get(repair.name).status.name == "DONE", timeout=60, what="the repair")
+    assert gke.node_pools()[pool].status.name == "RUNNING"
+    assert not jobs.pods("repaired-unseen", attempt=0)  # drained while nobody watched
+    operator.start()
+    status = wait_for(
+        lambda: (st := jobs.status("repaired-unseen")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart",
+        last_state=lambda: operator.log()[-2000:],
+    )
+    assert status["restartsByReason"] == {"NodeRepair": 1}
+    assert "ended since the attempt began" in status["message"]
+    status = succeed(jobs, kubelet, "repaired-unseen", attempt=1)
+    assert status["restarts"] == 1 and status.get("applicationRestarts", 0) == 0
