@@ -705,3 +705,18 @@ def test_a_quota_shortfall_names_the_quota_metric_spot_apart(gke, spot, metric):
     assert (
         f"Quota '{metric}' exceeded" in done.error.message and "in region us-central1" in done.error.message
     )
+
+
+def test_the_stockout_retry_cadence_is_a_setting_of_the_simulator(gke):
+    """How often GKE retries a stocked-out TPU slice is not documented (nodepools.py): the simulator's
+    cadence is a setting, here 1000 s of GKE time (2 s on the test bed)."""
+    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)
+    gke.pools.retry_interval_seconds = 1000
+    gke.pools.retry_window_seconds = 36000
+    gke.client().create_node_pool(parent=gke.parent, node_pool=pool_request(name="cadence"))
+    wait_for(lambda: gke.pools.attempts["cadence"] >= 1, timeout=10, interval=0.01, what="the first try")
+    first = time.monotonic()
+    wait_for(lambda: gke.pools.attempts["cadence"] >= 3, timeout=20, interval=0.01, what="two retries")
+    waited = time.monotonic() - first
+    print(f"two retries {waited:.2f} s after the first try (cadence 2 s each)")
+    assert 2 * 2 - 0.5 <= waited <= 2 * 2 + 2
