@@ -166,6 +166,11 @@ def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(ope
         last_state=lambda: operator.log()[-2000:],
     )
     assert status["restartsByReason"] == {"NodeRepair": 1}
-    assert "ended since the attempt began" in status["message"]
+    event = wait_for(
+        lambda: next((e for e in jobs.events("repaired-unseen") if e.reason == "NodeRepair"), None),
+        timeout=10,
+        what="the NodeRepair event",
+    )
+    assert "AUTO_REPAIR_NODES" in event.message and "ended since the attempt began" in event.message
     status = succeed(jobs, kubelet, "repaired-unseen", attempt=1)
     assert status["restarts"] == 1 and status.get("applicationRestarts", 0) == 0

@@ -267,25 +267,43 @@ def test_a_worker_failing_on_its_own_while_gke_updates_the_pool_is_the_applicati
 
 
 @pytest.mark.parametrize(
-    ("disrupted", "why"),
+    ("disrupted", "restarted_as"),
     [
-        ({"deleting": True}, "evicted by a drain"),
-        ({"phase": "Failed", "reason": "Terminated", "exit_code": 143}, "its node shut down"),
-        (
-            {"phase": "Failed", "exit_code": 1, "conditions": (("DisruptionTarget", "True"),)},
-            "DisruptionTarget",
-        ),
+        ({"deleting": True}, Reason.NODE_REPAIR),  # drained by the repair
+        # Failed on nodes still there: the ended repair does not explain it; judged as before.
+        ({"phase": "Failed", "reason": "Terminated", "exit_code": 143}, Reason.PREEMPTED),
     ],
 )
-def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(disrupted, why):
+def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(disrupted, restarted_as):
     job = running_job()
     pods = tuple(dataclasses.replace(p, **disrupted) for p in workers(job, "Running"))
     (view,) = pool(job, "RUNNING", "AUTO_REPAIR_NODES")
     ended = dataclasses.replace(view, disruption_running=False)
     decision = step(job, pods=pods, pools=(ended,))
-    assert decision.status.restarts_by_reason == {Reason.NODE_REPAIR: 1}, why
-    assert "ended since the attempt began" in decision.status.message
+    assert decision.status.restarts_by_reason == {restarted_as: 1}
+    assert ("ended since the attempt began" in decision.status.message) == (
+        restarted_as == Reason.NODE_REPAIR
+    )
     assert decision.status.application_restarts == 0
+
+
+def test_workers_gone_after_a_repair_that_ended_are_node_repair():
+    job = running_job()
+    (view,) = pool(job, "RUNNING", "AUTO_REPAIR_NODES")
+    decision = step(job, pods=(), pools=(dataclasses.replace(view, disruption_running=False),))
+    assert decision.status.restarts_by_reason == {Reason.NODE_REPAIR: 1}
+
+
+@pytest.mark.parametrize(
+    "disrupted",
+    [{"phase": "Failed", "reason": "Terminated", "exit_code": 143},
+     {"phase": "Failed", "exit_code": 1, "conditions": (("DisruptionTarget", "True"),)}],
+)  # fmt: skip
+def test_a_running_repair_explains_workers_failed_for_their_nodes(disrupted):
+    job = running_job()
+    pods = tuple(dataclasses.replace(p, **disrupted) for p in workers(job, "Running"))
+    decision = step(job, pods=pods, pools=pool(job, "RECONCILING", "AUTO_REPAIR_NODES"))
+    assert decision.status.restarts_by_reason == {Reason.NODE_REPAIR: 1}
 
 
 def test_workers_gone_with_no_operation_on_the_pool_are_node_lost_as_before():

@@ -8,7 +8,8 @@ reports it. Decided from what GKE and the pods say, never from the operation's t
   deleted (a drain), lost with its node, or failed for its node's sake. A worker that failed on its own (an
   exit code, its node intact) is the application's failure, judged as any other, while GKE updates the pool.
 - A disrupted slice whose pool has such an operation running, or one that ended after the current attempt
-  began (a repair that ended before the operator looked), restarts as NodeUpgrade or NodeRepair: the
+  began (a repair that ended before the operator looked: then only workers drained away count, not
+  workers failed on nodes still there), restarts as NodeUpgrade or NodeRepair: the
   infrastructure's doing, never spending maxRestarts. Every host of a multi-host slice goes with one repair
   ("If a node in a multi-host TPU slice needs to be repaired, GKE shuts down all TPU VMs in the slice": GKE
   "About TPUs in GKE").
@@ -41,18 +42,17 @@ def describe(pool: PoolView) -> tuple[str, str] | None:
     )
 
 
-def slice_disrupted(b: Builder) -> bool:
-    """A worker of the current attempt evicted or being deleted, failed for its node's sake (node shutdown,
-    eviction: is_infrastructure_failure, or a DisruptionTarget condition), or gone since the last status
-    counted it (pods created but not yet seen by the watch are not gone)."""
+def slice_disrupted(b: Builder, *, failed_counts: bool = True) -> bool:
+    """A worker of the current attempt evicted or being deleted, gone since the last status counted it (pods
+    created but not yet seen by the watch are not gone), or (`failed_counts`) failed for its node's sake
+    (node shutdown, eviction: is_infrastructure_failure, or a DisruptionTarget condition)."""
     attempt = b.status.attempt
     current = [p for p in b.observed.pods if p.attempt == attempt]
     for pod in current:
         if pod.deleting:
             return True
-        if pod.phase == "Failed" and (
-            is_infrastructure_failure(pod) or _DISRUPTION_CONDITION in pod.conditions
-        ):
+        node_failed = is_infrastructure_failure(pod) or _DISRUPTION_CONDITION in pod.conditions
+        if failed_counts and pod.phase == "Failed" and node_failed:
             return True
     before = b.previous_workers
     counted = before.pending + before.running + before.succeeded
@@ -74,8 +74,14 @@ def restart_for_recreation(b: Builder) -> bool:
     attempt's pods wait for the pool to be RUNNING again. True when it restarted."""
     if b.status.phase not in (Phase.STARTING, Phase.RUNNING) or b.observed.pools is None:
         return False
-    found = next((d for p in b.observed.pools if (d := describe(p)) is not None), None)
-    if found is None or not slice_disrupted(b):
+    pool = next((p for p in b.observed.pools if describe(p) is not None), None)
+    found = describe(pool) if pool is not None else None
+    if pool is None or found is None:
+        return False
+    # An operation that still runs explains any disruption of the workers; one that has ended explains
+    # workers drained away (evicted, deleted, gone), not workers that failed on nodes still there (a Spot
+    # reclaim or a node shutdown since: judged as before, Preempted or NodeLost).
+    if not slice_disrupted(b, failed_counts=pool.disruption_running):
         return False
     reason, doing = found
     begin_restart(b, reason, f"{doing}: the slice's workers were disrupted", infrastructure=True)
