@@ -85,6 +85,17 @@ class Gke(Section):
         "offer the job's TPU type (TPUJOB_GKE_ZONE).",
     )
     endpoint: str = Field("", description="GKE API endpoint override (TPUJOB_GKE_ENDPOINT).")
+    upgrade_shield: bool = Field(
+        True,
+        description="Create TPU pools with their own exclusion from node auto-upgrades "
+        "(maintenancePolicy.exclusionUntilEndOfSupport; not on flex-start pools) "
+        "(TPUJOB_GKE_UPGRADE_SHIELD).",
+    )
+    flex_start_zone_fallback: bool = Field(
+        False,
+        description="Let zoneFallbackSeconds move a queued flex-start request to the next zone, giving up "
+        "its place in the queue (TPUJOB_GKE_FLEX_START_ZONE_FALLBACK).",
+    )
 
 
 class EnvVar(BaseModel):

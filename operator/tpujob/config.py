@@ -28,6 +28,17 @@ class OperatorConfig(BaseSettings):
     gke_endpoint: str | None = Field(
         None, description="GKE API endpoint override (a simulated GKE); empty: Google's"
     )
+    gke_upgrade_shield: bool = Field(
+        True,
+        description="create TPU pools with their own exclusion from node auto-upgrades "
+        "(maintenancePolicy.exclusionUntilEndOfSupport), never on flex-start pools; a create GKE refuses "
+        "with it is asked again without it, once, and said (event, log, metric)",
+    )
+    gke_flex_start_zone_fallback: bool = Field(
+        False,
+        description="let spec.capacity.zoneFallbackSeconds move a queued flex-start request to the next zone "
+        "(its pool is deleted, and its place in the queue with it); off: it stays queued in its zone",
+    )
     namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
@@ -130,6 +141,7 @@ class OperatorConfig(BaseSettings):
             location=self.gke_location,
             cluster=self.gke_cluster,
             zone=self.gke_zone or self.gke_location,
+            upgrade_shield=self.gke_upgrade_shield,
         )
 
     @property

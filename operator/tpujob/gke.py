@@ -247,6 +247,16 @@ def maintenance_summary(policy: container_v1.MaintenancePolicy, now: dt.datetime
     return f"{when}; node upgrades held until {_rfc3339(end)} (exclusion {name})"
 
 
+def _operation_time(value: str) -> dt.datetime | None:
+    """An Operation's start_time or end_time (RFC 3339 text in container_v1), as a time; None when absent."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def _rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -285,7 +295,12 @@ class NodePools:
     def _operations_parent(self) -> str:
         return f"projects/{self.cluster.project}/locations/{self.cluster.location}"
 
-    def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
+    def state(
+        self, slice_index: int, name: str, operation: str = "", since: dt.datetime | None = None
+    ) -> s.PoolView:
+        """The pool as GKE has it. `since`: the current attempt's start, for a job whose workers were
+        disturbed: GKE's operations list is read for an upgrade or a repair of the pool that runs, or ended
+        since then, whatever the pool's status now (a repair may end before the operator looks)."""
         self._guard()
         try:
             pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
@@ -296,10 +311,15 @@ class NodePools:
         message = condition.message if condition is not None else pool.status_message
         zone = pool.locations[0] if pool.locations else ""
         view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
-        if pool.status == container_v1.NodePool.Status.RECONCILING:
-            # GKE works on the pool: an upgrade or a repair recreates every host of the slice.
-            kind, running = self._node_recreation(name)
-            return dataclasses.replace(view, disruption=kind, disruption_operation=running)
+        if pool.status == container_v1.NodePool.Status.RECONCILING or since is not None:
+            # GKE works (or worked) on the pool: an update, an upgrade or a repair; status.recreation decides
+            # from it and from the workers whether the slice was disrupted.
+            kind, found, running = self._node_recreation(name, since)
+            view = dataclasses.replace(
+                view, disruption=kind, disruption_operation=found, disruption_running=running
+            )
+            if pool.status == container_v1.NodePool.Status.RECONCILING:
+                return view
         if s.capacity_shortage(code) is not None:
             # GKE retries a stockout while the create operation runs; once it ends, GKE has given up. A
             # recorded operation that ended may belong to an earlier create of a pool by this name (the
@@ -313,18 +333,28 @@ class NodePools:
             return dataclasses.replace(view, retrying=retrying, operation=operation)
         return view
 
-    def _node_recreation(self, pool: str) -> tuple[str, str]:
-        """GKE's running operation that recreates `pool`'s nodes, as (its type, its name); ("", "") when none.
-        A repair's target may be one node under the pool (`.../nodePools/P/node/N`: container_v1
+    def _node_recreation(self, pool: str, since: dt.datetime | None = None) -> tuple[str, str, bool]:
+        """GKE's operation on `pool`'s nodes (UPGRADE_NODES, AUTO_REPAIR_NODES) that runs, else the newest
+        that ended at or after `since`: (its type, its name, whether it runs); ("", "", True) when none. A
+        repair's target may be one node under the pool (`.../nodePools/P/node/N`: container_v1
         Operation.target_link)."""
         response = self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
         pool_link = f"/clusters/{self.cluster.cluster}/nodePools/{pool}"
+        ended: list[tuple[dt.datetime, str, str]] = []
         for op in response.operations:
             kind = op.operation_type.name
             on_pool = op.target_link.endswith(pool_link) or f"{pool_link}/node/" in op.target_link
-            if on_pool and s.recreates_nodes(kind) and op.status != container_v1.Operation.Status.DONE:
-                return kind, op.name
-        return "", ""
+            if not on_pool or not s.recreates_nodes(kind):
+                continue
+            if op.status != container_v1.Operation.Status.DONE:
+                return kind, op.name, True
+            end = _operation_time(op.end_time)
+            if since is not None and end is not None and end >= since:
+                ended.append((end, kind, op.name))
+        if ended:
+            _, kind, name = max(ended)
+            return kind, name, False
+        return "", "", True
 
     def _create_operation(self, pool: str) -> str:
         """The newest create operation of `pool` (after a restart the operator may not have recorded it)."""

@@ -121,6 +121,11 @@ STATUS_WRITES_COALESCED = Counter(
     "tpujob_status_writes_coalesced_total",
     "Status writes not sent because a newer status of the same TPUJob replaced them while they waited.",
 )
+UPGRADE_SHIELD_REFUSED = Counter(
+    "tpujob_upgrade_shield_refused_total",
+    "Node pool creates GKE refused while they carried the pool's own exclusion from node auto-upgrades "
+    "(maintenancePolicy.exclusionUntilEndOfSupport) and accepted without it (TPUJOB_GKE_UPGRADE_SHIELD).",
+)
 RECONCILE_ERRORS = Counter("tpujob_reconcile_errors_total", "Reconcile passes that raised an error.")
 OPERATOR_ACTIVE = Gauge(
     "tpujob_operator_active",

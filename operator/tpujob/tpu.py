@@ -148,18 +148,23 @@ TPU_TYPES: Final = tuple(GENERATIONS)
 # versions are checked against the cluster by the operator and GKE.
 FLEX_START_TYPES: Final = ("v5e", "v5p", "v6e", "tpu7x")
 
-# Which TPU generations each zone offers: Cloud TPU's "TPU regions and zones" table, worldwide, AI zones
-# included (https://docs.cloud.google.com/tpu/docs/regions-zones, also served as /tpu/docs/types-zones).
-# North America as the page reads: TPU7x us-central1-ai1a, us-central1-c; v6e us-central1-b, us-east1-d,
-# us-east5-a, us-east5-b and the AI zones us-central1-ai1a ("us-central1-ai1" on one copy of the page: the
-# only us-central1 AI zone Compute Engine's "AI zones" page names) and us-south1-ai1b; v5p us-central1-a,
-# us-east5-a; v5e us-central1-a, us-south1-a, us-west1-c, us-west4-a; v4 us-central2-b. Europe: v6e
-# europe-west4-a; v5p and v5e europe-west4-b. Asia Pacific: v6e asia-northeast1-b (also GKE's flex-start
-# zones); v5e asia-southeast1-b. The Europe and Asia rows past europe-west4-a were read in the public audit
-# of issue #27, not in the stored copy of the page, which ends there; single-tenant zones are left out. An AI
-# zone (https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones) belongs to its region: its name is
-# the region, '-ai', a number and the parent zone's letter. Google adds zones: a newer one is refused here
-# until listed (README, "Assumptions").
+# Which TPU generations each zone offers, and the copy each row was read from (ZONE_SOURCES). A snapshot:
+# Google adds zones and generations, so the catalog refuses at admission only what a verified row says a zone
+# lacks; a zone it does not list, or lists from an unverified row, is a warning and is asked of GKE, whose
+# own refusal (a 400 "Invalid machine type ... in zone") shows as NodePoolRejected (zone_problem,
+# zone_warning). Single-tenant zones are left out. An AI zone
+# (https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones) belongs to its region: its name is the
+# region, '-ai', a number and the parent zone's letter; it must be enabled per project ("Manage access to AI
+# zones") before GKE makes a pool there.
+TPU_ZONES_PAGE: Final = (
+    "Cloud TPU 'TPU regions and zones' (https://docs.cloud.google.com/tpu/docs/regions-zones, also "
+    "/tpu/docs/types-zones), stored copy"
+)
+FLEX_START_PAGE: Final = (
+    "GKE 'About flex-start provisioning mode' "
+    "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws): its flex-start zones for v6e"
+)
+UNVERIFIED: Final = "unverified"
 ZONE_GENERATIONS: Final[dict[str, tuple[str, ...]]] = {
     # North America
     "us-central1-a": ("v5e", "v5p"),
@@ -180,6 +185,28 @@ ZONE_GENERATIONS: Final[dict[str, tuple[str, ...]]] = {
     # Asia Pacific
     "asia-northeast1-b": ("v6e",),
     "asia-southeast1-b": ("v5e",),
+}
+# Where each row was read. Unverified rows (README, "The zone catalog"): europe-west4-b and asia-southeast1-b
+# come from issue #27's audit and are not in a current copy of the page; us-central1-ai1a is inferred (one
+# copy of the page says "us-central1-ai1", the only us-central1 AI zone Compute Engine's "AI zones" page
+# names, and the zone's letter is not given).
+ZONE_SOURCES: Final[dict[str, str]] = {
+    "us-central1-a": TPU_ZONES_PAGE,
+    "us-central1-b": TPU_ZONES_PAGE,
+    "us-central1-c": TPU_ZONES_PAGE,
+    "us-central1-ai1a": UNVERIFIED,
+    "us-central2-b": TPU_ZONES_PAGE,
+    "us-east1-d": TPU_ZONES_PAGE,
+    "us-east5-a": TPU_ZONES_PAGE,
+    "us-east5-b": TPU_ZONES_PAGE,
+    "us-south1-a": TPU_ZONES_PAGE,
+    "us-south1-ai1b": TPU_ZONES_PAGE,
+    "us-west1-c": TPU_ZONES_PAGE,
+    "us-west4-a": TPU_ZONES_PAGE,
+    "europe-west4-a": TPU_ZONES_PAGE,
+    "europe-west4-b": UNVERIFIED,
+    "asia-northeast1-b": FLEX_START_PAGE,
+    "asia-southeast1-b": UNVERIFIED,
 }
 
 # The same table by generation: the zones that offer each, in the table's order.
@@ -212,12 +239,31 @@ def machine_type_names(generation: Generation) -> str:
     return ", ".join(m.name for m in generation.machine_types)
 
 
+def zone_verified(zone: str) -> bool:
+    """The catalog lists `zone` from a copy it cites (not unlisted, not an unverified row)."""
+    return ZONE_SOURCES.get(zone, UNVERIFIED) != UNVERIFIED
+
+
 def zone_problem(tpu_type: str, zone: str) -> str | None:
-    """Why `zone` cannot hold this generation (None: it can)."""
+    """Why `zone` cannot hold this generation, as a verified row of the catalog says (None: it can, or the
+    catalog does not know: zone_warning)."""
     offered = ZONES.get(tpu_type, ())
-    if zone in offered:
+    if zone in offered or not zone_verified(zone):
         return None
     return ZONE_WITHOUT_TYPE.format(zone=zone, type=tpu_type, zones=", ".join(offered))
+
+
+def zone_warning(tpu_type: str, zone: str) -> str | None:
+    """What a user should know before GKE is asked for a pool in `zone`: the catalog does not list it (or
+    lists it from an unverified row). None when a verified row says the zone offers the generation."""
+    if zone_verified(zone) and zone in ZONES.get(tpu_type, ()):
+        return None
+    row = "does not list" if zone not in ZONE_GENERATIONS else "lists from an unverified row"
+    return (
+        f"{zone} for {tpu_type}: tpujob's zone catalog {row} it (a snapshot of Cloud TPU's regions and "
+        "zones): asked of GKE anyway; a refusal shows as NodePoolRejected. An AI zone must be enabled for "
+        "the project first (Compute Engine, 'Manage access to AI zones')"
+    )
 
 
 def zones_offering(tpu_type: str, zones: Iterable[str]) -> list[str]:

@@ -11,24 +11,31 @@ from kubernetes import client as k8s
 
 from tests.manifests import plain_job
 from tpujob_sandbox import FLEX_START_LOCATION, OperatorProcess, operator_env, wait_for
+from tpujob_sandbox.gke import zones as zone_facts
 
 FLEX_ZONE = "us-east5-a"
 V5P = "ct5p-hightpu-4t"
 
 
 @pytest.fixture
-def east_operator(sandbox, operator, tmp_path):
-    """The operator of the us-east5 cluster, alone (the session's operator, for us-central1, is stopped)."""
+def east_operator(sandbox, operator, tmp_path, request):
+    """The operator of the us-east5 cluster, alone (the session's operator, for us-central1, is stopped).
+    Indirect parameter: more TPUJOB_* settings."""
     env = {
         **operator_env(sandbox, tmp_path),
         "TPUJOB_GKE_LOCATION": FLEX_START_LOCATION,
         "TPUJOB_GKE_ZONE": FLEX_ZONE,
+        **getattr(request, "param", {}),
     }
     operator.stop()
     east = OperatorProcess(env, tmp_path / "east-operator.log").start()
     yield east
     east.stop()
     operator.start()
+
+
+# The operator lets a queued flex-start request move zones (off by default: the move loses its queue place).
+FLEX_FALLBACK_ALLOWED = {"TPUJOB_GKE_FLEX_START_ZONE_FALLBACK": "true"}
 
 
 def flex_job(name: str = "flex", **capacity):
@@ -175,6 +182,7 @@ def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left
     jobs.wait_phase("zones", "Succeeded", timeout=60)
 
 
+@pytest.mark.parametrize("east_operator", [FLEX_FALLBACK_ALLOWED], indirect=True)
 def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
     east_operator, jobs, gke, kubelet
 ):
@@ -252,3 +260,104 @@ def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_
     for pod in second:
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     assert jobs.wait_phase("maint", "Succeeded", timeout=60)["restarts"] == 1
+
+
+def creates_in(gke) -> list[list[str]]:
+    return [c.body["nodePool"]["locations"] for c in gke.recorded if c.rpc == "CreateNodePool"]
+
+
+def test_quota_with_two_zones_backs_off_in_its_zone_and_names_the_quota_to_raise(
+    east_operator, jobs, gke, kubelet
+):
+    """TPU quota is regional: past zoneFallbackSeconds a QuotaExceeded job stays in its zone (nothing is made
+    in the second one), asks again there on the refusals' backoff, and says which quota to raise, where."""
+    gke.set_quota(FLEX_START_LOCATION, "ct6e-standard-4t", 4)  # the 4x4 slice needs 16 chips
+    metric = zone_facts.quota_family("ct6e-standard-4t")
+    jobs.create(
+        plain_job(
+            "quota",
+            tpu={"type": "v6e", "topology": "4x4"},  # v6e is in us-east5-a and us-east5-b
+            capacity={"zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
+        )
+    )
+    status = wait_for(
+        lambda: (st := jobs.status("quota")).get("reason") == "QuotaExceeded" and st,
+        timeout=60,
+        what="the quota shortfall in the status",
+        last_state=lambda: east_operator.log()[-2000:],
+    )
+    shown = time.monotonic()
+    assert status["message"].startswith(f"raise quota {metric} in region {FLEX_START_LOCATION} "), status
+    assert "GCE_QUOTA_EXCEEDED" in status["message"]  # GKE's own words follow
+
+    def past_the_fallback_time() -> bool:
+        current = jobs.status("quota")
+        # Asked again in its zone between the shortfalls (Provisioning for a moment), never moved.
+        assert current.get("reason") != "ZoneFallback" and current.get("zone") == "us-east5-a", current
+        return time.monotonic() - shown > 10 + 3 and gke.calls["CreateNodePool"] >= 3
+
+    wait_for(
+        past_the_fallback_time, timeout=90, interval=0.2, what="zoneFallbackSeconds to pass, asked again"
+    )
+    zones = creates_in(gke)
+    print(f"{len(zones)} creates in {time.monotonic() - shown:.1f} s of QuotaExceeded, all in {zones[0]}")
+    assert all(z == ["us-east5-a"] for z in zones), zones  # nothing in the second zone
+    events = jobs.events("quota")
+    assert not [e for e in events if e.reason == "ZoneFallback"]
+    warnings = [e for e in events if e.reason == "QuotaExceeded"]
+    assert warnings and all(e.type == "Warning" for e in warnings)
+    assert all(f"{metric} in region {FLEX_START_LOCATION}" in e.message for e in warnings)
+
+    gke.set_quota(FLEX_START_LOCATION, "ct6e-standard-4t", None)  # the quota was raised
+    for pod in jobs.wait_pods_running("quota", 4, timeout=120):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    assert jobs.wait_phase("quota", "Succeeded", timeout=60)["zone"] == "us-east5-a"
+    assert all(z == ["us-east5-a"] for z in creates_in(gke))
+
+
+def test_a_flex_start_request_queued_past_the_fallback_time_keeps_its_place(
+    east_operator, jobs, gke, kubelet
+):
+    """Without the operator's TPUJOB_GKE_FLEX_START_ZONE_FALLBACK a queued flex-start request stays queued in
+    its zone past zoneFallbackSeconds: one pool, never deleted, and the status says what a move would cost."""
+    east = gke.cluster_state(FLEX_START_LOCATION, "sandbox").pools
+    gke.set_capacity("us-east5-a", "ct6e-standard-4t", 0)
+    jobs.create(
+        plain_job(
+            "queued",
+            tpu={"type": "v6e", "topology": "4x4"},
+            capacity={"mode": "flexStart", "zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
+            runPolicy={"maxRestarts": 0},
+        )
+    )
+    wait_for(
+        lambda: jobs.status("queued").get("reason") == "WaitingForCapacity",
+        timeout=60,
+        what="the request to queue",
+        last_state=lambda: east_operator.log()[-2000:],
+    )
+    queued = time.monotonic()
+
+    def still_queued_past_the_fallback_time() -> bool:
+        current = jobs.status("queued")
+        assert (current.get("reason"), current.get("zone")) == ("WaitingForCapacity", "us-east5-a"), current
+        assert len(east.all()) == 1
+        return time.monotonic() - queued > 10 + 5
+
+    wait_for(
+        still_queued_past_the_fallback_time, timeout=60, interval=0.2, what="zoneFallbackSeconds to pass"
+    )
+    status = jobs.status("queued")
+    assert (
+        "its place in the queue" in status["message"]
+        and "TPUJOB_GKE_FLEX_START_ZONE_FALLBACK" in status["message"]
+    )
+    assert (gke.calls["CreateNodePool"], gke.calls.get("DeleteNodePool", 0)) == (1, 0)
+    assert [p.locations for p in east.all().values()] == [["us-east5-a"]]
+    assert not [e for e in jobs.events("queued") if e.reason == "ZoneFallback"]
+
+    gke.set_capacity("us-east5-a", "ct6e-standard-4t", None)  # its turn comes, in the zone it queued in
+    for pod in jobs.wait_pods_running("queued", 4, timeout=120):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("queued", "Succeeded", timeout=60)
+    assert gke.calls["CreateNodePool"] == 1

@@ -96,7 +96,9 @@ def test_a_quota_refusal_shows_quota_exceeded_in_gkes_words_and_is_asked_again_w
         what="the quota refusal in the status",
     )
     refused_at = time.monotonic()
-    assert status["message"].startswith("Insufficient regional quota to satisfy request: resource")
+    # Which quota to raise and where, then GKE's own words (not the client's request line).
+    assert status["message"].startswith("raise quota TPU_LITE_PODSLICE_V5 in region us-central1 ")
+    assert "GKE: Insufficient regional quota to satisfy request: resource" in status["message"]
     wait_for(lambda: gke.calls["CreateNodePool"] == 4, timeout=60, what="three refusals, then the create")
     waited = time.monotonic() - refused_at
     print(f"the fourth create came {waited:.1f} s after the first refusal showed (backoff 1 + 2 + 4 s)")
@@ -135,9 +137,13 @@ def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs
     )
     assert event.type == "Warning" and "us-east5-a" in event.message
     # Resyncs (every 2 s here) look at GKE again, but do not ask for the pool again inside the 30 s backoff.
+    # (The refused create was asked once more at once, without the pool's upgrade exclusion: GKE's 400 does
+    # not say which field it refused, and the operator never stays unable to create for that field.)
     looks = gke.calls["GetNodePool"]
     wait_for(lambda: gke.calls["GetNodePool"] >= looks + 3, timeout=30, what="three more passes")
-    assert gke.calls["CreateNodePool"] == 1
+    creates = [c.body["nodePool"] for c in gke.recorded if c.rpc == "CreateNodePool"]
+    assert ["maintenancePolicy" in body for body in creates] == [True, False]
+    assert not [e for e in jobs.events("train") if e.reason == "UpgradeShieldRefused"]  # refused both ways
 
 
 def test_provisioning_timeout_fails_the_job_and_leaves_no_pool(jobs, gke):
@@ -389,3 +395,21 @@ def test_a_missing_reservation_is_refused_as_reservation_not_found_then_the_job_
     gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
     succeed_all(jobs, kubelet, "reserved", 1)
     wait_for(lambda: gke.reservations.get("res").in_use == 0, timeout=30, what="the reserved VM given back")
+
+
+def test_a_zone_the_catalog_does_not_list_is_asked_of_gke_with_a_warning_and_gkes_refusal_shown(jobs, gke):
+    """us-central1-f is a zone of the cluster's region that tpujob's TPU catalog does not list: the job is not
+    refused at validation; its pool is asked of GKE (a ZoneNotListed warning first), and GKE's own refusal
+    shows as NodePoolRejected."""
+    jobs.create(plain_job(tpu={"type": "v5e", "topology": "2x2"}, nodePool={"zone": "us-central1-f"}))
+    status = wait_for(
+        lambda: (st := jobs.status("train")).get("reason") == "NodePoolRejected" and st,
+        timeout=30,
+        what="GKE's refusal in the status",
+    )
+    assert 'Invalid machine type "ct5lp-hightpu-4t" in zone "us-central1-f"' in status["message"]
+    (create, *_) = [c for c in gke.recorded if c.rpc == "CreateNodePool"]
+    assert create.body["nodePool"]["locations"] == ["us-central1-f"]
+    assert "us-central1-f for v5e: tpujob's zone catalog does not list it" in status["message"]
+    (event, *_) = [e for e in jobs.events("train") if e.reason == "NodePoolRejected"]
+    assert event.type == "Warning" and "zone catalog does not list it" in event.message

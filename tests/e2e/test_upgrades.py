@@ -83,3 +83,94 @@ def test_an_upgrade_at_end_of_support_restarts_the_job_as_node_upgrade_uncounted
     assert status.get("applicationRestarts", 0) == 0
     status = succeed(jobs, kubelet, "upgraded", attempt=1)
     assert status["restarts"] == 1
+
+
+def test_a_pool_gke_refuses_with_its_upgrade_exclusion_is_created_without_it_and_said(
+    operator, jobs, gke, kubelet
+):
+    """A GKE that will not take the pool's own exclusion (maintenancePolicy.exclusionUntilEndOfSupport): the
+    create is asked once more without it, the pool is made, and the job says so (a Warning event)."""
+    gke.refuse_upgrade_shield()
+    _, pool = running_slice(jobs, "unshielded")
+    creates = [c.body["nodePool"] for c in gke.recorded if c.rpc == "CreateNodePool"]
+    assert ["maintenancePolicy" in body for body in creates] == [True, False]
+    assert not gke.node_pools()[pool].maintenance_policy.exclusion_until_end_of_support.enabled
+    (event,) = [e for e in jobs.events("unshielded") if e.reason == "UpgradeShieldRefused"]
+    assert event.type == "Warning" and "Unknown name" in event.message  # GKE's words
+    assert "TPUJOB_GKE_UPGRADE_SHIELD" in event.message
+    assert "UpgradeShieldRefused" in operator.log() or "upgrade exclusion" in operator.log()
+    status = succeed(jobs, kubelet, "unshielded", attempt=0)
+    assert status.get("restarts", 0) == 0
+
+
+def test_a_metadata_update_on_a_running_slices_pool_restarts_nothing(operator, jobs, gke, kubelet, core):
+    """An UPGRADE_NODES operation that leaves the nodes alone (a metadata update: "The nodes are generally
+    still usable during this operation", container_v1) restarts nothing; a worker failing on its own
+    meanwhile is the application's failure (counted), not a NodeUpgrade."""
+    jobs.create(plain_job("updated", tpu=V5P_MULTI_HOST, runPolicy={"maxRestarts": 1}))
+    first = jobs.wait_pods_running("updated", 2, attempt=0, timeout=60)
+    jobs.wait_phase("updated", "Running", timeout=30)
+    pool = jobs.status("updated")["nodePools"][0]["name"]
+    nodes_before = {
+        n.metadata.name: n.metadata.uid for n in core.list_node().items if pool in n.metadata.name
+    }
+
+    # 1. An update that comes and goes: nothing restarts, no pod is touched.
+    operation = gke.update_node_pool(pool, gke_seconds=2500)  # 5 s on the test bed
+    wait_for(
+        lambda: gke.operations.get(operation).status.name == "DONE",
+        timeout=30,
+        what="the update to end",
+    )
+    assert gke.node_pools()[pool].status.name == "RUNNING"
+    assert {p.metadata.uid for p in jobs.pods("updated", attempt=0)} == {p.metadata.uid for p in first}
+    assert jobs.status("updated").get("restarts", 0) == 0
+
+    # 2. While another update runs, a worker fails with exit code 1: the operator looks at GKE (a worker
+    # failed), finds the update running, and counts the application's failure, not a NodeUpgrade.
+    operation = gke.update_node_pool(pool, gke_seconds=15000)  # 30 s on the test bed
+    wait_for(lambda: gke.node_pools()[pool].status.name == "RECONCILING", timeout=10, what="RECONCILING")
+    kubelet.fail(jobs.namespace, first[1].metadata.name, exit_code=1)
+    status = wait_for(
+        lambda: (st := jobs.status("updated")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart",
+        last_state=lambda: operator.log()[-2000:],
+    )
+    assert gke.operations.get(operation).status.name != "DONE"  # decided while GKE still updated the pool
+    assert status["restartsByReason"] == {"WorkerFailed": 1} and status["applicationRestarts"] == 1
+    assert not [e for e in jobs.events("updated") if e.reason == "NodeUpgrade"]
+    # The new attempt runs on the same nodes: the update recreated none.
+    status = succeed(jobs, kubelet, "updated", attempt=1)
+    assert status["restarts"] == 1
+    nodes_after = {name: core.read_node(name).metadata.uid for name in gke.node_names(pool)}
+    assert nodes_after == nodes_before
+
+
+def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(operator, jobs, gke, kubelet):
+    """The operator is down while GKE repairs a host of the slice (drains and recreates it whole) and ends
+    the repair: back up, it finds the workers gone, the pool RUNNING, and in GKE's operations list an
+    AUTO_REPAIR_NODES operation on the pool that ended after the attempt began: NodeRepair, not NodeLost."""
+    _, pool = running_slice(jobs, "repaired-unseen")
+    operator.stop()
+    gke.auto_repair(pool)
+    (repair,) = operations_on(gke, pool, "AUTO_REPAIR_NODES")
+    wait_for(lambda: gke.operations.get(repair.name).status.name == "DONE", timeout=60, what="the repair")
+    assert gke.node_pools()[pool].status.name == "RUNNING"
+    assert not jobs.pods("repaired-unseen", attempt=0)  # drained while nobody watched
+    operator.start()
+    status = wait_for(
+        lambda: (st := jobs.status("repaired-unseen")).get("restartsByReason") and st,
+        timeout=30,
+        what="the restart",
+        last_state=lambda: operator.log()[-2000:],
+    )
+    assert status["restartsByReason"] == {"NodeRepair": 1}
+    event = wait_for(
+        lambda: next((e for e in jobs.events("repaired-unseen") if e.reason == "NodeRepair"), None),
+        timeout=10,
+        what="the NodeRepair event",
+    )
+    assert "AUTO_REPAIR_NODES" in event.message and "ended since the attempt began" in event.message
+    status = succeed(jobs, kubelet, "repaired-unseen", attempt=1)
+    assert status["restarts"] == 1 and status.get("applicationRestarts", 0) == 0

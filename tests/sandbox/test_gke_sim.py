@@ -143,7 +143,8 @@ def test_a_single_host_spot_pool_has_gke_spot_labels_and_the_default_topology(gk
         ({"config": {"machineType": "ct5lp-hightpu-3t"}}, "Invalid machine type"),
         ({"locations": ["europe-west4-a"]}, "is not in the cluster's region"),
         ({"locations": ["us-central1"]}, "is not a valid zone"),
-        ({"locations": ["us-central1-a", "us-central1-b"]}, "exactly one node location"),
+        ({"locations": ["us-central1-a", "us-central1-b"], "initialNodeCount": 4,
+          "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"}}, "exactly one node location"),
         ({"locations": ["us-central1-b"]}, 'Invalid machine type "ct5lp-hightpu-4t" in zone "us-central1-b"'),
         ({"management": {"autoRepair": True}}, "Auto_upgrade cannot be false when release_channel REGULAR"),
         (
@@ -660,3 +661,62 @@ def test_clear_faults_removes_the_reservations(gke):
     gke.reservations.create("res", "us-central1-a", "ct5lp-hightpu-4t", 1)
     gke.clear_faults()
     assert gke.reservations.get("res") is None
+
+
+V6E_TWO_ZONES = {
+    "config": {"machineType": "ct6e-standard-4t"},
+    "locations": ["us-central1-b", "us-central1-ai1a"],  # both offer v6e
+}
+
+
+def test_a_single_host_tpu_pool_may_list_several_zones_and_gets_its_node_count_in_each(gke, core):
+    create_pool(gke, pool_request(name="spread", **V6E_TWO_ZONES))
+    nodes = nodes_of(core, "spread")
+    zones = sorted(n.metadata.labels["topology.kubernetes.io/zone"] for n in nodes)
+    assert zones == ["us-central1-ai1a", "us-central1-b"]
+    assert list(gke.node_pools()["spread"].locations) == V6E_TWO_ZONES["locations"]
+
+
+def test_a_single_host_pool_over_several_zones_is_stocked_out_when_one_zone_is(gke, core):
+    gke.set_capacity("us-central1-ai1a", "ct6e-standard-4t", 0)
+    gke.pools.retry_window_seconds = 0  # GKE gives up at once
+    client = gke.client()
+    operation = client.create_node_pool(
+        parent=gke.parent, node_pool=pool_request(name="short", **V6E_TWO_ZONES)
+    )
+    done = wait_operation(client, gke, operation)
+    assert "GCE_STOCKOUT" in done.error.message and "us-central1-ai1a" in done.error.message
+    assert not nodes_of(core, "short")
+    gke.remove_all_pools()
+    gke.set_capacity("us-central1-ai1a", "ct6e-standard-4t", None)
+    create_pool(gke, pool_request(name="again", **V6E_TWO_ZONES))  # the capacity held was given back
+    assert len(nodes_of(core, "again")) == 2
+
+
+@pytest.mark.parametrize(
+    ("spot", "metric"), [(False, "TPU_LITE_PODSLICE_V5"), (True, "PREEMPTIBLE_TPU_LITE_PODSLICE_V5")]
+)
+def test_a_quota_shortfall_names_the_quota_metric_spot_apart(gke, spot, metric):
+    gke.set_quota("us-central1", "ct5lp-hightpu-4t", 0, spot=spot)
+    client = gke.client()
+    config = {"machineType": "ct5lp-hightpu-4t", "spot": spot}
+    operation = client.create_node_pool(parent=gke.parent, node_pool=pool_request(name="q", config=config))
+    done = wait_operation(client, gke, operation)
+    assert (
+        f"Quota '{metric}' exceeded" in done.error.message and "in region us-central1" in done.error.message
+    )
+
+
+def test_the_stockout_retry_cadence_is_a_setting_of_the_simulator(gke):
+    """How often GKE retries a stocked-out TPU slice is not documented (nodepools.py): the simulator's
+    cadence is a setting, here 1000 s of GKE time (2 s on the test bed)."""
+    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)
+    gke.pools.retry_interval_seconds = 1000
+    gke.pools.retry_window_seconds = 36000
+    gke.client().create_node_pool(parent=gke.parent, node_pool=pool_request(name="cadence"))
+    wait_for(lambda: gke.pools.attempts["cadence"] >= 1, timeout=10, interval=0.01, what="the first try")
+    first = time.monotonic()
+    wait_for(lambda: gke.pools.attempts["cadence"] >= 3, timeout=20, interval=0.01, what="two retries")
+    waited = time.monotonic() - first
+    print(f"two retries {waited:.2f} s after the first try (cadence 2 s each)")
+    assert 2 * 2 - 0.5 <= waited <= 2 * 2 + 2

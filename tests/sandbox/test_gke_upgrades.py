@@ -119,3 +119,29 @@ def test_an_auto_repair_of_one_host_drains_and_recreates_the_whole_slice_whateve
     after = nodes_of(core, "sick")
     assert {n.metadata.name for n in after} == {first, second}
     assert not {n.metadata.uid for n in after} & before  # both hosts recreated, not only the sick one
+
+
+def test_gke_can_be_told_to_refuse_a_pools_own_exclusion_and_takes_the_pool_without_it(gke):
+    from google.api_core import exceptions as google_errors
+
+    gke.refuse_upgrade_shield()
+    with pytest.raises(google_errors.BadRequest, match="exclusionUntilEndOfSupport"):
+        gke.client().create_node_pool(
+            parent=gke.parent, node_pool=slice_pool("shielded", maintenancePolicy=SHIELD)
+        )
+    create_pool(gke, slice_pool("bare"))  # the same pool without the field is taken
+    gke.clear_faults()
+    create_pool(gke, slice_pool("shielded", maintenancePolicy=SHIELD))  # back to GKE's default: taken
+
+
+def test_a_metadata_update_runs_as_upgrade_nodes_and_leaves_the_nodes_alone(gke, core):
+    create_pool(gke, slice_pool("labelled"))
+    before = {n.metadata.name: n.metadata.uid for n in nodes_of(core, "labelled")}
+    operation = gke.update_node_pool("labelled", gke_seconds=2500)  # 5 s on the test bed
+    assert status_of(gke, "labelled") == RECONCILING
+    (update,) = [op for op in operations(gke, "UPGRADE_NODES", "labelled") if op.name == operation]
+    assert update.status != container_v1.Operation.Status.DONE
+    wait_running_again(gke, "labelled")
+    assert gke.operations.get(operation).status == container_v1.Operation.Status.DONE
+    assert {n.metadata.name: n.metadata.uid for n in nodes_of(core, "labelled")} == before
+    assert all(not n.spec.unschedulable for n in nodes_of(core, "labelled"))  # never cordoned

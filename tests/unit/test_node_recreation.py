@@ -4,6 +4,7 @@ it (NodeUpgrade, NodeRepair: never counted)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -239,3 +240,132 @@ def test_the_cluster_check_names_the_maintenance_window():
     policy.window.recurring_window.window.start_time = NOW
     summary = gke.maintenance_summary(policy, NOW)
     assert summary.startswith("maintenance window FREQ=WEEKLY;BYDAY=SA,SU from 2026-11-21T12:00:00Z;")
+
+
+# --- precisely: an operation on the pool restarts nothing unless the workers were disrupted -----------------
+
+
+@pytest.mark.parametrize("kind", ["UPGRADE_NODES", "AUTO_REPAIR_NODES"])
+def test_an_operation_on_the_pool_that_leaves_the_workers_running_restarts_nothing(kind):
+    """UPGRADE_NODES covers metadata-only updates ("The nodes are generally still usable during this
+    operation": container_v1 Operation.Type): with every worker running, the job runs on."""
+    job = running_job()
+    decision = step(job, pods=workers(job, "Running"), pools=pool(job, "RECONCILING", kind))
+    assert (decision.status.phase, decision.status.restarts) == (Phase.RUNNING, 0)
+    assert decision.delete_pods == [] and decision.create_pods == []
+    assert not any(e.reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR) for e in decision.events)
+
+
+def test_a_worker_failing_on_its_own_while_gke_updates_the_pool_is_the_applications_failure():
+    job = running_job(maxRestarts=1)
+    failed = (*workers(job, "Running")[:1], *(
+        dataclasses.replace(p, phase="Failed", exit_code=1) for p in workers(job, "Running")[1:]
+    ))  # fmt: skip
+    decision = step(job, pods=failed, pools=pool(job, "RECONCILING", "UPGRADE_NODES"))
+    assert decision.status.restarts_by_reason == {Reason.WORKER_FAILED: 1}
+    assert decision.status.application_restarts == 1
+
+
+@pytest.mark.parametrize(
+    ("disrupted", "restarted_as"),
+    [
+        ({"deleting": True}, Reason.NODE_REPAIR),  # drained by the repair
+        # Failed on nodes still there: the ended repair does not explain it; judged as before.
+        ({"phase": "Failed", "reason": "Terminated", "exit_code": 143}, Reason.PREEMPTED),
+    ],
+)
+def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(disrupted, restarted_as):
+    job = running_job()
+    pods = tuple(dataclasses.replace(p, **disrupted) for p in workers(job, "Running"))
+    (view,) = pool(job, "RUNNING", "AUTO_REPAIR_NODES")
+    ended = dataclasses.replace(view, disruption_running=False)
+    decision = step(job, pods=pods, pools=(ended,))
+    assert decision.status.restarts_by_reason == {restarted_as: 1}
+    assert ("ended since the attempt began" in decision.status.message) == (
+        restarted_as == Reason.NODE_REPAIR
+    )
+    assert decision.status.application_restarts == 0
+
+
+def test_workers_gone_after_a_repair_that_ended_are_node_repair():
+    job = running_job()
+    (view,) = pool(job, "RUNNING", "AUTO_REPAIR_NODES")
+    decision = step(job, pods=(), pools=(dataclasses.replace(view, disruption_running=False),))
+    assert decision.status.restarts_by_reason == {Reason.NODE_REPAIR: 1}
+
+
+@pytest.mark.parametrize(
+    "disrupted",
+    [{"phase": "Failed", "reason": "Terminated", "exit_code": 143},
+     {"phase": "Failed", "exit_code": 1, "conditions": (("DisruptionTarget", "True"),)}],
+)  # fmt: skip
+def test_a_running_repair_explains_workers_failed_for_their_nodes(disrupted):
+    job = running_job()
+    pods = tuple(dataclasses.replace(p, **disrupted) for p in workers(job, "Running"))
+    decision = step(job, pods=pods, pools=pool(job, "RECONCILING", "AUTO_REPAIR_NODES"))
+    assert decision.status.restarts_by_reason == {Reason.NODE_REPAIR: 1}
+
+
+def test_workers_gone_with_no_operation_on_the_pool_are_node_lost_as_before():
+    job = running_job()
+    decision = step(job, pods=workers(job, "Running")[:1], pools=pool(job, "RUNNING"))
+    assert decision.status.restarts_by_reason == {Reason.NODE_LOST: 1}
+
+
+BEFORE, AFTER = "2026-11-21T11:55:00Z", "2026-11-21T12:05:00Z"  # the attempt began at NOW (12:00)
+
+
+def operation(kind: str, target: str, *, done: bool, end: str = "") -> container_v1.Operation:
+    status = container_v1.Operation.Status.DONE if done else container_v1.Operation.Status.RUNNING
+    return container_v1.Operation(
+        name=f"op-{kind}-{end or 'running'}",
+        operation_type=kind,
+        status=status,
+        target_link=target,
+        end_time=end,
+    )
+
+
+@pytest.mark.parametrize(
+    ("operations", "since", "found"),
+    [
+        ([], NOW, ("", "", True)),
+        ([operation("UPGRADE_NODES", "/nodePools/p", done=False)], None,
+         ("UPGRADE_NODES", "op-UPGRADE_NODES-running", True)),
+        # A repair of one node under the pool that ended after the attempt began.
+        ([operation("AUTO_REPAIR_NODES", "/nodePools/p/node/n1", done=True, end=AFTER)], NOW,
+         ("AUTO_REPAIR_NODES", "op-AUTO_REPAIR_NODES-2026-11-21T12:05:00Z", False)),
+        # Ended before it: an earlier attempt's.
+        ([operation("AUTO_REPAIR_NODES", "/nodePools/p", done=True, end=BEFORE)], NOW, ("", "", True)),
+        # Not asked about ended operations: only a running one counts.
+        ([operation("AUTO_REPAIR_NODES", "/nodePools/p", done=True, end=AFTER)], None, ("", "", True)),
+        # Another pool's, or a type that does not touch nodes.
+        ([operation("UPGRADE_NODES", "/nodePools/other", done=False),
+          operation("SET_LABELS", "/nodePools/p", done=False)], NOW, ("", "", True)),
+    ],
+)  # fmt: skip
+def test_the_gke_client_reads_the_pools_operations_running_or_ended_since_the_attempt(
+    operations, since, found
+):
+    class Client:
+        def list_operations(self, parent: str, timeout: float) -> container_v1.ListOperationsResponse:
+            prefix = f"https://container.googleapis.com/v1/{Cluster().parent}"
+            for op in operations:
+                op.target_link = prefix + op.target_link
+            return container_v1.ListOperationsResponse(operations=operations)
+
+    pools = gke.NodePools(Cluster(), Client())  # type: ignore[arg-type]
+    assert pools._node_recreation("p", since) == found
+
+
+def test_an_application_restart_during_an_update_starts_its_new_attempt_on_the_pools_usable_nodes():
+    job = running_job(maxRestarts=1)
+    failed = (
+        *workers(job, "Running")[:1],
+        dataclasses.replace(workers(job, "Running")[1], phase="Failed", exit_code=1),
+    )
+    restarted = step(job, pods=failed, pools=pool(job, "RECONCILING", "UPGRADE_NODES"))
+    assert restarted.status.reason == Reason.WORKER_FAILED
+    later = step(advance(job, restarted), now=NOW + dt.timedelta(seconds=30),
+                 pools=pool(job, "RECONCILING", "UPGRADE_NODES"))  # fmt: skip
+    assert later.create_pods == [(0, 0), (0, 1)] and later.status.reason != Reason.NODE_UPGRADE

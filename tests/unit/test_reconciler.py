@@ -14,6 +14,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
+from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.api.status import Phase, Reason
 from tpujob.gke import OwnedPool
 from tpujob.reconciler import Reconciler
@@ -22,6 +23,7 @@ from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.passes import Outcome, with_removals
 from tpujob.render import Cluster, naming
+from tpujob.render import plan as render_plan
 
 
 class RecordingKube:
@@ -102,15 +104,18 @@ class RecordingPools:
         self.states = states or {}
         self.owned_pools = owned or []
         self.create_error: s.GKEError | None = None
+        self.refuse_shield: s.GKEError | None = None  # a create carrying the upgrade exclusion is refused so
         self.delete_error: s.GKEError | None = None
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
-    def state(self, slice_index: int, name: str, operation: str = "") -> s.PoolView:
+    def state(self, slice_index: int, name: str, operation: str = "", since: Any = None) -> s.PoolView:
         return s.PoolView(slice_index, name, self.states.get(name, s.POOL_MISSING), operation=operation)
 
     def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
         self.created.append(pool)
+        if self.refuse_shield is not None and "maintenancePolicy" in pool:
+            return "", self.refuse_shield
         if self.create_error is None:
             self.states[pool["name"]] = "PROVISIONING"
             return f"operation-{len(self.created)}", None
@@ -348,7 +353,32 @@ def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
     passes.reconcile(job_body(), [], False)
     passes.reconcile(job_body(), [], False)
 
-    assert len(pools.created) == 1
+    # Refused with its upgrade exclusion, asked once more without it (refused again: the refusal stands).
+    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True, False]
+
+
+def test_a_create_gke_takes_only_without_the_upgrade_shield_is_made_so_and_said() -> None:
+    api, pools = RecordingKube(), RecordingPools()
+    pools.refuse_shield = REJECTED
+    before = metrics.UPGRADE_SHIELD_REFUSED._value.get()
+    passes = reconciler(pools, api)
+    passes.reconcile(job_body(), [], False)
+    passes.actions.events.stop(5)
+
+    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True, False]
+    assert metrics.UPGRADE_SHIELD_REFUSED._value.get() == before + 1
+    events = [e for e in api.of("create_event") if e["reason"] == "UpgradeShieldRefused"]
+    assert len(events) == 1 and events[0]["type"] == "Warning" and REJECTED.message in events[0]["message"]
+
+
+def test_the_upgrade_shield_is_left_out_when_the_setting_is_off_and_on_flex_start_pools() -> None:
+    job = parse_tpujob(job_body())
+    assert "maintenancePolicy" in render_plan.node_pool(job, Cluster(), 0)
+    assert "maintenancePolicy" not in render_plan.node_pool(job, Cluster(upgrade_shield=False), 0)
+    flex = job.model_copy(
+        update={"spec": job.spec.model_copy(update={"capacity": CapacitySpec(mode=CapacityMode.flex_start)})}
+    )
+    assert "maintenancePolicy" not in render_plan.node_pool(flex, Cluster(), 0)
 
 
 def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
@@ -484,3 +514,17 @@ def test_a_status_field_the_pass_unsets_is_removed_by_the_merge_patch() -> None:
         "goodput": {"ratio": 0.6, "x": None},
     }
     assert with_removals(after, []) == after
+
+
+def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growing() -> None:
+    """GKE accepts a create and ends it on the quota shortfall within seconds: an accepted create proves
+    nothing, so the count of refusals in a row (and the backoff) is not reset by it."""
+    quota = s.GKEError(Reason.QUOTA, "Quota 'TPU_LITE_PODSLICE_V5' exceeded.", permanent=True)
+    for reason, kept in ((Reason.QUOTA, True), (Reason.PROVISIONING, False)):
+        pools = RecordingPools()
+        passes = reconciler(pools)
+        passes.memory.refused("uid-1", {0: quota}, 1.0, 30.0)
+        passes.memory._gke_refused.clear()  # its backoff is over: the next pass asks again
+        passes.reconcile(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
+        assert len(pools.created) == 1
+        assert ("uid-1" in passes.memory._rejections) is kept, reason

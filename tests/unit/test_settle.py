@@ -187,7 +187,9 @@ def test_a_refused_create_shows_gkes_reason_and_waits_for_the_backoff():
     observed, decision = provisioning_pass()
     settled = s.settle(observed, decision, s.Applied(refused={0: QUOTA}, retry_refused_after=30.0))
     assert (settled.status.phase, settled.status.reason) == (Phase.PROVISIONING, Reason.QUOTA)
-    assert settled.status.message == QUOTA.message
+    # Which quota to raise and where, then GKE's own words; no zone move can help.
+    assert settled.status.message.startswith("raise ") and settled.status.message.endswith(QUOTA.message)
+    assert "TPU quota is regional" in settled.status.message
     assert [(p.state, p.message) for p in settled.status.node_pools] == [(s.POOL_MISSING, QUOTA.message)]
     assert settled.requeue_after == observed.poll_provisioning_seconds  # the poll comes first; ...
     assert settled.create_pools == []  # ... and nothing is asked for again in it (memory's backoff)

@@ -237,7 +237,10 @@ def test_a_pool_gke_retries_for_capacity_or_quota_is_waited_for_not_recreated(co
     decision = step(job, pools=(pool,))
     assert decision.delete_pools == [] and decision.create_pools == []
     assert (decision.status.phase, decision.status.reason) == (Phase.PROVISIONING, reason)
-    assert decision.status.message == STOCKOUT_MESSAGE  # GKE's own words
+    assert decision.status.message.endswith(STOCKOUT_MESSAGE)  # GKE's own words
+    assert (decision.status.message == STOCKOUT_MESSAGE) == (
+        reason == Reason.STOCKOUT
+    )  # quota: + what to raise
     assert decision.events[-1].type == "Warning"
     assert decision.status.node_pools[0].condition == condition
     # Minutes later, GKE still retrying: still waiting, no event again, still no churn.

@@ -1,5 +1,7 @@
 """The TPU catalog against the facts in shared/reference/gke-tpu.md."""
 
+from pathlib import Path
+
 import pytest
 
 from tpujob import tpu
@@ -164,16 +166,43 @@ def test_zones_of_the_cloud_tpu_table_offer_their_generations(tpu_type, zone):
     [
         ("v6e", "us-central2-b"),  # only v4 there
         ("v5e", "asia-northeast1-b"),  # v6e only
-        ("v4", "europe-west4-b"),
         ("tpu7x", "us-central1-a"),
-        ("v5p", "us-central1-ai1a"),
-        ("v6e", "us-central1-z"),  # no such zone
+        ("v4", "europe-west4-a"),
     ],
 )
 def test_a_zone_is_refused_for_a_generation_it_lacks_naming_the_zones_that_offer_it(tpu_type, zone):
+    """Only where a verified row of the catalog says so."""
     problem = tpu.zone_problem(tpu_type, zone)
     offered = ", ".join(tpu.ZONES[tpu_type])
     assert problem == f"{zone} does not offer {tpu_type} TPUs; zones that do: {offered}"
+    assert tpu.zone_warning(tpu_type, zone) is not None
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "zone", "row"),
+    [
+        ("v6e", "us-central1-f", "does not list"),  # a real zone the catalog does not list
+        ("v6e", "us-central1-ai2c", "does not list"),  # an AI zone Google may add
+        ("v4", "europe-west4-b", "lists from an unverified row"),
+        ("v5e", "europe-west4-b", "lists from an unverified row"),  # offered, but not verified
+        ("v5p", "us-central1-ai1a", "lists from an unverified row"),
+    ],
+)
+def test_a_zone_the_catalog_does_not_know_for_sure_is_a_warning_and_asked_of_gke(tpu_type, zone, row):
+    assert tpu.zone_problem(tpu_type, zone) is None
+    warning = tpu.zone_warning(tpu_type, zone)
+    assert warning is not None and row in warning and "AI zone must be enabled" in warning
+
+
+def test_every_row_of_the_zone_catalog_cites_its_copy_or_is_marked_unverified_in_the_readme():
+    assert set(tpu.ZONE_SOURCES) == set(tpu.ZONE_GENERATIONS)
+    assert set(tpu.ZONE_SOURCES.values()) <= {tpu.TPU_ZONES_PAGE, tpu.FLEX_START_PAGE, tpu.UNVERIFIED}
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("### The zone catalog") :]
+    for zone, source in tpu.ZONE_SOURCES.items():
+        if source == tpu.UNVERIFIED:
+            assert f"`{zone}`" in section[:4000], zone
+    assert tpu.zone_warning("v5p", "us-central1-a") is None  # verified and offered: nothing to say
 
 
 def test_every_generation_is_offered_somewhere_and_every_zone_offers_a_known_generation():

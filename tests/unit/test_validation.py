@@ -141,11 +141,19 @@ def test_a_job_the_operators_zones_can_hold_or_that_names_its_own_passes(zones, 
 
 
 def test_the_problem_says_none_of_several_operator_zones_offers_the_tpu():
-    zones = DefaultZones(("us-central1-a", "europe-west4-b"), OPERATOR_ZONE_SETTING)
+    zones = DefaultZones(("us-central1-a", "us-central2-b"), OPERATOR_ZONE_SETTING)
     with pytest.raises(InvalidTPUJob) as caught:
         parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}), zones)
-    assert "us-central1-a, europe-west4-b, the operator's zone" in str(caught.value)
+    assert "us-central1-a, us-central2-b, the operator's zone" in str(caught.value)
     assert "none of which offers v6e TPUs" in str(caught.value)
+
+
+def test_operator_zones_the_catalog_does_not_know_for_sure_are_left_to_gke():
+    """A zone the catalog does not list (or lists from an unverified row) may offer the TPU: GKE decides."""
+    for unknown in ("us-central1-f", "europe-west4-b"):
+        zones = DefaultZones(("us-central1-a", unknown), OPERATOR_ZONE_SETTING)
+        assert parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}), zones)
+    assert parse_tpujob(base_job(tpu={"type": "v6e", "topology": "2x2"}, nodePool={"zone": "us-central1-f"}))
 
 
 @pytest.mark.parametrize(

@@ -241,7 +241,11 @@ def spec_rules() -> tuple[CelRule, ...]:
     no_tensorflow = tuple(g.type for g in catalog.GENERATIONS.values() if not g.runs_tensorflow)
     image = "self.trainer.image"
     repository = f"{image}.substring({image}.lastIndexOf('/') + 1)"
-    zones = {zone: list(types) for zone, types in catalog.ZONE_GENERATIONS.items()}
+    # Only verified rows refuse (tpu.zone_problem): an unlisted zone, or one from an unverified row, is asked
+    # of GKE with a warning.
+    zones = {
+        zone: list(types) for zone, types in catalog.ZONE_GENERATIONS.items() if catalog.zone_verified(zone)
+    }
     zones_of_type = {t: ", ".join(z) for t, z in catalog.ZONES.items()}
     zone = "self.nodePool.zone"
     return (
@@ -265,8 +269,8 @@ def spec_rules() -> tuple[CelRule, ...]:
         ),
         CelRule(
             # Whatever the topology (the operator judges the zone of a slice that resolves): a zone is a zone.
-            rule=f"!has(self.nodePool) || !has({zone}) || ({zone} in {lit(zones)} && self.tpu.type in "
-            f"{lit(zones)}[{zone}])",
+            rule=f"!has(self.nodePool) || !has({zone}) || !({zone} in {lit(zones)}) || self.tpu.type in "
+            f"{lit(zones)}[{zone}]",
             message="this zone does not offer this TPU type",
             message_expression=cel_format(
                 catalog.ZONE_WITHOUT_TYPE,

@@ -126,16 +126,23 @@ class CapacitySpec(ApiModel):
         default_factory=list,
         max_length=MAX_ZONES,
         description=(
-            "Zones to try in order (create policy): a slice still in Stockout or WaitingForCapacity in one "
-            "past zoneFallbackSeconds has its pools deleted and the next zone is tried, round the list. All "
-            "slices of a job share one zone. Default: spec.nodePool.zone, else the operator's zones. At most "
-            f"{MAX_ZONES}."
+            "Zones to try in order (create policy): a slice still in Stockout in one past "
+            "zoneFallbackSeconds has its pools deleted and the next zone is tried, round the list. "
+            "QuotaExceeded never moves (TPU quota is regional: every zone of the region meets it). A queued "
+            "flex-start request (WaitingForCapacity) moves only if the operator allows it "
+            "(TPUJOB_GKE_FLEX_START_ZONE_FALLBACK). All slices of a job share one zone. Default: "
+            f"spec.nodePool.zone, else the operator's zones. At most {MAX_ZONES}."
         ),
     )
     zone_fallback_seconds: int = Field(
         default=1800,
         ge=10,
-        description="How long a zone may leave the slices waiting for capacity before the next is tried.",
+        description=(
+            "How long a zone may leave the slices waiting for capacity before the next is tried. A move "
+            "costs what the zone had: its pools are deleted, GKE's own retries of a stocked-out create "
+            "with them, and a queued flex-start request loses its place in the queue (moved only where the "
+            "operator allows it)."
+        ),
     )
     max_run_duration_seconds: int | None = Field(
         default=None,

@@ -219,6 +219,8 @@ def _default_zone_problems(
     zones = [z for z in default_zones.zones if re.match(ZONE_PATTERN, z)]
     if not zones or tpu.zones_offering(spec.tpu.type, zones):
         return
+    if any(tpu.zone_problem(spec.tpu.type, zone) is None for zone in zones):
+        return  # a zone the catalog does not know (or not for sure): GKE is asked, with a warning
     offers = "none of which offers" if len(zones) > 1 else "which does not offer"
     yield Problem(
         "spec.nodePool.zone",

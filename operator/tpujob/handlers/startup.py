@@ -141,6 +141,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         refused_backoff_seconds=config.refused_backoff_seconds,
         progress_reads_per_second=config.progress_reads_per_second,
         confirm_before_create=config.peering is not None,
+        flex_start_zone_fallback=config.gke_flex_start_zone_fallback,
     )
     reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.peering is not None:

@@ -15,6 +15,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
+from tpujob.api.status import Reason
 from tpujob.gke import NodePools
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
@@ -103,6 +104,26 @@ class Actions:
             for slice_index in decision.create_pools:
                 request = render.node_pool(job, cluster, slice_index, zone=decision.status.zone)
                 operation, error = self.create_pool(request)
+                if (
+                    error is not None
+                    and error.reason == Reason.POOL_REJECTED
+                    and (bare := render.without_upgrade_shield(request))
+                ):
+                    # GKE refused the pool for good with its upgrade exclusion on: asked once more without
+                    # it, so a cluster that does not take the field never leaves a job without pools. Only
+                    # if GKE then accepts was the exclusion what it refused; else its second answer stands.
+                    refused_with_shield = error
+                    operation, error = self.create_pool(bare)
+                    if error is None:
+                        applied.unshielded[slice_index] = refused_with_shield.message
+                        metrics.UPGRADE_SHIELD_REFUSED.inc()
+                        log.warning(
+                            "node pool %s: GKE refused its upgrade exclusion (%s); created without it, so "
+                            "GKE may auto-upgrade it while the job runs (TPUJOB_GKE_UPGRADE_SHIELD=false "
+                            "stops asking)",
+                            request["name"],
+                            refused_with_shield.message,
+                        )
                 if error is not None:
                     applied.refused[slice_index] = error
                 else:

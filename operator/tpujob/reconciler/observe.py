@@ -181,6 +181,8 @@ class Settings:
     # its watch's cache may hold a job deleted meanwhile. A standalone operator's watch began with its
     # process, and the read would cost a token per job on the way to its pods.
     confirm_before_create: bool = True
+    # TPUJOB_GKE_FLEX_START_ZONE_FALLBACK: a queued flex-start request may be moved to the next zone.
+    flex_start_zone_fallback: bool = False
 
 
 class Observer:
@@ -228,6 +230,7 @@ class Observer:
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,
+            flex_start_zone_fallback=self.settings.flex_start_zone_fallback,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
             cluster_version=check.version if check is not None else "",
@@ -273,9 +276,16 @@ class Observer:
     def pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
         """Each slice's pool as GKE has it (one GetNodePool per slice)."""
         assert self.pools is not None
-        recorded = {p.slice: p.operation or "" for p in (job.status.node_pools if job.status else [])}
+        status = job.status or TPUJobStatus()
+        recorded = {p.slice: p.operation or "" for p in status.node_pools}
+        # A starting or running job looked at (its workers were disturbed): GKE's operations since its
+        # attempt began say whether an upgrade or a repair did it (status.recreation).
+        since = None
+        if status.phase in (Phase.STARTING, Phase.RUNNING):
+            began = status.last_restart_time or status.start_time
+            since = s.parse_timestamp(began) if began else None
         return tuple(
-            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""))
+            self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""), since=since)
             for i in range(job.spec.tpu.slices)
         )
 

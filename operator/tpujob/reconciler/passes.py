@@ -12,7 +12,7 @@ from typing import Any
 from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
-from tpujob.api.status import TPUJobStatus
+from tpujob.api.status import Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
@@ -147,7 +147,10 @@ class Reconciler:
                 self.settings.poll_provisioning_seconds,
                 self.settings.refused_backoff_seconds,
             )
-        elif applied.operations:
+        elif applied.operations and status.reason != Reason.QUOTA:
+            # A create accepted while the job waits for quota proves nothing (GKE accepts it and ends it on
+            # the shortfall within seconds): the backoff keeps growing, so the job asks again in its zone
+            # ever less often (30 s, 60 s, ... 10 min) instead of every 30 s.
             self.memory.accepted(meta["uid"])
         decision = s.settle(observed, decision, applied)
         status_after = decision.status.to_wire()

@@ -32,6 +32,8 @@ class Cluster:
     zone: str = "us-central1-a"
     # The cluster runs Workload Identity (GetCluster says so): pools then get the GKE metadata server.
     workload_identity: bool = False
+    # Pools carry their own exclusion from node auto-upgrades (UPGRADE_SHIELD; TPUJOB_GKE_UPGRADE_SHIELD).
+    upgrade_shield: bool = True
 
     @property
     def parent(self) -> str:
@@ -135,6 +137,13 @@ def pool_management(mode: CapacityMode | str) -> dict[str, bool]:
 UPGRADE_SHIELD: dict[str, Any] = {"exclusionUntilEndOfSupport": {"enabled": True}}
 
 
+def without_upgrade_shield(pool: dict[str, Any]) -> dict[str, Any] | None:
+    """The pool request without its upgrade exclusion; None when it carries none (nothing to ask again)."""
+    if "maintenancePolicy" not in pool:
+        return None
+    return {key: value for key, value in pool.items() if key != "maintenancePolicy"}
+
+
 def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None = None) -> dict[str, Any]:
     """One slice's node pool as the GKE REST API's NodePool, in `zone` (default: the job's first zone)."""
     shape = slice_shape(job)
@@ -180,8 +189,13 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         # int64 is a JSON string in GKE's REST API.
         "maxPodsConstraint": {"maxPodsPerNode": str(pool_spec.max_pods_per_node)},
         "management": pool_management(capacity.mode),
-        "maintenancePolicy": UPGRADE_SHIELD,
     }
+    if cluster.upgrade_shield and capacity.mode != CapacityMode.flex_start:
+        # Flex-start pools upgrade by their own strategy (container_v1 NodePoolUpdateStrategy.SHORT_LIVED:
+        # "the dedicated upgrade strategy for QueuedProvisioning and flex start node pools scaled up only by
+        # enqueueing to the Dynamic Workload Scheduler"), and their VMs live at most 7 days: the exclusion is
+        # moot there, and no source shows GKE taking it on them.
+        pool["maintenancePolicy"] = UPGRADE_SHIELD
     if capacity.mode == CapacityMode.flex_start:
         # Created empty; GKE brings the whole slice up when its pods wait, from 0 to every host at once
         # (xpk --flex: --enable-autoscaling --location-policy=ANY --num-nodes=0 --max-nodes=<hosts>

@@ -13,19 +13,33 @@ from tpujob.status.model import (
     parse_timestamp,
     timestamp,
 )
+from tpujob.status.pool_conditions import region_of_zone
 
 
 def fall_back_if_due(b: Builder, reason: str) -> str | None:
     """Waiting for capacity in one zone past spec.capacity.zoneFallbackSeconds: try the next zone. The
     pools in the zone left are deleted (and recreated in the next one once GKE has removed them). Returns
-    the message for the status (its phase event, a Warning, says it), or None when not due."""
+    the message for the status (its phase event, a Warning, says it), or None when not due.
+
+    QuotaExceeded moves only to a zone of another region: TPU quota is regional ("Insufficient regional
+    quota", "Limit: ... in region ..."), so a zone of the same region meets the same shortfall, and every
+    zone a job may use is in the cluster's region (the cluster check refuses others). The rule is kept for
+    the day the design allows another region's zone (a second cluster), where the quota really differs.
+    A flex-start request queued in a zone keeps its place unless the operator's setting
+    TPUJOB_GKE_FLEX_START_ZONE_FALLBACK allows the move (Observed.flex_start_zone_fallback)."""
     zones, current = b.observed.zones, b.status.zone
     if reason not in (Reason.STOCKOUT, Reason.QUOTA, Reason.WAITING_FOR_CAPACITY) or len(zones) < 2:
         return None
+    if reason == Reason.WAITING_FOR_CAPACITY and not b.observed.flex_start_zone_fallback:
+        return None
     fallback = b.job.spec.capacity.zone_fallback_seconds
-    if current is None or not limit_reached(b, b.status.zone_since, fallback):
+    if current is None or current not in zones:
         return None
     following = zones[(zones.index(current) + 1) % len(zones)]
+    if reason == Reason.QUOTA and region_of_zone(following) == region_of_zone(current):
+        return None
+    if not limit_reached(b, b.status.zone_since, fallback):
+        return None
     b.status.zone, b.status.zone_since = following, timestamp(b.now)
     for pool in known_pools(b):
         leaving = pool.state not in POOL_RELEASED_STATES
@@ -126,6 +140,11 @@ def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
     # The time queued follows from `since` (and status.provisioningSince): a message that changed every
     # pass would rewrite the status every poll for as long as the queue lasts.
     message = f"queued for flex-start capacity since {b.status.provisioning_since}"
+    if len(b.observed.zones) > 1 and not b.observed.flex_start_zone_fallback:
+        message += (
+            f" in {b.status.zone}; kept there past zoneFallbackSeconds: moving would delete the request and "
+            "its place in the queue (the operator's TPUJOB_GKE_FLEX_START_ZONE_FALLBACK allows it)"
+        )
     b.set_phase(Phase.PROVISIONING, Reason.WAITING_FOR_CAPACITY, message)
     b.condition("Running", False, Reason.WAITING_FOR_CAPACITY, message)
     b.decision.requeue(b.observed.poll_provisioning_seconds)

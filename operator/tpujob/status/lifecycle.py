@@ -67,7 +67,11 @@ def decide(observed: Observed) -> Decision:
     if _deadline_passed(b):
         return b.finish()
     place(b)
-    restart_for_recreation(b)  # GKE upgrades or repairs the slice: restart, then wait for the pool below
+    if restart_for_recreation(b):
+        # GKE's upgrade or repair disrupted the slice: restarted; the pools recorded (and waited for, while
+        # GKE still works on them); the new attempt's workers come in a later pass.
+        pools_ready(b)
+        return b.finish()
     if not pools_ready(b):
         return b.finish()
     _run_workers(b)

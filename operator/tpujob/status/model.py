@@ -160,6 +160,8 @@ class PoolView:
     # and its name); "" when none runs or GKE was not asked.
     disruption: str = ""
     disruption_operation: str = ""
+    # Whether that operation still runs (False: it ended after the current attempt began).
+    disruption_running: bool = True
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,10 @@ class Observed:
     # Flex-start: when the job's slice's nodes were created (the earliest; None: not looked at, or unknown),
     # from which GKE counts maxRunDuration.
     slice_created: dt.datetime | None = None
+    # Whether a flex-start request queued in one zone may be deleted for the next zone after
+    # zoneFallbackSeconds (the operator's TPUJOB_GKE_FLEX_START_ZONE_FALLBACK): off by default, as the move
+    # gives up the request's place in Dynamic Workload Scheduler's queue.
+    flex_start_zone_fallback: bool = False
 
     @property
     def status(self) -> TPUJobStatus:

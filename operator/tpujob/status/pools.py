@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tpujob import tpu
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import ConditionStatus, Phase, Reason
 from tpujob.render import naming
@@ -23,8 +24,12 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.placement import placement_problem
-from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason
+from tpujob.status.pool_conditions import capacity_shortage, pool_error_reason, quota_advice
 from tpujob.status.recreation import describe as recreation
+from tpujob.status.recreation import nodes_usable
+
+# The Warning event of a pool asked for in a zone the TPU catalog does not list for the job's generation.
+ZONE_NOT_LISTED = "ZoneNotListed"
 
 # Why a job waits that needs someone to act (the spec, the cluster, a reservation): shown before the rest.
 _NEEDS_SOMEONE = frozenset(
@@ -53,7 +58,13 @@ def pools_ready(b: Builder) -> bool:
         views.append(pool)
     if b.observed.pools is not None or b.decision.create_pools:
         record_pools(b, views)
-    ready = all(v.state in POOL_READY_STATES for v in views)
+    zone = b.status.zone
+    if b.decision.create_pools and zone and (unlisted := tpu.zone_warning(job.spec.tpu.type, zone)):
+        b.event("Warning", ZONE_NOT_LISTED, unlisted)  # asked of GKE anyway: its answer decides
+    # A pool GKE updates (RECONCILING: UPGRADE_NODES "includes most forms of updates to node pools ... The
+    # nodes are generally still usable") serves the job, unless GKE's work is why it restarted.
+    usable = POOL_READY_STATES | ({"RECONCILING"} if nodes_usable(b) else set())
+    ready = all(v.state in usable for v in views)
     if ready:
         if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
             b.status.provisioning_since = None
@@ -62,6 +73,16 @@ def pools_ready(b: Builder) -> bool:
     # Permanent refusals first: they need someone to act, the rest only time.
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
+    if reason == Reason.QUOTA:
+        # Which quota to raise, and where: no zone move can help (capacity.fall_back_if_due).
+        message = quota_advice(message, b.status.zone or "")
+    elif (
+        reason == Reason.POOL_REJECTED
+        and b.status.zone
+        and (unlisted := tpu.zone_warning(job.spec.tpu.type, b.status.zone))
+        and unlisted not in message
+    ):
+        message = f"{message} ({unlisted})"  # GKE's words first: they decide
     if b.status.provisioning_since is None:
         b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
     if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):

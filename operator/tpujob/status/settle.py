@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tpujob.render import naming
 from tpujob.status.invalid import InvalidObserved
 from tpujob.status.lifecycle import decide
-from tpujob.status.model import POOL_STOPPING, Decision, GKEError, Observed, PoolView
+from tpujob.status.model import POOL_STOPPING, Decision, Event, GKEError, Observed, PoolView
 
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows up at
 # once; later polls are every TPUJOB_POLL_PROVISIONING_SECONDS.
@@ -17,6 +17,8 @@ FIRST_POLL_SECONDS = 0.25
 # A pod create the API server refused (a PriorityClass that does not exist, an admission webhook or quota
 # saying no) is asked again this often: someone may fix it meanwhile, and the startup timeout ends the wait.
 POD_REFUSED_RETRY_SECONDS = 10.0
+# The Warning event of a pool GKE took only without its upgrade exclusion.
+SHIELD_REFUSED_EVENT = "UpgradeShieldRefused"
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Applied:
     delete_refused: bool = False
     # The API server's words when it refused the worker pods ("" when it took them, or none were asked).
     pods_refused: str = ""
+    # Pools GKE refused with their upgrade exclusion and accepted without it: slice -> GKE's refusal.
+    unshielded: dict[int, str] = field(default_factory=dict)
     # When the refused pool creates (GKE's, or the decision's own: placement) may be asked again: the
     # operator's backoff for this job, which counts refusals in a row across passes.
     retry_refused_after: float | None = None
@@ -49,6 +53,18 @@ def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Ap
             pool.state = POOL_STOPPING  # the next passes wait for GKE instead of asking again
         if pool.slice in applied.operations and pool.state == "PROVISIONING":
             pool.operation = applied.operations[pool.slice] or None
+    for slice_index, refusal in sorted(applied.unshielded.items()):
+        name = naming.node_pool_name(observed.job, slice_index) if isinstance(observed, Observed) else ""
+        settled.events.append(
+            Event(
+                "Warning",
+                SHIELD_REFUSED_EVENT,
+                f"GKE refused node pool {name} with its own exclusion from node auto-upgrades "
+                f"(maintenancePolicy.exclusionUntilEndOfSupport): {refusal}; created it without, so GKE may "
+                "upgrade its nodes while the job runs (the job then restarts as NodeUpgrade, uncounted). "
+                "The operator's TPUJOB_GKE_UPGRADE_SHIELD=false (chart value gke.upgradeShield) stops asking",
+            )
+        )
     if applied.delete_refused:
         settled.requeue(observed.poll_provisioning_seconds if isinstance(observed, Observed) else 0.0)
     if (decision.refused or applied.refused) and applied.retry_refused_after is not None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tpujob_sandbox.gke import errors
+from tpujob_sandbox.gke import errors, zones
 
 
 class CallFault(enum.StrEnum):
@@ -51,7 +51,9 @@ class InjectedPoolFault:
 def call_fault_error(fault: CallFault, cluster: str, project: str, machine_type: str) -> errors.GkeError:
     """The error real GKE answers for each injected call fault."""
     if fault is CallFault.QUOTA:
-        return errors.quota_refusal(machine_type.upper().replace("-", "_") or "CPUS", project)
+        # The body names a quota metric (kubeflow/kubeflow#842: resource "CPUS"), never a machine type.
+        metric = zones.quota_family(machine_type) if machine_type.startswith(("ct", "tpu")) else "CPUS"
+        return errors.quota_refusal(metric, project)
     if fault is CallFault.TOO_MANY_OPERATIONS:
         return errors.too_many_operations(cluster)
     if fault is CallFault.INCOMPATIBLE_OPERATION:

@@ -45,8 +45,11 @@ log = logging.getLogger(__name__)
 
 # GKE time (seconds). Creating a TPU node pool takes minutes (GKE docs: "can take several minutes"); deleting
 # one about two. How long the managed instance group retries: GKE's own stockout message says "Not all
-# instances running in IGM after 35m0s". How often: not documented; one public CreateNodePool log shows a
-# stocked-out insert "retried ... every ~4 min from 03:26 to 04:02" before that message (NVIDIA/aicr#2764).
+# instances running in IGM after 35m0s". How often: not documented. The one public account is a single log of
+# one CPU VM's CreateNodePool, whose stocked-out insert was "retried ... every ~4 min from 03:26 to 04:02"
+# before that message (NVIDIA/aicr#2764); other public failures end after 15 s or a minute, and how GKE
+# retries a multi-host TPU slice is not documented at all. So the cadence is a setting of the simulator
+# (`retry_interval_seconds`), 240 s by default after that one log, not a fact the operator may rely on.
 PROVISIONING_SECONDS = 300.0
 DELETION_SECONDS = 120.0
 # However fast the test bed's clock runs, a periodic loop (a stockout's retries, the autoscaler's scans) runs
@@ -83,6 +86,12 @@ class _Pool:
         return duration.total_seconds() if duration else float(FLEX_START_MAX_RUN_SECONDS)
 
     holds_capacity: bool = False
+    # Every zone the pool lists, and the zones its VMs are in once it has them (all of them; a flex-start
+    # pool's autoscaler, with location policy ANY, puts the slice in one zone with capacity), and each node's
+    # zone.
+    zones: list[str] = field(default_factory=list)
+    placed: list[str] = field(default_factory=list)
+    node_zones: dict[str, str] = field(default_factory=dict)
     # The specific reservation its VMs come out of ((project, name)), taken at create, given back at delete.
     reservation: tuple[str, str] | None = None
 
@@ -130,6 +139,12 @@ class NodePools:
     def reset_controls(self) -> None:
         """The tests' settings of this part of GKE, back to GKE's own."""
         self.retry_window_seconds = RETRY_WINDOW_SECONDS
+        self.retry_interval_seconds = RETRY_INTERVAL_SECONDS  # see RETRY_INTERVAL_SECONDS: one log's cadence
+        # GKE refusing a pool that carries its own upgrade exclusion (maintenancePolicy.
+        # exclusionUntilEndOfSupport): None: taken, as the field is in the API (container_v1 NodePool, since
+        # google-cloud-container 2.65). Whether GKE takes it on TPU pools, flex-start pools or every cluster
+        # version is not known (README); a test sets GKE's words here to play a GKE that does not.
+        self.refuse_upgrade_shield: str | None = None
         # Real GKE refuses a second node pool operation while one runs on the cluster in some cases (see
         # operations.py); off by default, the exclusive retrying create always applies.
         self.serialize_operations = False
@@ -163,6 +178,15 @@ class NodePools:
         fault = self.faults.take_call("CreateNodePool", pool.name)
         if fault is not None:
             raise call_fault_error(fault, self.cluster.name, self.cluster.project, machine_type)
+        if (
+            self.refuse_upgrade_shield is not None
+            and pool.maintenance_policy.exclusion_until_end_of_support.enabled
+        ):
+            # A 400 INVALID_ARGUMENT, as GKE answers a field it will not take (no public body of GKE refusing
+            # this field is known: the words are the test's, by default the shape Google's API front end
+            # gives a field it does not know, e.g. 'Invalid JSON payload received. Unknown name "x": Cannot
+            # find field.', seen in many public Google API bodies).
+            raise errors.invalid_argument(self.refuse_upgrade_shield)
         shape, pool_zones = self._validate(pool, machine_type, json.loads(text))
         with self._lock:
             if pool.name in self._pools:
@@ -189,7 +213,12 @@ class NodePools:
                 exclusion.start_time = dt.datetime.now(dt.UTC)
             operation = self.operations.start(container_v1.Operation.Type.CREATE_NODE_POOL, pool.name)
             record = _Pool(
-                pool, shape, pool_zones[0], create_operation=operation.name, reservation=reservation
+                pool,
+                shape,
+                pool_zones[0],
+                create_operation=operation.name,
+                reservation=reservation,
+                zones=list(pool_zones),
             )
             self._pools[pool.name] = record
             injected = self.faults.take_pool(pool.name)
@@ -233,10 +262,17 @@ class NodePools:
             raise errors.invalid_argument(str(error)) from None
         self.cluster.check_management(request_json)
         pool_zones = self.cluster.check_locations(list(pool.locations))
-        if shape.machine.is_tpu and len(pool_zones) != 1:
-            # A TPU slice lives in one zone (GKE "Plan TPUs": set exactly one node location for TPU pools).
+        multi_host = shape.machine.is_tpu and shape.topology != shape.machine.single_host_topology
+        if multi_host and len(pool_zones) != 1:
+            # A multi-host slice lives in one zone (GKE "Plan TPUs": one node location for a multi-host TPU
+            # slice pool). Single-host TPU pools may list several (GKE's flex-start how-to, as
+            # shared/reference/gke-tpu.md's fourth audit read it): each zone then gets the pool's node count,
+            # as gcloud's --num-nodes is "the number of nodes in the node pool in each of the node pool's
+            # zones"; a flex-start pool's slice goes to one zone with capacity (location policy ANY). The
+            # refusal's words are ours (no public body found).
             raise errors.invalid_argument(
-                f"TPU node pools must have exactly one node location; got {', '.join(pool_zones)}."
+                f"Multi-host TPU slice node pools must have exactly one node location; got "
+                f"{', '.join(pool_zones)}."
             )
         self.cluster.check_machine_type(machine_type, shape.machine.is_tpu, pool_zones)
         check_tpu7x(self.cluster, shape.machine.accelerator)
@@ -299,27 +335,47 @@ class NodePools:
             self.operations.finish(record.create_operation, errors.RESOURCE_EXHAUSTED, message)
             return
         self.operations.hold_cluster(record.create_operation)
-        self._later(RETRY_INTERVAL_SECONDS, self._attempt, record, min_real_seconds=MIN_LOOP_REAL_SECONDS)
+        self._later(
+            self.retry_interval_seconds, self._attempt, record, min_real_seconds=MIN_LOOP_REAL_SECONDS
+        )
 
     def _reserve(self, record: _Pool) -> tuple[int, str] | None:  # (a Code, GKE's message)
-        """Quota, then capacity, for the whole slice at once; None when both are taken."""
+        """Quota, then capacity, for the whole pool at once (every listed zone; a flex-start slice in the
+        first listed zone with capacity); None when both are taken."""
         machine = record.shape.machine
+        pool_zones = record.zones or [record.zone]
         if not machine.is_tpu or record.reservation is not None:
             # Reserved VMs are held for the project already: no on-demand capacity or quota is asked for
             # (Compute "Reservations overview": a reservation's VMs count against quota when it is made).
+            record.placed = [record.zone] if record.flex else list(pool_zones)
             return None
-        region, family = zones.region_of(record.zone), zones.quota_family(machine.name)
-        chips = machine.chips * record.shape.nodes
-        vms = record.shape.nodes
+        region = zones.region_of(record.zone)
+        family = zones.quota_family(machine.name, spot=bool(record.pool.config.spot))
+        vms = record.shape.nodes  # per zone
+        wanted = 1 if record.flex else len(pool_zones)
+        chips = machine.chips * vms * wanted
         instance = node_name(self.cluster.name, record.pool.name, 0)
         waited = _duration(self._clock() - record.attempt_started, self.time_scale)
         if not self.quota.take(region, family, chips):
             limit = self.quota.available(region, family) or 0
-            return Code.GCE_QUOTA_EXCEEDED, errors.quota_message(family, region, instance, vms, limit, waited)
-        if not self.capacity.take(record.zone, machine.name, vms):
+            message = errors.quota_message(family, region, instance, vms * wanted, limit, waited)
+            return Code.GCE_QUOTA_EXCEEDED, message
+        placed: list[str] = []
+        for zone in pool_zones:
+            if len(placed) == wanted:
+                break
+            if self.capacity.take(zone, machine.name, vms):
+                placed.append(zone)
+            elif not record.flex:
+                break  # every zone of the pool, or none
+        if len(placed) < wanted:
+            for zone in placed:
+                self.capacity.give_back(zone, machine.name, vms)
             self.quota.give_back(region, family, chips)
-            message = errors.stockout_message(self.cluster.project, record.zone, instance, vms, waited)
+            short = next(z for z in pool_zones if z not in placed)
+            message = errors.stockout_message(self.cluster.project, short, instance, vms, waited)
             return Code.GCE_STOCKOUT, message
+        record.placed, record.zone = placed, placed[0]
         record.holds_capacity = True
         return None
 
@@ -332,9 +388,13 @@ class NodePools:
         if not record.holds_capacity:
             return
         machine = record.shape.machine
-        self.capacity.give_back(record.zone, machine.name, record.shape.nodes)
+        placed = record.placed or [record.zone]
+        for zone in placed:
+            self.capacity.give_back(zone, machine.name, record.shape.nodes)
         self.quota.give_back(
-            zones.region_of(record.zone), zones.quota_family(machine.name), machine.chips * record.shape.nodes
+            zones.region_of(record.zone),
+            zones.quota_family(machine.name, spot=bool(record.pool.config.spot)),
+            machine.chips * record.shape.nodes * len(placed),
         )
         record.holds_capacity = False
 
@@ -357,13 +417,20 @@ class NodePools:
         self.operations.finish(record.create_operation)
 
     def register_slice(self, record: _Pool) -> list[str]:
-        """One Node per VM of the slice, all at once (a multi-host slice is all or nothing)."""
-        names = [node_name(self.cluster.name, record.pool.name, i) for i in range(record.shape.nodes)]
-        for name in names:
-            self.nodes.register(name, record.pool, record.shape, record.zone)
+        """One Node per VM of the pool, all at once (a multi-host slice is all or nothing), in each zone it
+        has VMs in."""
+        placed = record.placed or [record.zone]
+        count = record.shape.nodes
+        zoned = {
+            node_name(self.cluster.name, record.pool.name, z * count + i): zone
+            for z, zone in enumerate(placed)
+            for i in range(count)
+        }
+        for name, zone in zoned.items():
+            self.nodes.register(name, record.pool, record.shape, zone)
         with self._lock:
-            record.node_names = names
-        return names
+            record.node_names, record.node_zones = list(zoned), zoned
+        return list(zoned)
 
     def flex_pools(self) -> list[_Pool]:
         with self._lock:
@@ -422,7 +489,7 @@ class NodePools:
         present = self.nodes.present(pool)
         for name in record.node_names:
             if name not in present:
-                self.nodes.register(name, record.pool, record.shape, record.zone)
+                self.nodes.register(name, record.pool, record.shape, record.node_zones.get(name, record.zone))
 
     # --- delete -----------------------------------------------------------------------------------------
 

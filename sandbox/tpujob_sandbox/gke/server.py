@@ -204,6 +204,22 @@ class GkeSimulator:
         `provisioning_seconds` is GKE time."""
         self.faults.inject_pool(fault, pool, times, provisioning_seconds)
 
+    def refuse_upgrade_shield(
+        self,
+        message: str = 'Invalid JSON payload received. Unknown name "exclusionUntilEndOfSupport" at '
+        "'node_pool.maintenance_policy': Cannot find field.",
+    ) -> None:
+        """Test control: CreateNodePool refuses (400 INVALID_ARGUMENT, `message`) every pool that carries its
+        own upgrade exclusion, until clear_faults (nodepools.py says why this is not a known GKE fact)."""
+        self.pools.refuse_upgrade_shield = message
+
+    def update_node_pool(
+        self, pool: str, gke_seconds: float = 60.0, *, location: str = "", cluster: str = ""
+    ) -> str:
+        """Test control: a metadata-only update of `pool` (labels, say): an UPGRADE_NODES operation that
+        leaves the nodes alone (upgrades.py), RECONCILING for `gke_seconds` of GKE time. Its operation."""
+        return self.upgrades.update_metadata(self._state(location, cluster), pool, gke_seconds)
+
     def set_capacity(self, zone: str, machine_type: str, vms: int | None) -> None:
         """Free VMs of `machine_type` in `zone` (0: stocked out; None: plenty)."""
         self.capacity.set(zone, machine_type, vms)
@@ -213,9 +229,9 @@ class GkeSimulator:
         upgrade or for a cluster made on an older one. GetCluster and the version rules see it."""
         self._clusters[(location or self.location, cluster or self.cluster)].model.version = version
 
-    def set_quota(self, region: str, machine_type: str, chips: int | None) -> None:
+    def set_quota(self, region: str, machine_type: str, chips: int | None, *, spot: bool = False) -> None:
         """Free chips of the machine type's TPU quota in `region` (None: plenty)."""
-        self.quota.set(region, zones.quota_family(machine_type), chips)
+        self.quota.set(region, zones.quota_family(machine_type, spot=spot), chips)
 
     def add_workload_policy(self, name: str, accelerator_topology: str, region: str | None = None) -> None:
         self.policies.add(WorkloadPolicy(name, region or self.cluster_model.region, accelerator_topology))

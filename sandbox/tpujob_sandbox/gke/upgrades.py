@@ -21,6 +21,13 @@ What GKE documents, and where it is encoded here:
   marks each pod DisruptionTarget, reason EvictionByEvictionAPI); GKE waits for the drain (an hour for a
   repair) before the VM goes.
 
+- A node pool update that changes only metadata (labels, say) runs as UPGRADE_NODES too: the type "includes
+  most forms of updates to node pools ... The nodes are generally still usable during this operation"
+  (container_v1 Operation.Type). `update_metadata` plays one: the operation runs, the pool is RECONCILING,
+  the nodes and their pods are left alone, then the operation is DONE and the pool RUNNING. That the pool
+  reads RECONCILING meanwhile is assumed (NodePool.Status RECONCILING: "Some work is actively being done on
+  the node pool"), as is how long it takes.
+
 Not documented, assumed (README): an upgrade of a multi-host slice recreates its hosts together, as a repair
 does (the slice is one atomic unit), and takes as long as provisioning it; a pod a PodDisruptionBudget keeps
 is deleted once the drain's wait (DRAIN_SECONDS here, real seconds) ends.
@@ -104,6 +111,17 @@ class NodeUpgrades:
             self._recreate(state, name, OperationType.UPGRADE_NODES)
             started.append(name)
         return started
+
+    def update_metadata(self, state: ClusterState, pool: str, gke_seconds: float) -> str:
+        """A metadata-only update of `pool`: UPGRADE_NODES, RECONCILING, no node touched; its operation."""
+        operation = state.operations.start(OperationType.UPGRADE_NODES, pool)
+        state.pools.set_reconciling(pool, True)
+        self._later(gke_seconds, self._finish_update, state, pool, operation.name)
+        return str(operation.name)
+
+    def _finish_update(self, state: ClusterState, pool: str, operation: str) -> None:
+        state.pools.set_reconciling(pool, False)
+        state.operations.finish(operation)
 
     def auto_repair(self, state: ClusterState, pool: str, node: str = "") -> None:
         """GKE repairs `node` (default: the pool's first) of a slice: the whole slice is drained and
