@@ -535,6 +535,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, help="seconds per wait for pods / statuses; default 300 + N/10"
     )
+    parser.add_argument(
+        "--crd-server",
+        choices=("1.36", "in-process"),
+        default="1.36",
+        help=(
+            "who serves the TPUJobs: 1.36, the test bed's Kubernetes 1.36 CRD server behind kube-apiserver's "
+            "aggregator (default); in-process, kube-apiserver 1.20's own CRD server, as GKE's runs inside "
+            "kube-apiserver (no hop)"
+        ),
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(
         "--memory-report",
@@ -557,7 +567,12 @@ def main(argv: list[str] | None = None) -> int:
             state = Path(tmp) / "sandbox"
             # With --restart, the API server names the operator's own requests (its service account's,
             # at Metadata level): the restart's figure must not count other controllers' catching up.
-            plane = ControlPlane(find_binaries(), state, audit_users=(OPERATOR_USER,) if args.restart else ())
+            plane = ControlPlane(
+                find_binaries(),
+                state,
+                audit_users=(OPERATOR_USER,) if args.restart else (),
+                crd_server=args.crd_server == "1.36",
+            )
             bed = start_sandbox(state, time_scale=0.0, control_plane=plane.start())
             try:
                 # As operator_bench: no scheduling, no kubelet; the pods stay Pending, unscheduled.
