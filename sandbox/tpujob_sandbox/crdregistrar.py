@@ -42,8 +42,10 @@ def established(crd: dict[str, Any]) -> bool:
 
 
 def wanted(crds: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
-    """The (group, version) pairs to register: every served version of every CRD."""
-    return {pair for crd in crds.values() for pair in served_versions(crd)}
+    """The (group, version) pairs to register: every served version of every Established CRD (registered
+    earlier, the group is Available in the aggregator before the CRD server serves its objects: a create
+    right after `kubectl wait --for condition=available` was refused, 404)."""
+    return {pair for crd in crds.values() if established(crd) for pair in served_versions(crd)}
 
 
 def ours_as_wanted(current: dict[str, Any], body: dict[str, Any]) -> bool:

@@ -4,6 +4,7 @@ flex-start for v5p and v6e), the simulated GKE playing the cluster autoscaler's 
 from __future__ import annotations
 
 import calendar
+import json
 import time
 
 import pytest
@@ -143,12 +144,15 @@ def test_a_slow_start_counts_the_run_duration_from_the_slice_nodes_creation_and_
 
 
 def test_flex_start_on_v4_is_refused_at_validation(operator, jobs):
+    """At `kubectl apply` (the CRD's CEL), with the operator's words."""
     manifest = flex_job()
     manifest["spec"]["tpu"] = {"type": "v4", "topology": "2x2x2"}
-    jobs.create(manifest)
-    status = jobs.wait_phase("flex", "Failed", timeout=30)
-    assert status["reason"] == "InvalidSpec"
-    assert "spec.capacity.mode: flexStart offers v5e, v5p, v6e, tpu7x TPUs, not v4" in status["message"]
+    with pytest.raises(k8s.ApiException) as refused:
+        jobs.create(manifest)
+    assert refused.value.status == 422
+    causes = json.loads(refused.value.body)["details"]["causes"]
+    assert [cause["field"] for cause in causes] == ["spec.capacity.mode"], causes
+    assert "flexStart offers v5e, v5p, v6e, tpu7x TPUs, not v4" in causes[0]["message"], causes
 
 
 def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left_in_the_first(

@@ -83,9 +83,18 @@ SERVER_DESCRIBED = {
 }
 
 
+# `kubectl explain` renders OpenAPI. Kubernetes 1.36's CRD server, run on its own as here, publishes no
+# OpenAPI for the CRDs it serves (its /openapi/v3 lists only its own group; /openapi/v2 is 404), and
+# kube-apiserver 1.20 in front aggregates only v2: on this test bed explain has no document for a TPUJob
+# (README, "Two API servers"). These two run where kube-apiserver serves the CRD itself (--crd-server in-process, envtest).
+NO_OPENAPI = "the 1.36 CRD server publishes no OpenAPI for its CRDs: kubectl explain has nothing to render"
+
+
 @pytest.mark.parametrize("path", ["tpujob", "tpujob.spec", "tpujob.spec.capacity", "tpujob.spec.runPolicy"])
-def test_kubectl_explain_prints_every_field_with_its_description(kubectl, path):
+def test_kubectl_explain_prints_every_field_with_its_description(sandbox, kubectl, path):
     """Every property of the CRD at that path is listed, with the CRD's description word for word."""
+    if sandbox.control_plane.serves_crds:
+        pytest.skip(NO_OPENAPI)
     schema = crd_schema(path)
     output = explain(kubectl, path, EXPLAIN_V2)
     assert re.search(rf"^KIND:\s+{c.KIND}$", output, re.MULTILINE), output
@@ -100,8 +109,10 @@ def test_kubectl_explain_prints_every_field_with_its_description(kubectl, path):
         assert fields[name] == fold(prop["description"]), f"{path}.{name}: {fields[name]!r}\n{output}"
 
 
-def test_kubectl_explain_falls_back_to_openapi_v2_by_itself_on_this_server(kubectl):
+def test_kubectl_explain_falls_back_to_openapi_v2_by_itself_on_this_server(sandbox, kubectl):
     """Without the flag kubectl 1.33 probes /openapi/v3, which a 1.20 API server lacks, and renders v2."""
+    if sandbox.control_plane.serves_crds:
+        pytest.skip(NO_OPENAPI)
     with_flag = explain(kubectl, "tpujob.spec.capacity", EXPLAIN_V2)
     assert explain(kubectl, "tpujob.spec.capacity") == with_flag
 

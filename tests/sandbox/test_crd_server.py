@@ -63,12 +63,12 @@ def crd_object(group: str, versions: dict[str, bool], established: bool = True) 
     }
 
 
-def test_the_registrar_wants_every_served_version_of_every_crd():
+def test_the_registrar_wants_every_served_version_of_established_crds_only():
     crds = {
         "a": crd_object("a.example", {"v1": True, "v1beta1": False}),
         "b": crd_object("b.example", {"v2": True}, established=False),
     }
-    assert wanted(crds) == {("a.example", "v1"), ("b.example", "v2")}
+    assert wanted(crds) == {("a.example", "v1")}
     assert served_versions(crds["a"]) == [("a.example", "v1")]
 
 
