@@ -130,7 +130,7 @@ def build_crd_server(progress: Progress = stderr_progress) -> Path:
         workdir = cache.with_name(f"build-{cache.name}")
         shutil.rmtree(workdir, ignore_errors=True)
         (workdir / "debs").mkdir(parents=True)
-        progress(f"building the CRD server {version} into {cache} (once: download, unpack, about 3 minutes of Go)")
+        progress(f"building the CRD server {version} into {cache} (once: download, unpack, then Go: minutes)")
         progress(f"downloading {len(packages)} packages from Debian {SUITE}")
         run_step(["apt-get", *apt.options(), "-qq", "download", *packages], progress, cwd=workdir / "debs")
         root = workdir / "root"
