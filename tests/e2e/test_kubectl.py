@@ -86,7 +86,8 @@ SERVER_DESCRIBED = {
 # `kubectl explain` renders OpenAPI. Kubernetes 1.36's CRD server, run on its own as here, publishes no
 # OpenAPI for the CRDs it serves (its /openapi/v3 lists only its own group; /openapi/v2 is 404), and
 # kube-apiserver 1.20 in front aggregates only v2: on this test bed explain has no document for a TPUJob
-# (README, "Two API servers"). These two run where kube-apiserver serves the CRD itself (--crd-server in-process, envtest).
+# (README, "Two API servers"). These two run where kube-apiserver serves the CRD itself (envtest, or the
+# benches' --crd-server in-process).
 NO_OPENAPI = "the 1.36 CRD server publishes no OpenAPI for its CRDs: kubectl explain has nothing to render"
 
 
