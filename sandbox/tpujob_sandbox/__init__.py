@@ -43,6 +43,7 @@ _EXPORTS = {
     "install_crd": "operators",
     "install_peering_crds": "operators",
     "wait_crd_served": "operators",
+    "ensure_crd": "operators",
     "operator_kubeconfig": "operators",
     "token_kubeconfig": "operators",
     "operator_env": "operators",

@@ -62,9 +62,13 @@ def install_peering_crds(sandbox: Sandbox) -> None:
     """kopf's peering CRDs, as the chart ships them: the replicas' operator creates its object in one."""
     api = k8s.ApiextensionsV1Api(sandbox.api_client)
     for cluster_wide in (True, False):
-        definition = peering.peering_crd(cluster_wide)
-        _create_or_keep(api.create_custom_resource_definition, definition)
-        wait_crd_served(api, definition["metadata"]["name"])
+        ensure_crd(api, peering.peering_crd(cluster_wide))
+
+
+def ensure_crd(api: k8s.ApiextensionsV1Api, definition: dict[str, Any]) -> None:
+    """Create the CRD unless it exists, and return once it is served at the cluster's address."""
+    _create_or_keep(api.create_custom_resource_definition, definition)
+    wait_crd_served(api, definition["metadata"]["name"])
 
 
 def _create_or_keep(create: Callable[[dict[str, Any]], object], body: dict[str, Any]) -> None:

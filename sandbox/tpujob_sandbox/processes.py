@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from tpujob.localrun import free_ports
 
 _PR_SET_PDEATHSIG = 1
 
@@ -81,6 +81,24 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+# Below Linux's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default), from which every
+# outgoing connection on the machine takes its local port: a free port picked there can be taken by some
+# client between the pick and the server's bind (seen: etcd's "bind: address already in use" while the
+# other pytest worker ran). Servers that bind a port they are given do best outside it.
+SERVER_PORTS = range(20000, 32768)
+_picked: set[int] = set()  # this process's picks, never given twice
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on (the same helper `tpujob run --local` gives its workers)."""
-    return free_ports(1)[0]
+    """A loopback port nobody listens on, outside the ephemeral range."""
+    while True:
+        port = random.choice(SERVER_PORTS)
+        if port in _picked:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _picked.add(port)
+        return port

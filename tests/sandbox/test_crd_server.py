@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tpujob_sandbox import wait_crd_served, wait_for
+from tpujob_sandbox import ensure_crd, wait_crd_served, wait_for
 from tpujob_sandbox.aggregation import REGISTRAR_LABEL, api_service, served_versions
 from tpujob_sandbox.binaries.crdserver import kubernetes_version, package_version, wanted_packages
 from tpujob_sandbox.controlplane import ControlPlane
@@ -124,12 +124,7 @@ def widgets(sandbox):
     if not sandbox.control_plane.serves_crds:
         pytest.skip("this test bed serves custom resources from kube-apiserver itself")
     extensions = k8s.ApiextensionsV1Api(sandbox.api_client)
-    try:
-        extensions.create_custom_resource_definition(CRD)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    wait_crd_served(extensions, CRD["metadata"]["name"])
+    ensure_crd(extensions, CRD)
     yield extensions
     extensions.delete_custom_resource_definition(CRD["metadata"]["name"])
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from tests.sandbox.helpers import tpu_nodes
-from tpujob_sandbox import wait_crd_served, wait_for
+from tpujob_sandbox import ensure_crd, wait_for
 
 GROUP, VERSION, PLURAL, KIND = "sandbox-test.tpujob.dev", "v1", "owners", "Owner"
 CRD = {
@@ -34,14 +33,7 @@ CRD = {
 
 @pytest.fixture(scope="module")
 def owner_crd(sandbox):
-    extensions = k8s.ApiextensionsV1Api(sandbox.api_client)
-    try:
-        extensions.create_custom_resource_definition(CRD)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-
-    wait_crd_served(extensions, CRD["metadata"]["name"])
+    ensure_crd(k8s.ApiextensionsV1Api(sandbox.api_client), CRD)
     return CRD
 
 
