@@ -172,7 +172,7 @@ class Bench:
         # The garbage collector and quota monitors find a new resource at their next discovery (30 s);
         # until then the collector GETs each TPUJob owner it meets. Start when it watches TPUJobs.
         wait_for(
-            lambda: open_watches(self.api, c.GROUP, c.PLURAL) > 0,
+            lambda: open_watches(self.api, c.GROUP, c.PLURAL, bed.control_plane) > 0,
             timeout=120,
             what="kube-controller-manager to watch TPUJobs",
             interval=1.0,
