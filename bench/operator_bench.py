@@ -63,6 +63,7 @@ from kubernetes import client as k8s
 from race_measure import (
     ApiServerProfile,
     PodWatch,
+    add_crd_server_argument,
     audit_counts,
     command_line,
     controller_manager_flags,
@@ -390,16 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-audit", action="store_true", help="no API server audit log of TPUJob requests")
     parser.add_argument("--keep-audit", type=Path, help="copy each test bed's audit log into this folder")
     parser.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE", help="for the operator")
-    parser.add_argument(
-        "--crd-server",
-        choices=("1.36", "in-process"),
-        default="1.36",
-        help=(
-            "who serves the TPUJobs: 1.36, the test bed's Kubernetes 1.36 CRD server behind kube-apiserver's "
-            "aggregator (default); in-process, kube-apiserver 1.20's own CRD server, as GKE's runs inside "
-            "kube-apiserver (no hop)"
-        ),
-    )
+    add_crd_server_argument(parser)
     parser.add_argument("--tpu", default="v5p:2x2x2", help="TYPE:TOPOLOGY of every job (one slice)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a phase's pods")
     args = parser.parse_args(argv)

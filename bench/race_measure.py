@@ -60,6 +60,20 @@ def scrape_requests(api: k8s.ApiClient) -> Counter[RequestKey]:
     return counts
 
 
+def add_crd_server_argument(parser: Any) -> None:
+    """--crd-server, as every bench on the test bed takes it (ControlPlane.crd_server)."""
+    parser.add_argument(
+        "--crd-server",
+        choices=("1.36", "in-process"),
+        default="1.36",
+        help=(
+            "who serves the TPUJobs: 1.36, the test bed's Kubernetes 1.36 CRD server behind kube-apiserver's "
+            "aggregator (default); in-process, kube-apiserver 1.20's own CRD server, as GKE's runs inside "
+            "kube-apiserver (no hop)"
+        ),
+    )
+
+
 def crd_server_metrics(plane: Any) -> str:
     """The 1.36 CRD server's own /metrics (a TPUJob watch through the aggregator is counted there, not in
     kube-apiserver's, whose metrics count only what it serves itself), asked as the front proxy asks."""

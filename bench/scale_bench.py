@@ -63,6 +63,7 @@ from operator_bench import CREATE_THREADS, OPERATOR_USER, Bench
 from prometheus_client.parser import text_string_to_metric_families
 from race_measure import (
     PodWatch,
+    add_crd_server_argument,
     audit_kinds,
     cpu_of,
     create_namespace,
@@ -535,16 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, help="seconds per wait for pods / statuses; default 300 + N/10"
     )
-    parser.add_argument(
-        "--crd-server",
-        choices=("1.36", "in-process"),
-        default="1.36",
-        help=(
-            "who serves the TPUJobs: 1.36, the test bed's Kubernetes 1.36 CRD server behind kube-apiserver's "
-            "aggregator (default); in-process, kube-apiserver 1.20's own CRD server, as GKE's runs inside "
-            "kube-apiserver (no hop)"
-        ),
-    )
+    add_crd_server_argument(parser)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(
         "--memory-report",
