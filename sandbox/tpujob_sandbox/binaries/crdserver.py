@@ -20,7 +20,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from tpujob_sandbox.binaries.steps import BinariesUnavailable, Progress, run_step, stderr_progress
+from tpujob_sandbox.binaries.steps import (
+    BinariesUnavailable,
+    Progress,
+    build_failed,
+    run_step,
+    stderr_progress,
+)
 from tpujob_sandbox.machine import cache_root
 
 SUITE = "unstable"
@@ -141,10 +147,7 @@ def build_crd_server(progress: Progress = stderr_progress) -> Path:
         compile_server(root, workdir, progress)
         install_into_cache(workdir, root, cache)
     except subprocess.CalledProcessError as error:
-        raise BinariesUnavailable(
-            f"Building the CRD server failed at `{' '.join(map(str, error.cmd))[:300]}` "
-            f"(exit {error.returncode}); the log is above. " + HOW_TO_AVOID_THE_BUILD
-        ) from error
+        raise build_failed("the CRD server", error, HOW_TO_AVOID_THE_BUILD) from error
     shutil.rmtree(workdir, ignore_errors=True)
     progress(f"built the CRD server in {time.monotonic() - started:.0f} s")
     return cache

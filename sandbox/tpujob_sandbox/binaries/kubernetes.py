@@ -15,7 +15,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from tpujob_sandbox.binaries.steps import BinariesUnavailable, Progress, run_step, stderr_progress
+from tpujob_sandbox.binaries.steps import (
+    BinariesUnavailable,
+    Progress,
+    build_failed,
+    run_step,
+    stderr_progress,
+)
 from tpujob_sandbox.machine import apt_install, cache_root
 
 KUBERNETES_VERSION = "1.20.2"
@@ -89,10 +95,7 @@ def build_binaries(cache: Path, progress: Progress = stderr_progress) -> None:
         compile_targets(source, progress)
         install_into_cache(source, cache)
     except subprocess.CalledProcessError as error:
-        raise BinariesUnavailable(
-            f"Building the control plane failed at `{' '.join(map(str, error.cmd))}` "
-            f"(exit {error.returncode}); the log is above. " + HOW_TO_AVOID_THE_BUILD
-        ) from error
+        raise build_failed("the control plane", error, HOW_TO_AVOID_THE_BUILD) from error
     shutil.rmtree(workdir, ignore_errors=True)
     progress(f"built the control plane in {time.monotonic() - started:.0f} s")
 

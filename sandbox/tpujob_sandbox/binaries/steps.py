@@ -22,6 +22,15 @@ def stderr_progress(message: str) -> None:
     print(f"[tpujob sandbox] {message}", file=sys.stderr, flush=True)
 
 
+def build_failed(what: str, error: subprocess.CalledProcessError, how_to_avoid: str) -> BinariesUnavailable:
+    """The error for a build step that failed: the command (cut to a readable length), its exit code, and
+    how to do without the build."""
+    command = " ".join(map(str, error.cmd))[:300]
+    return BinariesUnavailable(
+        f"Building {what} failed at `{command}` (exit {error.returncode}); the log is above. " + how_to_avoid
+    )
+
+
 def missing_binaries(folder: Path, names: tuple[str, ...]) -> list[str]:
     return [name for name in names if not os.access(folder / name, os.X_OK)]
 
