@@ -233,6 +233,14 @@ class Rbac(Section):
     create: bool = Field(True, description="Create the (Cluster)Role and its binding.")
 
 
+class Kueue(Section):
+    enabled: bool = Field(
+        False,
+        description="Admit TPUJobs labelled kueue.x-k8s.io/queue-name through Kueue (TPUJOB_KUEUE): grants "
+        "the Workload permissions. Needs Kueue, with TPUJob in its integrations.externalFrameworks.",
+    )
+
+
 class Crds(Section):
     install: bool = Field(False, description="Render the CRD as a template (with helm --skip-crds).")
     keep: bool = Field(True, description="Keep the CRD on helm uninstall.")
@@ -298,6 +306,7 @@ class Values(Section):
         description="Watch only this namespace (TPUJOB_NAMESPACE); empty: every namespace.",
     )
     operator: Operator = Field(default_factory=Operator, description="How the operator works (TPUJOB_*).")
+    kueue: Kueue = Field(default_factory=Kueue, description="Kueue: queued TPUJobs admitted by its queues.")
     metrics: Metrics = Field(
         default_factory=Metrics,
         description=(

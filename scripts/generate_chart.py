@@ -21,7 +21,7 @@ import yaml
 
 from tpujob.api.crd import crd_yaml
 from tpujob.peering import peering_crd
-from tpujob.rbac import CLUSTER_RULES, RULES
+from tpujob.rbac import CLUSTER_RULES, KUEUE_CLUSTER_RULES, KUEUE_RULES, RULES
 
 # chart_values.py and dashboard.py sit next to this script; runpy (the drift test) does not put this
 # folder on sys.path.
@@ -77,6 +77,12 @@ def generated() -> dict[Path, str]:
         Path("files/rbac-cluster-rules.yaml"): HEADER
         + "# From tpujob.rbac.CLUSTER_RULES: added to the ClusterRole of a cluster-wide operator only.\n"
         + yaml.safe_dump(CLUSTER_RULES, sort_keys=False),
+        Path("files/rbac-kueue-rules.yaml"): HEADER
+        + "# From tpujob.rbac.KUEUE_RULES: added with kueue.enabled (jobs' Workloads, their LocalQueues).\n"
+        + yaml.safe_dump(KUEUE_RULES, sort_keys=False),
+        Path("files/rbac-kueue-cluster-rules.yaml"): HEADER
+        + "# From tpujob.rbac.KUEUE_CLUSTER_RULES: with kueue.enabled, for a cluster-wide operator only.\n"
+        + yaml.safe_dump(KUEUE_CLUSTER_RULES, sort_keys=False),
         Path("files/crd-no-cel.yaml"): crd_yaml(cel=False),
         **{
             Path(f"crds/{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"): HEADER

@@ -39,6 +39,12 @@ class OperatorConfig(BaseSettings):
         description="let spec.capacity.zoneFallbackSeconds move a queued flex-start request to the next zone "
         "(its pool is deleted, and its place in the queue with it); off: it stays queued in its zone",
     )
+    kueue: bool = Field(
+        False,
+        description="admit TPUJobs labelled kueue.x-k8s.io/queue-name through Kueue: the operator creates "
+        "each one's Workload and runs nothing until Kueue admits it (needs Kueue's CRDs and the chart's "
+        "kueue.enabled RBAC); off: such jobs wait, never run around their queue",
+    )
     namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")

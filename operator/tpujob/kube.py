@@ -211,6 +211,44 @@ class Kube:
         path = f"{_tpujobs(namespace)}/{name}"
         return self._deleted(path, Priority.STATUS, params={"propagationPolicy": propagation})
 
+    # --- Kueue (kueue.x-k8s.io/v1beta2) ----------------------------------------------------------
+
+    def create_workload(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when it exists already (its name is the job's: jobframework's)."""
+        return self._created(_kueue(namespace, "workloads"), body, Priority.WORKLOAD)
+
+    def patch_workload(self, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> str:
+        """A JSON merge patch of the Workload (its finalizers, spec.active) or of its status subresource; a
+        resourceVersion in it makes it conditional (409 when Kueue wrote in between: the next pass reads
+        again). The resourceVersion it wrote."""
+        path = f"{_kueue(namespace, 'workloads')}/{name}{'/status' if status else ''}"
+        answer = self._json("PATCH", path, Priority.WORKLOAD, body=patch, content_type=MERGE_PATCH)
+        return str(answer["metadata"]["resourceVersion"])
+
+    def delete_workload(self, namespace: str, name: str) -> bool:
+        return self._deleted(f"{_kueue(namespace, 'workloads')}/{name}", Priority.STATUS)
+
+    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """A ResourceFlavor, LocalQueue or WorkloadPriorityClass; None when there is none of that name."""
+        return self._get_or_none(f"{_kueue(namespace, plural)}/{name}")
+
+    def get_priority_class(self, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        answer = self._json("GET", "/apis/scheduling.k8s.io/v1/priorityclasses", Priority.WORKLOAD)
+        items: list[dict[str, Any]] = answer.get("items") or []
+        return items
+
+    def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        """WORKLOAD: a pass' read."""
+        try:
+            return self._json("GET", path, Priority.WORKLOAD)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
     # ---------------------------------------------------------------------------------------------
 
     def _created(self, path: str, body: dict[str, Any], priority: Priority) -> bool:
@@ -235,6 +273,11 @@ class Kube:
 def _tpujobs(namespace: str | None) -> str:
     scope = f"/namespaces/{namespace}" if namespace else ""
     return f"/apis/{c.GROUP}/{c.VERSION}{scope}/{c.PLURAL}"
+
+
+def _kueue(namespace: str | None, plural: str) -> str:
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"/apis/{c.KUEUE_GROUP}/{c.KUEUE_VERSION}{scope}/{plural}"
 
 
 def _peerings(namespace: str | None) -> str:

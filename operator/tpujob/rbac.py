@@ -40,10 +40,34 @@ CLUSTER_RULES: list[dict[str, Any]] = [
 ]
 
 
-def cluster_role(name: str) -> dict[str, Any]:
+# With Kueue (TPUJOB_KUEUE, the chart's kueue.enabled): what a Kueue job integration does with Workloads
+# (Kueue's jobframework RBAC markers: create, watch, update; status for its conditions), and what it reads
+# (the LocalQueue a job names).
+KUEUE_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [c.KUEUE_GROUP],
+        "resources": ["workloads"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {"apiGroups": [c.KUEUE_GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [c.KUEUE_GROUP], "resources": ["localqueues"], "verbs": ["get"]},
+]
+# Cluster-scoped, so a cluster-wide operator's only: the admission's flavors (their node labels and
+# tolerations go on the pods), and the classes a Workload's priority comes from.
+KUEUE_CLUSTER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [c.KUEUE_GROUP],
+        "resources": ["resourceflavors", "workloadpriorityclasses"],
+        "verbs": ["get"],
+    },
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list"]},
+]
+
+
+def cluster_role(name: str, kueue: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name},
-        "rules": RULES + CLUSTER_RULES,
+        "rules": RULES + CLUSTER_RULES + (KUEUE_RULES + KUEUE_CLUSTER_RULES if kueue else []),
     }

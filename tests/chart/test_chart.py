@@ -19,7 +19,7 @@ from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART, REPO
 from tpujob.api import constants as c
 from tpujob.config import ENVIRONMENT
-from tpujob.rbac import CLUSTER_RULES, RULES
+from tpujob.rbac import CLUSTER_RULES, KUEUE_CLUSTER_RULES, KUEUE_RULES, RULES
 
 SCENARIOS = {
     "default": None,
@@ -98,11 +98,26 @@ def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["args"] == ["operator"]
+    assert env_of(kinds["Deployment"][0])["TPUJOB_KUEUE"] == "false"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8000, "health": 8081}
     (service,) = kinds["Service"]
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_kueue_grants_the_workload_rules_cluster_wide_and_in_a_namespace(helm):
+    """kueue.enabled adds tpujob.rbac.KUEUE_RULES; the cluster-scoped KUEUE_CLUSTER_RULES only to a
+    ClusterRole (a Role cannot grant them)."""
+    (role,) = by_kind(render(helm, "--set", "kueue.enabled=true"))["ClusterRole"]
+    assert role["rules"] == RULES + CLUSTER_RULES + KUEUE_RULES + KUEUE_CLUSTER_RULES
+    (role,) = by_kind(render(helm, "--set", "kueue.enabled=true,watchNamespace=ml"))["Role"]
+    assert role["rules"] == RULES + KUEUE_RULES
+
+
+def env_of(deployment: dict) -> dict[str, str]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
 
 
 def test_every_operator_setting_is_a_value(helm):
@@ -112,6 +127,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "gke.project=p-123456,gke.location=europe-west4,gke.cluster=c1,gke.zone=europe-west4-a",
         "--set", "gke.endpoint=http://gke.local,watchNamespace=ml",
         "--set", "gke.upgradeShield=false,gke.flexStartZoneFallback=true",
+        "--set", "kueue.enabled=true",
         "--set", "metrics.port=9100,health.port=9101",
         "--set", "operator.resyncSeconds=7,operator.sweepSeconds=8,operator.workers=9",
         "--set", "operator.restartBackoffSeconds=3,operator.unschedulableGraceSeconds=4",
@@ -137,6 +153,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_GKE_ENDPOINT": "http://gke.local",
         "TPUJOB_GKE_UPGRADE_SHIELD": "false",
         "TPUJOB_GKE_FLEX_START_ZONE_FALLBACK": "true",
+        "TPUJOB_KUEUE": "true",
         "TPUJOB_NAMESPACE": "ml",
         "TPUJOB_METRICS_PORT": "9100",
         "TPUJOB_HEALTH_PORT": "9101",

@@ -44,7 +44,19 @@ def test_crd_has_status_subresource_printer_columns_and_cel():
     version = crd()["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [col["name"] for col in version["additionalPrinterColumns"]]
-    assert columns == ["Type", "Topology", "Slices", "Phase", "Restarts", "Reason", "Progress", "ETA", "Age"]
+    assert columns == [
+        "Type",
+        "Topology",
+        "Slices",
+        "Phase",
+        "Restarts",
+        "ClusterQueue",
+        "Reason",
+        "Progress",
+        "ETA",
+        "Age",
+        "Message",
+    ]
     reason = next(col for col in version["additionalPrinterColumns"] if col["name"] == "Reason")
     assert reason["jsonPath"] == ".status.reason"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]

@@ -21,7 +21,9 @@ class Reconciler:
         self.threads: set[int] = set()
         self.forgotten: list[str] = []
 
-    def reconcile(self, body: dict[str, Any], pods: list[Any], service_exists: bool) -> Outcome:
+    def reconcile(
+        self, body: dict[str, Any], pods: list[Any], service_exists: bool, workloads: Any = None
+    ) -> Outcome:
         name = body["metadata"]["name"]
         self.threads.add(threading.get_ident())
         if name in self.fail:

@@ -68,3 +68,14 @@ TRAINER_CONTAINER: Final = "trainer"
 # cloud-storage-fuse-csi-driver-ephemeral; GoogleCloudPlatform/gcs-fuse-csi-driver docs/usage.md).
 GCSFUSE_CSI_DRIVER: Final = "gcsfuse.csi.storage.gke.io"
 GCSFUSE_VOLUMES_ANNOTATION: Final = "gke-gcsfuse/volumes"
+
+# Kueue (kubernetes-sigs/kueue v0.19): a job labelled with a queue name is admitted through a Workload the
+# operator creates, as Kueue's job integrations do (pkg/controller/jobframework; names from
+# apis/kueue/v1beta2 and pkg/controller/constants).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+LABEL_QUEUE_NAME: Final = f"{KUEUE_GROUP}/queue-name"
+LABEL_PRIORITY_CLASS: Final = f"{KUEUE_GROUP}/priority-class"  # a WorkloadPriorityClass' name
+LABEL_KUEUE_JOB_UID: Final = f"{KUEUE_GROUP}/job-uid"  # on the Workload: its job's UID
+KUEUE_FINALIZER: Final = f"{KUEUE_GROUP}/resource-in-use"  # on the Workload until its job lets it go

@@ -151,6 +151,12 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Life-cycle phase"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "All restarts"},
     {
+        "name": "ClusterQueue",
+        "type": "string",
+        "jsonPath": ".status.queue.clusterQueue",
+        "description": "Kueue: the ClusterQueue the job waits in or was admitted by",
+    },
+    {
         "name": "Reason",
         "type": "string",
         "jsonPath": ".status.reason",
@@ -169,6 +175,13 @@ PRINTER_COLUMNS = [
         "description": "When training should end, at its recent pace",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": "Why the job is in its phase, in words (Kueue's, while it is queued)",
+        "priority": 1,
+    },
 ]
 
 

@@ -21,6 +21,7 @@ class Phase(enum.StrEnum):
     """status.phase: a readable summary of where the job is in its life cycle (the CRD's enum)."""
 
     PENDING = "Pending"
+    QUEUED = "Queued"  # waiting for Kueue to admit the job's Workload (kueue.x-k8s.io/queue-name)
     PROVISIONING = "Provisioning"
     STARTING = "Starting"
     RUNNING = "Running"
@@ -69,6 +70,13 @@ class Reason(enum.StrEnum):
     STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
     POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
     STALLED = "Stalled"  # the trainer's step did not move for spec.runPolicy.progressDeadlineSeconds
+    # Kueue: the job's Workload is created and waits; Kueue's own reasons (Pending, Inadmissible, Preempted,
+    # PodsReadyTimeout, ...) are quoted as Kueue writes them.
+    WORKLOAD_CREATED = "WorkloadCreated"
+    ADMITTED = "Admitted"
+    KUEUE_NOT_ENABLED = "KueueNotEnabled"  # labelled for a queue, but the operator runs without Kueue
+    KUEUE_UNAVAILABLE = "KueueUnavailable"  # the Workload API cannot be read or written
+    INVALID_FOR_KUEUE = "InvalidForKueue"  # a queued job Kueue's Workload cannot describe (over 18 slices)
 
 
 def _one_of(values: list[str]) -> str:
@@ -234,6 +242,35 @@ class Cost(ApiModel):
     )
 
 
+class QueueStatus(ApiModel):
+    """Where Kueue has the job: its queue, its Workload, the ClusterQueue and flavors that admitted it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(description="The LocalQueue (the label kueue.x-k8s.io/queue-name).")
+    workload: str | None = Field(default=None, description="The job's Workload (kueue.x-k8s.io/v1beta2).")
+    cluster_queue: str | None = Field(
+        default=None, description="The ClusterQueue the job waits in, or was admitted by."
+    )
+    queued_since: str | None = Field(
+        default=None,
+        description="When the job last began waiting for admission (RFC 3339); unset once admitted.",
+    )
+    admitted_time: str | None = Field(default=None, description="When Kueue last admitted it (RFC 3339).")
+    flavors: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_STATUS_ENTRIES,
+        description="The ResourceFlavors of the admission, by pod set (slice-0, ...): Kueue's assignment.",
+    )
+    evictions: int = Field(
+        default=0,
+        description="Times Kueue evicted the job (preempted, PodsReady timeout, ...): not restarts.",
+    )
+    pending_workloads: int | None = Field(
+        default=None, description="Workloads pending in the LocalQueue, as Kueue last counted them."
+    )
+
+
 class TPUJobStatus(ApiModel):
     """Written by the operator only."""
 
@@ -291,4 +328,7 @@ class TPUJobStatus(ApiModel):
     )
     cost: Cost | None = Field(
         default=None, description="TPU chip-seconds the job held, and those spent productively."
+    )
+    queue: QueueStatus | None = Field(
+        default=None, description="Kueue: the job's queue and Workload, for a job labelled with a queue name."
     )

@@ -42,6 +42,15 @@ SERVICE_RESOURCE = references.Resource(
     namespaced=True,
     verbs=frozenset({"list", "watch"}),
 )
+# Kueue's Workloads the operator made (one per job labelled kueue.x-k8s.io/queue-name), with TPUJOB_KUEUE.
+WORKLOAD_RESOURCE = references.Resource(
+    group=c.KUEUE_GROUP,
+    version=c.KUEUE_VERSION,
+    plural="workloads",
+    kind="Workload",
+    namespaced=True,
+    verbs=frozenset({"list", "watch"}),
+)
 # After a watch fails past kopf's own retries (its stream raises): wait, then watch again.
 RESTART_SECONDS = 5.0
 
@@ -118,14 +127,21 @@ async def watch_owned(
     cache: OwnedCache,
     on_change: Callable[[str, Mapping[str, Any], JobKey], None],
     on_listed: Callable[[set[JobKey]], None],
+    on_failure: Callable[[str], None] | None = None,
 ) -> None:
     """Feed `cache` from the resource's watch, forever: `on_change(type, body, key)` for each watch event
-    of an owned object, `on_listed(changed jobs)` at the end of each listing."""
+    of an owned object, `on_listed(changed jobs)` at the end of each listing. With `on_failure`, a watch
+    that fails is said there (once per problem, and "" when it lists again) instead of logged each time:
+    an API that may not be installed (Kueue's)."""
     where = references.NamespaceName(namespace) if namespace is not None else None
+    said = ""
     while True:
         try:
             async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
                 if event is watching.Bookmark.LISTED:
+                    if said and on_failure is not None:
+                        said = ""
+                        on_failure("")
                     on_listed(cache.listing_ended())
                 elif isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
                     continue
@@ -135,6 +151,16 @@ async def watch_owned(
                     on_change(event["type"], event["object"], key)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("watching %s failed; watching again in %.0f s", resource.plural, RESTART_SECONDS)
+        except Exception as error:
+            if on_failure is None:
+                log.exception(
+                    "watching %s failed; watching again in %.0f s", resource.plural, RESTART_SECONDS
+                )
+            else:
+                what = f"{resource.plural}.{resource.group}/{resource.version}"
+                problem = f"the operator cannot watch {what}: {error}"
+                if problem != said:
+                    log.warning("%s (is Kueue installed, and the chart's kueue.enabled set?)", problem)
+                    said = problem
+                    on_failure(problem)
         await asyncio.sleep(RESTART_SECONDS)

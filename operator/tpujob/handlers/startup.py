@@ -13,11 +13,11 @@ from tpujob import gke, kube, kubelogin, metrics, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import owned
-from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, pod_changed
+from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
-from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings, pod_view
+from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings, pod_view, workload_view
 
 log = logging.getLogger(__name__)
 # How long a stopping operator keeps sending its waiting status writes, and then its queued Events.
@@ -71,7 +71,7 @@ def set_peering(settings: kopf.OperatorSettings, config: OperatorConfig, priorit
 def watch_only_owned(settings: kopf.OperatorSettings) -> None:
     """kopf watches only the operator's own pods and Services: the API server filters them by label, so
     the handlers and indexes filter nothing, and pods of other workloads cost the operator nothing."""
-    for resource in (PODS, SERVICES):
+    for resource in (PODS, SERVICES, WORKLOADS):
         settings.watching.label_selectors[resource] = OWNED_SELECTOR
 
 
@@ -142,6 +142,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         progress_reads_per_second=config.progress_reads_per_second,
         confirm_before_create=config.peering is not None,
         flex_start_zone_fallback=config.gke_flex_start_zone_fallback,
+        kueue=config.kueue,
     )
     reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.peering is not None:
@@ -162,7 +163,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime: Runtime = memo.runtime
     pods, services = owned.OwnedCache(pod_view), owned.OwnedCache(lambda _: True)
-    runtime.indexes = Indexes({}, pods, services)  # the jobs' map is filled by their watch handler
+    workloads = owned.OwnedCache(workload_view) if runtime.config.kueue else None
+    runtime.indexes = Indexes({}, pods, services, workloads)  # the jobs' map is filled by their watch handler
 
     def listed(changed: set[tuple[str, str]]) -> None:
         if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed
@@ -193,6 +195,29 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
             owned.watch_owned(settings, owned.SERVICE_RESOURCE, namespace, services, lambda *_: None, listed)
         ),
     ]
+    if workloads is not None:
+        observer = runtime.reconciler.observer
+
+        def workloads_listed(changed: set[tuple[str, str]]) -> None:
+            for job in changed:  # the first listing too: a pass holds queued jobs until it (queue.py)
+                request_pass(runtime, *job)
+
+        def workload_failed(problem: str) -> None:
+            observer.kueue_problem = problem
+
+        runtime.tasks.append(
+            asyncio.create_task(
+                owned.watch_owned(
+                    settings,
+                    owned.WORKLOAD_RESOURCE,
+                    namespace,
+                    workloads,
+                    lambda _type, _body, job: request_pass(runtime, *job),
+                    workloads_listed,
+                    on_failure=workload_failed,
+                )
+            )
+        )
 
 
 @kopf.on.cleanup()

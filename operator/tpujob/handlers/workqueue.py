@@ -40,6 +40,8 @@ class Indexes:
     jobs: JobIndex
     pods: Mapping[tuple[str, str], list[Any]]
     services: Mapping[tuple[str, str], list[Any]]
+    # Kueue's Workloads by job (status.WorkloadView), with TPUJOB_KUEUE; None without.
+    workloads: Any = None
 
 
 class KeyedLocks:
@@ -128,8 +130,8 @@ def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
 
 
 # What a pass reads, under its job's lock: the job as indexed (indexes.IndexedJob), its pods, whether its
-# Service exists.
-PassState = tuple[Any, list[Any], bool]
+# Service exists, its Workloads (None: not listed, or no Workload watch).
+PassState = tuple[Any, list[Any], bool, list[Any] | None]
 
 
 def _job_uid(runtime: Runtime, key: tuple[str, str]) -> str | None:
@@ -150,16 +152,23 @@ def _begin(runtime: Runtime, key: tuple[str, str], uid: str) -> PassState | None
     indexed = list(_values(runtime.indexes.jobs, key))
     if not indexed or indexed[0].deleting:
         return None
-    return indexed[0], list(_values(runtime.indexes.pods, key)), any(_values(runtime.indexes.services, key))
+    workloads = runtime.indexes.workloads
+    listed = list(_values(workloads, key)) if workloads is not None and workloads.listed else None
+    return (
+        indexed[0],
+        list(_values(runtime.indexes.pods, key)),
+        any(_values(runtime.indexes.services, key)),
+        listed,
+    )
 
 
 def _run_pass(reconciler: Reconciler, key: tuple[str, str], state: PassState) -> Outcome | None:
     """One pass, in a worker thread. None: this replica stood down mid-pass (the one that leads now
     takes it from here). The job's body is decoded here, not while the pass waits for a thread (in a
     burst, thousands wait)."""
-    indexed, pods, service_exists = state
+    indexed, pods, service_exists, workloads = state
     try:
-        return reconciler.reconcile(indexed.body(), pods, service_exists)
+        return reconciler.reconcile(indexed.body(), pods, service_exists, workloads)
     except NotLeading:
         return None
     except Exception:

@@ -4,6 +4,7 @@ Synchronous I/O (Kubernetes and GKE clients), run by the kopf handlers in worker
 pass per job at a time. Idempotent: creating what exists and deleting what is gone are no-ops, so
 a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 
+- kueue: what a pass reads of Kueue (the job's Workload, its flavors, its LocalQueue, its priority);
 - observe: what a pass sees (pods, pools while they change, the cluster, maintenance notices);
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
 - act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics; returns what happened;
@@ -12,6 +13,7 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 """
 
 from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest
+from tpujob.reconciler.kueue import workload_view
 from tpujob.reconciler.observe import Settings, pod_view
 from tpujob.reconciler.passes import Outcome, Reconciler
 
@@ -23,4 +25,5 @@ __all__ = [
     "Settings",
     "event_manifest",
     "pod_view",
+    "workload_view",
 ]

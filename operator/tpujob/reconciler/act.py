@@ -21,6 +21,7 @@ from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
 from tpujob.render import plan as render
+from tpujob.render import workload as render_workload
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,13 @@ class Actions:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
             self.ensure_finalizer(meta)
             for slice_index in decision.create_pools:
-                request = render.node_pool(job, cluster, slice_index, zone=decision.status.zone)
+                request = render.node_pool(
+                    job,
+                    cluster,
+                    slice_index,
+                    zone=decision.status.zone,
+                    placement=decision.placement.get(slice_index),
+                )
                 operation, error = self.create_pool(request)
                 if (
                     error is not None
@@ -137,6 +144,8 @@ class Actions:
                 applied.delete_refused = True
         if job is not None and (decision.create_pods or decision.create_service):
             applied.pods_refused = self._create_workers(job, decision, cluster, now)
+        if decision.workload and job is not None:
+            applied.workload_conflict = not self.write_workload(meta, job, decision.workload, cluster)
         return applied
 
     def _create_workers(self, job: TPUJob, decision: s.Decision, cluster: Cluster, now: dt.datetime) -> str:
@@ -145,7 +154,15 @@ class Actions:
         # New pods avoid nodes whose announced maintenance comes before this.
         avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
         pods = [
-            render.pod(job, cluster, i, w, decision.status.attempt, avoid_maintenance_before=avoid)
+            render.pod(
+                job,
+                cluster,
+                i,
+                w,
+                decision.status.attempt,
+                avoid_maintenance_before=avoid,
+                placement=decision.placement.get(i),
+            )
             for i, w in decision.create_pods
         ]
         names = [pod["metadata"]["name"] for pod in pods]
@@ -165,6 +182,49 @@ class Actions:
         if service is not None:
             self.memory.service_created(uid)
         return ""
+
+    def write_workload(
+        self, meta: dict[str, Any], job: TPUJob, writes: s.WorkloadWrites, cluster: Cluster
+    ) -> bool:
+        """The Workload's writes, in the order a Kueue integration makes them: created (after the job's own
+        finalizer: a deletion must let it go), its conditions (and admission cleared), spec.active, then its
+        finalizer released. False when Kueue wrote it in between (409): the next pass reads it again."""
+        namespace = meta["namespace"]
+        if writes.create:
+            self.ensure_finalizer(meta)
+            priority = writes.priority or render_workload.PriorityFact()
+            self.api.create_workload(namespace, render_workload.workload(job, cluster, priority))
+            return True
+        version = writes.resource_version
+        try:
+            if writes.conditions is not None:
+                status: dict[str, Any] = {"conditions": writes.conditions}
+                if writes.clear_admission:
+                    status["admission"] = None
+                version = self.api.patch_workload(
+                    namespace,
+                    writes.name,
+                    {"metadata": {"resourceVersion": version}, "status": status},
+                    status=True,
+                )
+            if writes.active is not None:
+                version = self.api.patch_workload(
+                    namespace,
+                    writes.name,
+                    {"metadata": {"resourceVersion": version}, "spec": {"active": writes.active}},
+                )
+            if writes.release_finalizer:
+                kept = [f for f in writes.finalizers if f != c.KUEUE_FINALIZER]
+                self.api.patch_workload(
+                    namespace, writes.name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
+                )
+        except kube.ApiError as error:
+            if error.status == 409:
+                return False
+            if error.status == 404:  # gone meanwhile: the next pass creates the job's next one
+                return True
+            raise
+        return True
 
     # --- GKE -------------------------------------------------------------------------------------
 

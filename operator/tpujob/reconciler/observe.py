@@ -17,6 +17,7 @@ from tpujob.api import constants as c
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
+from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
@@ -183,6 +184,8 @@ class Settings:
     confirm_before_create: bool = True
     # TPUJOB_GKE_FLEX_START_ZONE_FALLBACK: a queued flex-start request may be moved to the next zone.
     flex_start_zone_fallback: bool = False
+    # TPUJOB_KUEUE: jobs labelled kueue.x-k8s.io/queue-name are admitted through Kueue's Workloads.
+    kueue: bool = False
 
 
 class Observer:
@@ -207,10 +210,19 @@ class Observer:
         # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
         self.maintenance: dict[str, int] = {}
         self.maintenance_forbidden = False
+        self.kueue = KueueReader(api, settings.kueue)
+        # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
+        self.kueue_problem = ""
 
     def observe(
-        self, job: TPUJob, pods: list[s.PodView], service_exists: bool, now: dt.datetime
+        self,
+        job: TPUJob,
+        pods: list[s.PodView],
+        service_exists: bool,
+        now: dt.datetime,
+        workloads: list[s.WorkloadView] | None = None,
     ) -> s.Observed:
+        """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them)."""
         uid = job.metadata.uid or ""
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
         in_flight = self.memory.pods_in_flight(uid, pods)
@@ -237,6 +249,7 @@ class Observer:
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
+            queue=self.kueue.view(job, workloads, self.kueue_problem),
         )
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))

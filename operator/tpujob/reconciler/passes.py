@@ -106,16 +106,32 @@ class Reconciler:
         self.observer.refresh_maintenance()
 
     def release_pools(self, body: dict[str, Any]) -> list[str]:
-        return self.releaser.release_pools(body)
+        """A deleted job: its pools' deletes started (the names GKE still has), and its Workload let go."""
+        remaining = self.releaser.release_pools(body)
+        self.releaser.release_workload(body)
+        return remaining
 
     def sweep_orphans(self, namespace: str | None = None) -> list[str]:
         return self.releaser.sweep_orphans(namespace)
 
-    def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+    def reconcile(
+        self,
+        body: dict[str, Any],
+        pods: list[s.PodView],
+        service_exists: bool,
+        workloads: list[s.WorkloadView] | None = None,
+    ) -> Outcome:
+        """`workloads`: Kueue's, as the Workload watch has them for the job (None: not listed, no watch)."""
         with metrics.RECONCILE_DURATION.time(), metrics.RECONCILE_ERRORS.count_exceptions():
-            return self._reconcile(body, pods, service_exists)
+            return self._reconcile(body, pods, service_exists, workloads)
 
-    def _reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
+    def _reconcile(
+        self,
+        body: dict[str, Any],
+        pods: list[s.PodView],
+        service_exists: bool,
+        workloads: list[s.WorkloadView] | None,
+    ) -> Outcome:
         meta, now = body["metadata"], dt.datetime.now(dt.UTC)  # the pass' one clock
         status_before = self.memory.current_status(body)
         status = TPUJobStatus.model_validate(status_before)
@@ -129,7 +145,7 @@ class Reconciler:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)
         else:
-            observed = self.observer.observe(job, pods, service_exists, now)
+            observed = self.observer.observe(job, pods, service_exists, now, workloads)
             decision = s.decide(observed)
         if (
             decision.creates

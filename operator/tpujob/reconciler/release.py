@@ -7,12 +7,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tpujob import kube
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, parse_tpujob
+from tpujob.api import constants as c
 from tpujob.api.spec import NodePoolPolicy
 from tpujob.gke import NodePools
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.observe import Observer
+from tpujob.render import workload as render_workload
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,35 @@ class Releaser:
         if not remaining:
             self.forget(body["metadata"]["uid"])
         return remaining
+
+    def release_workload(self, body: dict[str, Any]) -> None:
+        """A deleted job's Kueue Workload: its finalizer released and the Workload deleted, as Kueue's
+        integrations do when their job goes (jobframework finalizeWorkloads), so its quota is free at once."""
+        meta = body["metadata"]
+        if not self.observer.kueue.enabled or c.LABEL_QUEUE_NAME not in (meta.get("labels") or {}):
+            return
+        name = render_workload.workload_name_of(meta["name"], meta["uid"])
+        api = self.actions.api
+        try:
+            found = api.get_kueue_object("workloads", name, meta["namespace"])
+            if found is None:
+                return
+            finalizers = found["metadata"].get("finalizers") or []
+            if c.KUEUE_FINALIZER in finalizers:
+                api.patch_workload(
+                    meta["namespace"],
+                    name,
+                    {
+                        "metadata": {
+                            "resourceVersion": found["metadata"]["resourceVersion"],
+                            "finalizers": [f for f in finalizers if f != c.KUEUE_FINALIZER],
+                        }
+                    },
+                )
+            api.delete_workload(meta["namespace"], name)
+        except kube.ApiError as error:
+            if error.status != 404:
+                raise
 
     def sweep_orphans(self, namespace: str | None = None) -> list[str]:
         """Delete pools labelled as ours whose TPUJob no longer exists.

@@ -7,7 +7,7 @@ are Kubernetes manifests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpujob import tpu
@@ -43,6 +43,17 @@ class Cluster:
     def zones(self) -> tuple[str, ...]:
         """The operator's zones (TPUJOB_GKE_ZONE, comma-separated): every job's default list."""
         return tuple(z.strip() for z in self.zone.split(",") if z.strip())
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a Kueue admission puts on one slice: node selectors and tolerations on its pods, node labels and
+    taints on the pool the operator creates for it (Kueue's podset.PodSetInfo, from the assigned flavors)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    node_labels: dict[str, str] = field(default_factory=dict)
+    node_taints: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,8 +155,15 @@ def without_upgrade_shield(pool: dict[str, Any]) -> dict[str, Any] | None:
     return {key: value for key, value in pool.items() if key != "maintenancePolicy"}
 
 
-def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None = None) -> dict[str, Any]:
-    """One slice's node pool as the GKE REST API's NodePool, in `zone` (default: the job's first zone)."""
+def node_pool(
+    job: TPUJob,
+    cluster: Cluster,
+    slice_index: int,
+    zone: str | None = None,
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """One slice's node pool as the GKE REST API's NodePool, in `zone` (default: the job's first zone); with
+    a Kueue admission's `placement`, its nodes carry the assigned flavors' node labels and taints."""
     shape = slice_shape(job)
     capacity = job.spec.capacity
     labels = pool_ownership_labels(job, slice_index)
@@ -160,6 +178,11 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         # --workload-metadata=GKE_METADATA with Workload Identity). Scopes: see DEFAULT_OAUTH_SCOPES.
         "oauthScopes": list(pool_spec.oauth_scopes),
     }
+    if placement is not None and (placement.node_labels or placement.node_taints):
+        # Kubernetes labels on the nodes only: a flavor's label keys need not be valid GCE resource labels.
+        config["labels"] = {**placement.node_labels, **labels}
+        if placement.node_taints:
+            config["taints"] = [_gke_taint(taint) for taint in placement.node_taints]
     if pool_spec.gvnic:
         # gVNIC: the faster NIC for DCN traffic between slices (xpk enables it on every pool it makes).
         config["gvnic"] = {"enabled": True}
@@ -214,6 +237,23 @@ def node_pool(job: TPUJob, cluster: Cluster, slice_index: int, zone: str | None 
         else:
             pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": shape.topology}
     return pool
+
+
+# GKE's names for a Kubernetes taint effect (container_v1.NodeTaint.Effect).
+GKE_TAINT_EFFECTS = {
+    "NoSchedule": "NO_SCHEDULE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+}
+
+
+def _gke_taint(taint: dict[str, str]) -> dict[str, str]:
+    effect = taint.get("effect") or "NoSchedule"
+    return {
+        "key": taint["key"],
+        "value": taint.get("value") or "",
+        "effect": GKE_TAINT_EFFECTS.get(effect, effect),
+    }
 
 
 def node_pools(job: TPUJob, cluster: Cluster) -> list[dict[str, Any]]:
@@ -373,9 +413,11 @@ def pod(
     attempt: int = 0,
     *,
     avoid_maintenance_before: int | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """One TPU host's pod; with `avoid_maintenance_before` (Unix seconds), never on a node whose announced
-    maintenance comes sooner (it would stop the slice again)."""
+    maintenance comes sooner (it would stop the slice again); with a Kueue admission's `placement`, on its
+    flavors' nodes (their node labels as selectors, their tolerations)."""
     shape = slice_shape(job)
     trainer = job.spec.trainer
     hostnames = [naming.worker_address(job, slice_index, w) for w in range(shape.hosts)]
@@ -430,6 +472,13 @@ def pod(
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     metadata = _metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels)
     merge_pod(spec, metadata, job.spec.pod)  # sidecars, volumes, pull secrets, ...: after the operator's part
+    if placement is not None:
+        # Kueue's flavor assignment only picks flavors whose labels agree with the pod's own selectors.
+        spec["nodeSelector"] = {**placement.node_selector, **spec["nodeSelector"]}
+        spec["tolerations"] = [
+            *spec["tolerations"],
+            *(t for t in placement.tolerations if t not in spec["tolerations"]),
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

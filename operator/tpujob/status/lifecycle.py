@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress
+from tpujob.status import failures, progress, queue
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -45,37 +45,47 @@ from tpujob.status.startup import startup_timed_out, why_not_started
 
 def decide(observed: Observed) -> Decision:
     b = Builder(observed)
+    _decide(b)
+    queue.follow_up(b)  # Kueue: the Workload told what the pass decided (Finished, PodsReady, active)
+    return b.finish()
+
+
+def _decide(b: Builder) -> None:
     status = b.status
     if status.phase in TERMINAL_PHASES and status.reason != Reason.INVALID_SPEC:
         _finished(b)
-        return b.finish()
+        return
     if status.reason == Reason.INVALID_SPEC:  # the spec was fixed: start over
         status.phase, status.reason, status.message = Phase.PENDING, "", ""
         status.conditions = [c for c in status.conditions if c.type != "Failed"]
     if b.job.spec.run_policy.suspend:
         _suspend(b)
-        return b.finish()
+        return
     if status.phase == Phase.SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
         status.attempt += 1
         status.start_time = None
         b.condition("Suspended", False, "Resumed", "the job was resumed")
+    if not queue.admitted(b):
+        # Kueue has not admitted the job: nothing of it runs, and its clocks (activeDeadlineSeconds) start
+        # when it is admitted, as a suspended Job's do when it resumes.
+        status.start_time = None
+        return
     if status.start_time is None:
         status.start_time = timestamp(b.now)
         if status.phase is None:
             b.set_phase(Phase.PENDING, "Created", "the operator accepted the job")
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b, status.attempt))
     if _deadline_passed(b):
-        return b.finish()
+        return
     place(b)
     if restart_for_recreation(b):
         # GKE's upgrade or repair disrupted the slice: restarted; the pools recorded (and waited for, while
         # GKE still works on them); the new attempt's workers come in a later pass.
         pools_ready(b)
-        return b.finish()
+        return
     if not pools_ready(b):
-        return b.finish()
+        return
     _run_workers(b)
-    return b.finish()
 
 
 def _finished(b: Builder) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
+from tpujob.render.plan import Placement
+from tpujob.render.workload import PriorityFact
 
 # Phases a job never leaves.
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -200,6 +203,55 @@ class ProgressSample:
 
 
 @dataclass(frozen=True)
+class FlavorView:
+    """A Kueue ResourceFlavor as read: what it puts on the pods it admits (nodeLabels as node selectors,
+    tolerations) and on the nodes it stands for (nodeTaints), as Kueue's podset.FromAssignment reads it."""
+
+    name: str
+    node_labels: dict[str, str] = field(default_factory=dict)
+    node_taints: tuple[dict[str, str], ...] = ()
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """The job's Kueue Workload as the watch last showed it (conditions, admission: Kueue's wire form)."""
+
+    name: str
+    resource_version: str
+    owner_uid: str = ""  # its controller's UID: the job it belongs to
+    conditions: tuple[dict[str, Any], ...] = ()
+    admission: dict[str, Any] | None = None  # status.admission: clusterQueue, podSetAssignments
+    active: bool = True
+    deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+    generation: int = 0
+
+    def condition(self, type_: str) -> dict[str, Any] | None:
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        found = self.condition(type_)
+        return found is not None and found.get("status") == "True"
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What a pass knows of a job labelled kueue.x-k8s.io/queue-name: the operator's Kueue setting, its
+    Workload (once the Workload watch has listed), the admission's flavors and the LocalQueue."""
+
+    name: str  # the LocalQueue
+    enabled: bool = True  # TPUJOB_KUEUE: the operator runs as a Kueue job integration
+    known: bool = True  # the Workload watch has listed: `workload` None means there is none
+    workload: WorkloadView | None = None
+    flavors: dict[str, FlavorView] = field(default_factory=dict)  # the admission's, by name (missing: unread)
+    cluster_queue: str = ""  # the LocalQueue's spec.clusterQueue ("" not known)
+    pending_workloads: int | None = None  # the LocalQueue's status.pendingWorkloads
+    priority: PriorityFact | None = None  # read only while a Workload is to be created
+    problem: str = ""  # why Kueue's API cannot be used now ("" none)
+
+
+@dataclass(frozen=True)
 class Observed:
     job: TPUJob
     now: dt.datetime
@@ -241,6 +293,8 @@ class Observed:
     # zoneFallbackSeconds (the operator's TPUJOB_GKE_FLEX_START_ZONE_FALLBACK): off by default, as the move
     # gives up the request's place in Dynamic Workload Scheduler's queue.
     flex_start_zone_fallback: bool = False
+    # Kueue: None for a job without the queue-name label (admitted by nobody: it runs as it always did).
+    queue: QueueView | None = None
 
     @property
     def status(self) -> TPUJobStatus:
@@ -252,6 +306,28 @@ class Event:
     type: str  # Normal or Warning
     reason: str
     message: str
+
+
+@dataclass
+class WorkloadWrites:
+    """What a pass writes to the job's Workload, as a Kueue job integration does (jobframework)."""
+
+    # The Workload as the pass saw it: the writes are conditional on its resourceVersion.
+    name: str = ""
+    resource_version: str = ""
+    finalizers: tuple[str, ...] = ()
+    create: bool = False
+    priority: PriorityFact | None = None  # of the Workload to create
+    # The whole new status.conditions (Kueue's wire form), and whether status.admission goes with them.
+    conditions: list[dict[str, Any]] | None = None
+    clear_admission: bool = False
+    active: bool | None = None  # spec.active to set (a suspended job deactivates its Workload)
+    release_finalizer: bool = False  # kueue.x-k8s.io/resource-in-use, once the job lets the Workload go
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.create or self.conditions is not None or self.active is not None or self.release_finalizer
+        )
 
 
 @dataclass
@@ -267,6 +343,9 @@ class Decision:
     delete_job: bool = False
     # Pool creates withheld for a reason that is a refusal (placement.py): backed off like GKE's refusals.
     refused: dict[int, GKEError] = field(default_factory=dict)
+    # Kueue: the Workload's writes, and each slice's placement from its admission (empty: none).
+    workload: WorkloadWrites = field(default_factory=WorkloadWrites)
+    placement: dict[int, Placement] = field(default_factory=dict)
 
     @property
     def creates(self) -> bool:
@@ -340,12 +419,18 @@ __all__ = [
     "WARNING_REASONS",
     "Decision",
     "Event",
+    "FlavorView",
     "GKEError",
     "Observed",
+    "Placement",
     "PodView",
     "PolicyFact",
     "PoolView",
+    "PriorityFact",
     "ProgressSample",
+    "QueueView",
+    "WorkloadView",
+    "WorkloadWrites",
     "expected_workers",
     "is_infrastructure_failure",
     "parse_timestamp",

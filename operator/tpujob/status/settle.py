@@ -39,6 +39,8 @@ class Applied:
     # When the refused pool creates (GKE's, or the decision's own: placement) may be asked again: the
     # operator's backoff for this job, which counts refusals in a row across passes.
     retry_refused_after: float | None = None
+    # Kueue wrote the Workload between the pass' read and its write (409): the next pass reads it again.
+    workload_conflict: bool = False
 
 
 def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Applied) -> Decision:
@@ -73,6 +75,8 @@ def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Ap
         settled.requeue(FIRST_POLL_SECONDS)
     if applied.pods_refused:
         settled.requeue(POD_REFUSED_RETRY_SECONDS)
+    if applied.workload_conflict:
+        settled.requeue(FIRST_POLL_SECONDS)
     return settled
 
 

@@ -1,0 +1,379 @@
+"""Kueue: a job labelled kueue.x-k8s.io/queue-name runs only while Kueue admits its Workload. The operator
+plays the part of a Kueue job integration (Kueue v0.19 pkg/controller/jobframework/reconciler.go,
+ReconcileGenericJob), with its pods and pools as the job's "active" part:
+
+- no Workload: create one (step 3, handleJobWithNoWorkload), once nothing of the job runs;
+- the Workload being deleted: stop the job, then let the Workload go (step 1.1);
+- Evicted: stop the job (step 6, stopJob); once nothing of it holds TPUs, clear the admission as the
+  integration does (Requeued, QuotaReserved=False "Pending", Admitted=False, no status.admission);
+- not admitted: nothing runs (steps 7 and 8); admitted: the job runs with the flavors' node selectors and
+  tolerations (startJob, podset.FromAssignment);
+- while admitted, the PodsReady condition for waitForPodsReady (step 5, generatePodsReadyCondition);
+- the job finished: Finished on the Workload (step 3), then its finalizer released.
+
+Pure: the Workload as the watch showed it in, the writes out (Decision.workload).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from tpujob.api.constants import KUEUE_FINALIZER
+from tpujob.api.status import Phase, QueueStatus, Reason, WorkerCounts
+from tpujob.render.plan import Placement
+from tpujob.render.workload import MAX_POD_SETS, pod_set_name
+from tpujob.status.builder import Builder, fail, known_pools, release
+from tpujob.status.model import (
+    POOL_RELEASED_STATES,
+    TERMINAL_PHASES,
+    FlavorView,
+    QueueView,
+    WorkloadView,
+    expected_workers,
+    timestamp,
+)
+
+# Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+REQUEUED = "Requeued"
+FINISHED = "Finished"
+PODS_READY = "PodsReady"
+# Evictions after which Kueue's integration sets Requeued=True (reconciler.go step 6).
+REQUEUED_EVICTIONS = frozenset({"Preempted", "NodeFailures"})
+# Node labels GKE sets on a pool's nodes itself: a flavor's labels under these prefixes select GKE's own
+# nodes, and are never asked of GKE as a pool's labels.
+GKE_OWN_LABEL_PREFIXES = ("cloud.google.com/", "kubernetes.io/", "node.kubernetes.io/", "k8s.io/")
+
+
+def admitted(b: Builder) -> bool:
+    """Whether the job may hold TPUs in this pass. A job without the queue label always may; a queued one
+    only while Kueue admits its Workload, else everything of it is released (and its status says why)."""
+    queue = b.observed.queue
+    if queue is None:
+        return True
+    record = b.status.queue or QueueStatus(name=queue.name)
+    b.status.queue = record.model_copy(update={"name": queue.name})
+    if not queue.enabled:
+        _hold(
+            b,
+            Reason.KUEUE_NOT_ENABLED,
+            f"the job asks for LocalQueue {queue.name} (label kueue.x-k8s.io/queue-name), but this operator "
+            "runs without Kueue (TPUJOB_KUEUE; the chart's kueue.enabled): it never runs a queued job around "
+            "its queue. Enable Kueue in the operator, or remove the label",
+        )
+        return False
+    if not queue.known:
+        # The Workload watch has not listed yet (or Kueue's API is not served): nothing changes, so a job
+        # Kueue admitted keeps running; said once there is a problem to say.
+        if queue.problem and b.status.phase in (None, Phase.PENDING, Phase.QUEUED):
+            b.set_phase(Phase.QUEUED, Reason.KUEUE_UNAVAILABLE, queue.problem)
+        b.decision.requeue(b.observed.poll_provisioning_seconds * 2)
+        return False
+    if b.job.spec.tpu.slices > MAX_POD_SETS:
+        fail(
+            b,
+            Reason.INVALID_FOR_KUEUE,
+            f"spec.tpu.slices is {b.job.spec.tpu.slices}, and a Kueue Workload holds at most {MAX_POD_SETS} "
+            "pod sets (one per slice): run at most 18 slices through Kueue, or remove the label "
+            "kueue.x-k8s.io/queue-name",
+        )
+        return False
+    workload = queue.workload
+    if workload is not None:
+        _seen(b, workload)
+    if workload is None or workload.deleting:
+        _no_workload(b, queue, workload)
+        return False
+    if workload.is_true(FINISHED):
+        # Kueue finished it (a permanent failure to start): it will never be admitted again.
+        condition = workload.condition(FINISHED) or {}
+        fail(
+            b,
+            condition.get("reason") or FINISHED,
+            f"Kueue finished Workload {workload.name}: {condition.get('message') or 'no message'}",
+        )
+        return False
+    if workload.is_true(EVICTED):
+        _evicted(b, workload)
+        return False
+    if not workload.is_true(QUOTA_RESERVED) or not workload.is_true(ADMITTED):
+        _pending(b, queue, workload)
+        return False
+    return _admit(b, queue, workload)
+
+
+def _seen(b: Builder, workload: WorkloadView) -> None:
+    """The Workload the pass' writes are about (conditional on the resourceVersion it saw)."""
+    writes = b.decision.workload
+    writes.name, writes.resource_version, writes.finalizers = (
+        workload.name,
+        workload.resource_version,
+        workload.finalizers,
+    )
+
+
+def _hold(b: Builder, reason: str, message: str) -> None:
+    """Queued: nothing of the job holds TPUs."""
+    release(b, keep_finished_pods=False)
+    b.status.starting_since = None
+    if b.status.queue is not None and b.status.queue.queued_since is None:
+        b.status.queue.queued_since = timestamp(b.now)
+    b.set_phase(Phase.QUEUED, reason, message)
+    b.condition("Running", False, reason, message)
+    if b.decision.delete_pools:
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
+
+
+def _holds_nothing(b: Builder) -> bool:
+    """No pod of the job lives and every pool it made is gone or going: its TPUs are free for others
+    (jobframework's !job.IsActive())."""
+    if any(p.phase not in ("Succeeded", "Failed") or p.lingering for p in b.observed.pods):
+        return False
+    return all(p.state in POOL_RELEASED_STATES for p in known_pools(b))
+
+
+def _no_workload(b: Builder, queue: QueueView, workload: WorkloadView | None) -> None:
+    assert b.status.queue is not None
+    if workload is not None:  # being deleted: stopped first, then let go (reconciler.go step 1.1)
+        _hold(
+            b,
+            Reason.WORKLOAD_CREATED,
+            f"Workload {workload.name} is being deleted: the job waits for a new one",
+        )
+        if _holds_nothing(b) and KUEUE_FINALIZER in workload.finalizers:
+            b.decision.workload.release_finalizer = True
+        return
+    priority = queue.priority
+    if priority is not None and priority.error:
+        _hold(b, Reason.KUEUE_UNAVAILABLE, priority.error)
+        return
+    where = f"ClusterQueue {queue.cluster_queue}" if queue.cluster_queue else f"LocalQueue {queue.name}"
+    _hold(b, Reason.WORKLOAD_CREATED, f"waiting for Kueue to admit the job in {where}")
+    if _holds_nothing(b):  # handleJobWithNoWorkload: not while the job still has active pods
+        b.decision.workload.create = True
+        b.decision.workload.priority = priority
+    else:
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
+
+
+def _evicted(b: Builder, workload: WorkloadView) -> None:
+    """Kueue took the admission back (preempted, PodsReady timeout, deactivated, queue stopped): the job
+    stops (SIGTERM and the grace period: the trainer checkpoints), not counted as a restart, and waits to
+    be admitted again; its next attempt resumes from the checkpoint."""
+    condition = workload.condition(EVICTED) or {}
+    reason = condition.get("reason") or EVICTED
+    message = condition.get("message") or "evicted by Kueue"
+    record = b.status.queue
+    assert record is not None
+    if b.previous_phase != Phase.QUEUED and b.previous_phase is not None:
+        # The eviction is new to this job: its running attempt ends; the next one starts afresh.
+        record.evictions += 1
+        record.queued_since = timestamp(b.now)
+        b.status.attempt += 1
+        b.status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
+        b.status.progress = None
+    _hold(b, reason, f"evicted by Kueue: {message}")
+    if b.decision.delete_pods or b.decision.delete_pools:
+        return
+    if workload.is_true(QUOTA_RESERVED) and _holds_nothing(b):
+        # reconciler.go step 6: the job is no longer active, so the integration clears the admission.
+        conditions = list(workload.conditions)
+        conditions = set_condition(
+            conditions, REQUEUED, reason in REQUEUED_EVICTIONS, reason, message, b.now, workload.generation
+        )
+        conditions = set_condition(
+            conditions, QUOTA_RESERVED, False, "Pending", message, b.now, workload.generation
+        )
+        if any(c.get("type") == ADMITTED for c in conditions):  # SyncAdmittedCondition
+            conditions = set_condition(
+                conditions,
+                ADMITTED,
+                False,
+                "NoReservation",
+                "The workload has no reservation",
+                b.now,
+                workload.generation,
+            )
+        b.decision.workload.conditions = conditions
+        b.decision.workload.clear_admission = True
+    elif workload.is_true(QUOTA_RESERVED):
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
+
+
+def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
+    """Waiting for Kueue: its reason and message as Kueue wrote them (QuotaReserved=False), or its
+    admission checks."""
+    record = b.status.queue
+    assert record is not None
+    record.workload = workload.name
+    record.cluster_queue = queue.cluster_queue or record.cluster_queue
+    record.pending_workloads = queue.pending_workloads
+    record.flavors = {}
+    reserved = workload.condition(QUOTA_RESERVED) or {}
+    if workload.is_true(QUOTA_RESERVED):
+        reason, message = "QuotaReserved", "quota reserved; waiting for the Workload's admission checks"
+    else:
+        reason = reserved.get("reason") or "Pending"
+        message = reserved.get("message") or f"waiting for Kueue to admit Workload {workload.name}"
+    where = f"ClusterQueue {record.cluster_queue}" if record.cluster_queue else f"LocalQueue {queue.name}"
+    waiting = (
+        f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
+        if (queue.pending_workloads)
+        else ""
+    )
+    _hold(b, reason, f"queued in {where}: {message}{waiting}")
+    if workload.condition(PODS_READY) is not None:
+        _report_pods_ready(b, workload, ready=False)
+
+
+def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
+    """Admitted: each slice's placement from the assigned flavors; False while a flavor is unread."""
+    record = b.status.queue
+    assert record is not None
+    admission = workload.admission or {}
+    assignments = {a.get("name"): a for a in admission.get("podSetAssignments") or []}
+    flavors: dict[str, str] = {}
+    for index in range(b.job.spec.tpu.slices):
+        assigned = (assignments.get(pod_set_name(index)) or {}).get("flavors") or {}
+        names = sorted(set(assigned.values()))
+        missing = [n for n in names if n not in queue.flavors]
+        if missing:
+            _hold(b, Reason.KUEUE_UNAVAILABLE, f"ResourceFlavor {missing[0]} of the admission cannot be read")
+            return False
+        b.decision.placement[index] = placement([queue.flavors[n] for n in names])
+        flavors[pod_set_name(index)] = ",".join(names)
+    newly = b.previous_phase in (None, Phase.PENDING, Phase.QUEUED)
+    record.workload = workload.name
+    record.cluster_queue = admission.get("clusterQueue") or record.cluster_queue
+    record.flavors = flavors
+    record.pending_workloads = None
+    if newly or record.admitted_time is None:
+        admitted_at = (workload.condition(ADMITTED) or {}).get("lastTransitionTime") or timestamp(b.now)
+        record.admitted_time = admitted_at
+        b.event(
+            "Normal",
+            Reason.ADMITTED,
+            f"admitted by ClusterQueue {record.cluster_queue} ({_flavors_text(flavors)})",
+        )
+    record.queued_since = None
+    return True
+
+
+def _flavors_text(flavors: dict[str, str]) -> str:
+    return ", ".join(f"{pod_set}: {names}" for pod_set, names in flavors.items()) or "no flavors"
+
+
+def placement(flavors: list[FlavorView]) -> Placement:
+    """What the flavors put on a slice's pods and its pool (podset.FromAssignment: nodeLabels as node
+    selectors, tolerations; nodeTaints on the nodes, which Kueue's flavor assignment already checked the
+    pods tolerate)."""
+    selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    taints: list[dict[str, str]] = []
+    for flavor in flavors:
+        selector.update(flavor.node_labels)
+        tolerations.extend(t for t in flavor.tolerations if t not in tolerations)
+        taints.extend(t for t in flavor.node_taints if t not in taints)
+    node_labels = {k: v for k, v in selector.items() if not k.startswith(GKE_OWN_LABEL_PREFIXES)}
+    return Placement(
+        node_selector=selector,
+        tolerations=tuple(tolerations),
+        node_labels=node_labels,
+        node_taints=tuple(taints),
+    )
+
+
+def follow_up(b: Builder) -> None:
+    """After the pass decided: a finished job finishes its Workload (reconciler.go step 3) and then lets it
+    go; an admitted one reports PodsReady (step 5). Nothing for a job without the queue label."""
+    queue = b.observed.queue
+    if queue is None or not queue.enabled or not queue.known or queue.workload is None:
+        return
+    workload = queue.workload
+    _seen(b, workload)
+    if b.status.phase in TERMINAL_PHASES:
+        if not workload.is_true(FINISHED):
+            succeeded = b.status.phase == Phase.SUCCEEDED
+            b.decision.workload.conditions = set_condition(
+                list(workload.conditions),
+                FINISHED,
+                True,
+                "Succeeded" if succeeded else "Failed",
+                b.status.message or b.status.phase,
+                b.now,
+                workload.generation,
+            )
+        if KUEUE_FINALIZER in workload.finalizers:
+            b.decision.workload.release_finalizer = True
+        return
+    if b.status.phase == Phase.SUSPENDED:
+        if workload.active:  # a suspended job gives its quota back: its Workload is deactivated
+            b.decision.workload.active = False
+        return
+    if not workload.active:
+        b.decision.workload.active = True  # resumed
+    if workload.is_true(ADMITTED) and not workload.is_true(EVICTED):
+        workers = b.status.workers
+        _report_pods_ready(b, workload, ready=workers.running + workers.succeeded >= workers.expected > 0)
+
+
+def _report_pods_ready(b: Builder, workload: WorkloadView, ready: bool) -> None:
+    """PodsReady as generatePodsReadyCondition words it, written only when it changes."""
+    current = workload.condition(PODS_READY)
+    if not workload.is_true(ADMITTED):
+        wanted = (False, "WaitForStart", "Not all pods are ready or succeeded")
+    elif ready:
+        recovering = current is not None and current.get("reason") in ("WaitForRecovery", "Recovered")
+        wanted = (
+            True,
+            "Recovered" if recovering else "Started",
+            "All pods reached readiness and the workload is running",
+        )
+    elif current is not None and (
+        current.get("status") == "True" or current.get("reason") == "WaitForRecovery"
+    ):
+        wanted = (False, "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+    else:
+        wanted = (False, "WaitForStart", "Not all pods are ready or succeeded")
+    if (
+        current is not None
+        and (current.get("status") == ("True" if wanted[0] else "False"))
+        and current.get("reason") == wanted[1]
+    ):
+        return
+    base = (
+        b.decision.workload.conditions
+        if b.decision.workload.conditions is not None
+        else list(workload.conditions)
+    )
+    b.decision.workload.conditions = set_condition(base, PODS_READY, *wanted, b.now, workload.generation)
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """apimeta.SetStatusCondition on Kueue's wire form: lastTransitionTime moves only when status flips;
+    the message truncated as Kueue truncates it (api.TruncateConditionMessage: 32 KiB)."""
+    wanted = "True" if status else "False"
+    current = next((c for c in conditions if c.get("type") == type_), None)
+    moved = current is None or current.get("status") != wanted
+    updated = {
+        "type": type_,
+        "status": wanted,
+        "reason": reason,
+        "message": message[: 32 * 1024],
+        "lastTransitionTime": timestamp(now)
+        if moved or current is None
+        else current.get("lastTransitionTime"),
+        "observedGeneration": generation,
+    }
+    return [c for c in conditions if c.get("type") != type_] + [updated]
