@@ -110,9 +110,10 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                 ),
                 _panel(
                     "Longest wait by phase",
-                    "How long the longest-waiting TPUJob has been Pending, Provisioning (a stockout shows "
-                    "here long before any histogram), Starting or Restarting, from its status' times (an "
-                    "operator restart does not reset it); 0: none. Alert on Provisioning.",
+                    "How long the longest-waiting TPUJob has been Pending, Queued (for Kueue's admission), "
+                    "Provisioning (a stockout shows here long before any histogram), Starting or Restarting, "
+                    "from its status' times (an operator restart does not reset it); 0: none. Alert on "
+                    "Provisioning.",
                     [
                         (
                             "(time() - min by (phase) (tpujob_phase_oldest_since_timestamp_seconds > 0)) "
@@ -120,6 +121,14 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                             "{{phase}}",
                         )
                     ],
+                    "s",
+                ),
+                _panel(
+                    "Kueue: time queued until admitted",
+                    "How long TPUJobs labelled kueue.x-k8s.io/queue-name waited for Kueue to admit them "
+                    "(tpujob_queued_seconds, per admission: the first, and again after an eviction). Jobs "
+                    "waiting now: Queued in Jobs by phase; the longest wait: Longest wait by phase.",
+                    _quantiles("tpujob_queued_seconds_bucket"),
                     "s",
                 ),
                 _panel(

@@ -88,6 +88,15 @@ TIME_TO_RUNNING = Histogram(
     "From TPUJob start to every worker running (first time per job).",
     buckets=PROVISIONING_BUCKETS,
 )
+# Kueue: a queued job can wait for hours or days behind its ClusterQueue's quota.
+QUEUED_BUCKETS = (1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+QUEUED_SECONDS = Histogram(
+    "tpujob_queued_seconds",
+    "Kueue: from a TPUJob beginning to wait for admission (its Workload created, or evicted) to Kueue "
+    "admitting it, per admission, by the ClusterQueue that admitted it.",
+    ["cluster_queue"],
+    buckets=QUEUED_BUCKETS,
+)
 RECONCILE_DURATION = Histogram(
     "tpujob_reconcile_duration_seconds", "One reconcile pass of one TPUJob.", buckets=RECONCILE_BUCKETS
 )
@@ -182,6 +191,16 @@ RESYNC_ROUND_END = Gauge(
 )
 
 
+def queued_seconds(before: TPUJobStatus, after: TPUJobStatus) -> float | None:
+    """How long the job waited for the admission this pass saw (None: it saw none)."""
+    if before.queue is None or after.queue is None or not before.queue.queued_since:
+        return None
+    if not after.queue.admitted_time or after.queue.admitted_time == before.queue.admitted_time:
+        return None
+    waited = s.parse_timestamp(after.queue.admitted_time) - s.parse_timestamp(before.queue.queued_since)
+    return max(waited.total_seconds(), 0.0)
+
+
 class JobsByPhase(Collector):
     """tpujob_jobs{phase}, and tpujob_phase_oldest_since_timestamp_seconds{phase}: computed at scrape time
     from the statuses the reconciler last saw. The second answers "since when has the longest-waiting job been
@@ -208,8 +227,8 @@ class JobsByPhase(Collector):
         oldest = GaugeMetricFamily(
             "tpujob_phase_oldest_since_timestamp_seconds",
             "Unix time the longest-waiting TPUJob in each waiting phase began its wait, from its status "
-            "(Pending: startTime, Provisioning: provisioningSince, Starting: startingSince, Restarting: "
-            "lastRestartTime); 0 when no job waits there.",
+            "(Pending: startTime, Queued: queue.queuedSince, Provisioning: provisioningSince, Starting: "
+            "startingSince, Restarting: lastRestartTime); 0 when no job waits there.",
             labels=["phase"],
         )
         with self._lock:
@@ -334,6 +353,8 @@ class PassRecorder:
         if after.running_time and not before.running_time and after.start_time:
             started = s.parse_timestamp(after.start_time)
             TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())
+        if (queued := queued_seconds(before, after)) is not None:
+            QUEUED_SECONDS.labels(after.queue.cluster_queue or "").observe(queued)  # type: ignore[union-attr]
         if (problem := start_problem(after)) and problem != start_problem(before):
             WORKER_START_PROBLEMS.labels(problem).inc()
         self._pools(before, after, now)

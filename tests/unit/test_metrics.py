@@ -150,3 +150,16 @@ def test_every_phase_has_its_jobs_series_from_phase_itself():
     """The phase gauges iterate api.status.Phase: a new phase gets its series (0) with no second list."""
     phases = {item.labels["phase"] for family in metrics.JOBS_BY_PHASE.collect() for item in family.samples}
     assert phases == {phase.value for phase in Phase}
+
+
+def test_time_queued_is_observed_once_per_admission():
+    from tpujob.api.status import QueueStatus, TPUJobStatus
+    from tpujob.metrics import queued_seconds
+
+    waiting = TPUJobStatus(queue=QueueStatus(name="q", queued_since="2026-11-27T10:00:00Z"))
+    admitted = TPUJobStatus(
+        queue=QueueStatus(name="q", cluster_queue="cq", admitted_time="2026-11-27T10:05:00Z")
+    )
+    assert queued_seconds(waiting, admitted) == 300.0
+    assert queued_seconds(admitted, admitted) is None  # the same admission, seen again
+    assert queued_seconds(TPUJobStatus(), admitted) is None  # no wait recorded before

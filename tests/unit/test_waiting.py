@@ -9,7 +9,7 @@ from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
 from tpujob.api.job import TPUJob
-from tpujob.api.status import Phase, TPUJobStatus
+from tpujob.api.status import Phase, QueueStatus, TPUJobStatus
 from tpujob.render import naming
 from tpujob.status.waiting import WAITING_PHASES, waiting_since
 
@@ -60,6 +60,10 @@ def test_each_waiting_phase_counts_from_its_status_time_and_the_others_from_none
         "2026-11-21T11:00:00Z"
     )
     assert {p for p in Phase if waiting_since(_every_time(p)) is not None} == set(WAITING_PHASES)
+    queued = TPUJobStatus(
+        phase=Phase.QUEUED, queue=QueueStatus(name="q", queued_since="2026-11-21T10:00:00Z")
+    )
+    assert waiting_since(queued) == "2026-11-21T10:00:00Z"
 
 
 def test_a_flex_start_queue_goes_on_counting_the_same_wait():
@@ -86,4 +90,5 @@ def _every_time(phase: Phase) -> TPUJobStatus:
         last_restart_time=when,
         running_time=when,
         completion_time=when,
+        queue=QueueStatus(name="team-a", queued_since=when),
     )

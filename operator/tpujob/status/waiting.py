@@ -9,11 +9,13 @@ from collections.abc import Callable
 from tpujob.api.status import Phase, TPUJobStatus
 
 # The phases that are a wait, and the status time each one's wait is counted from: Pending since startTime,
+# Queued since queue.queuedSince (Kueue has not admitted it),
 # Provisioning since provisioningSince (the job began waiting for its node pools; a zone fallback or a
 # flex-start queue goes on counting), Starting since startingSince (the attempt began starting its workers),
 # Restarting since lastRestartTime.
 _SINCE: dict[Phase, Callable[[TPUJobStatus], str | None]] = {
     Phase.PENDING: lambda status: status.start_time,
+    Phase.QUEUED: lambda status: status.queue.queued_since if status.queue else None,
     Phase.PROVISIONING: lambda status: status.provisioning_since,
     Phase.STARTING: lambda status: status.starting_since,
     Phase.RESTARTING: lambda status: status.last_restart_time,
