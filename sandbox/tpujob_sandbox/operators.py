@@ -35,9 +35,9 @@ RESYNC_SECONDS = 2.0
 
 
 def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
-    """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount, with the
-    operator's periods shortened so tests see its reactions within seconds, and its GKE poll at the
-    simulated GKE's time scale."""
+    """The operator's settings on the test bed, under the chart's least-privilege ServiceAccount (with its
+    kueue.enabled rules), with the operator's periods shortened so tests see its reactions within seconds,
+    and its GKE poll at the simulated GKE's time scale."""
     return {
         **os.environ,
         "KUBECONFIG": str(operator_kubeconfig(sandbox, folder / "kubeconfig")),
@@ -55,6 +55,9 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_UNSCHEDULABLE_GRACE_SECONDS": "1",
         "TPUJOB_STARTUP_GRACE_SECONDS": "1",
         "TPUJOB_POLL_PROVISIONING_SECONDS": str(poll_provisioning_seconds(sandbox.gke.time_scale)),
+        # As the chart with kueue.enabled: queued jobs go through Kueue (when its CRDs are installed), and
+        # every other test proves a job without the label runs as it always did.
+        "TPUJOB_KUEUE": "true",
     }
 
 
@@ -192,7 +195,7 @@ def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
         rbac.create_cluster_role,
         rbac.read_cluster_role,
         rbac.replace_cluster_role,
-        cluster_role(OPERATOR_ACCOUNT),
+        cluster_role(OPERATOR_ACCOUNT, kueue=True),
     )
     return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 

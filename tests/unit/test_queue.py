@@ -185,7 +185,7 @@ def test_eviction_stops_the_job_uncounted_then_clears_the_admission():
     evicted = condition(
         "Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to prioritization"
     )
-    queue = admitted_queue(evicted)
+    queue = admitted_queue(condition("PodsReady", "True", "Started"), evicted)
     stopping = step(live, queue, pods=pods(job, 0, "Running"), pools=ready_pools(job))
     assert sorted(stopping.delete_pods) == sorted(p.name for p in pods(job, 0, "Running"))
     assert stopping.delete_pools == [naming.node_pool_name(job, 0)]
@@ -202,6 +202,7 @@ def test_eviction_stops_the_job_uncounted_then_clears_the_admission():
     assert (by_type["Requeued"]["status"], by_type["Requeued"]["reason"]) == ("True", "Preempted")
     assert (by_type["QuotaReserved"]["status"], by_type["QuotaReserved"]["reason"]) == ("False", "Pending")
     assert (by_type["Admitted"]["status"], by_type["Admitted"]["reason"]) == ("False", "NoReservation")
+    assert (by_type["PodsReady"]["status"], by_type["PodsReady"]["reason"]) == ("False", "WaitForStart")
     assert by_type["Evicted"] == evicted  # Kueue's own, untouched
 
 

@@ -55,7 +55,8 @@ def queue_name(job: TPUJob) -> str | None:
 def pod_set(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]:
     """One slice: its hosts, each a pod like its worker 0's (requests, node selectors, tolerations)."""
     worker = pod(job, cluster, slice_index, 0)
-    labels = {k: v for k, v in worker["metadata"]["labels"].items() if k != c.LABEL_WORKER}
+    per_pod = (c.LABEL_WORKER, c.LABEL_ATTEMPT)  # a pod set stands for every attempt's hosts
+    labels = {k: v for k, v in worker["metadata"]["labels"].items() if k not in per_pod}
     return {
         "name": pod_set_name(slice_index),
         "count": slice_shape(job).hosts,

@@ -70,6 +70,8 @@ WARNING_REASONS = frozenset(
         Reason.POD_REJECTED,
         Reason.NODE_UPGRADE,
         Reason.NODE_REPAIR,
+        Reason.KUEUE_NOT_ENABLED,
+        Reason.KUEUE_UNAVAILABLE,
         *CONTAINER_START_PROBLEMS,
     }
 )

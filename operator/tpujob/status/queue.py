@@ -41,6 +41,8 @@ EVICTED = "Evicted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
+# generatePodsReadyCondition's words for pods not (yet) ready.
+NOT_READY = "Not all pods are ready or succeeded"
 # Evictions after which Kueue's integration sets Requeued=True (reconciler.go step 6).
 REQUEUED_EVICTIONS = frozenset({"Preempted", "NodeFailures"})
 # Node labels GKE sets on a pool's nodes itself: a flavor's labels under these prefixes select GKE's own
@@ -187,6 +189,10 @@ def _evicted(b: Builder, workload: WorkloadView) -> None:
         conditions = set_condition(
             conditions, QUOTA_RESERVED, False, "Pending", message, b.now, workload.generation
         )
+        if any(c.get("type") == PODS_READY for c in conditions):  # generatePodsReadyCondition, unadmitted
+            conditions = set_condition(
+                conditions, PODS_READY, False, "WaitForStart", NOT_READY, b.now, workload.generation
+            )
         if any(c.get("type") == ADMITTED for c in conditions):  # SyncAdmittedCondition
             conditions = set_condition(
                 conditions,
@@ -324,7 +330,7 @@ def _report_pods_ready(b: Builder, workload: WorkloadView, ready: bool) -> None:
     """PodsReady as generatePodsReadyCondition words it, written only when it changes."""
     current = workload.condition(PODS_READY)
     if not workload.is_true(ADMITTED):
-        wanted = (False, "WaitForStart", "Not all pods are ready or succeeded")
+        wanted = (False, "WaitForStart", NOT_READY)
     elif ready:
         recovering = current is not None and current.get("reason") in ("WaitForRecovery", "Recovered")
         wanted = (
@@ -337,7 +343,7 @@ def _report_pods_ready(b: Builder, workload: WorkloadView, ready: bool) -> None:
     ):
         wanted = (False, "WaitForRecovery", "At least one pod has failed, waiting for recovery")
     else:
-        wanted = (False, "WaitForStart", "Not all pods are ready or succeeded")
+        wanted = (False, "WaitForStart", NOT_READY)
     if (
         current is not None
         and (current.get("status") == ("True" if wanted[0] else "False"))
