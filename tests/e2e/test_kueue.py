@@ -1,0 +1,205 @@
+"""TPUJobs on a cluster that runs Kueue: Kueue v0.19.2's real CRDs on the test bed's 1.36 server, its
+admission simulated (tpujob_sandbox.kueue), the operator as a Kueue job integration. A labelled job is
+admitted by its queue, never around it; a job without the label runs as it always did."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.manifests import base_job, plain_job
+from tests.workloads import EXAMPLES, example_workload
+from tpujob.api import constants as c
+from tpujob.api.constants import PROGRESS_LINE_PREFIX
+from tpujob.render.workload import workload_name_of
+from tpujob_sandbox import wait_for
+
+V5E_2X2 = {"type": "v5e", "topology": "2x2"}  # one host, 4 chips
+V5P_2X2X4 = {"type": "v5p", "topology": "2x2x4"}  # four hosts of 4 chips
+V5E_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x2"}
+V5P_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice", "cloud.google.com/gke-tpu-topology": "2x2x4"}
+
+
+def queued(manifest: dict, queue: str, priority_class: str | None = None) -> dict:
+    labels = {c.LABEL_QUEUE_NAME: queue}
+    if priority_class:
+        labels[c.LABEL_PRIORITY_CLASS] = priority_class
+    manifest["metadata"]["labels"] = labels
+    return manifest
+
+
+def workload_of(jobs, kueue, name: str) -> dict:
+    uid = jobs.get(name)["metadata"]["uid"]
+    return kueue.workload(jobs.namespace, workload_name_of(name, uid))
+
+
+def condition(workload: dict, kind: str) -> dict:
+    return next((x for x in (workload.get("status") or {}).get("conditions") or [] if x["type"] == kind), {})
+
+
+def pools_of(gke, name: str) -> list[str]:
+    return [pool for pool in gke.node_pools() if f"tj-{name}-" in pool]
+
+
+def test_every_examples_workload_is_accepted_by_kueues_own_schema(kueue, namespace, custom):
+    """The 1.36 server judges each example's Workload under Kueue's CRD (its OpenAPI schema and CEL)."""
+    for path in EXAMPLES:
+        body = example_workload(path)
+        body["metadata"]["namespace"] = namespace
+        body["metadata"].pop("ownerReferences")  # the example job does not exist here
+        custom.create_namespaced_custom_object(
+            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+        )
+    # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule).
+    body = example_workload(EXAMPLES[0])
+    body["metadata"].update(namespace=namespace, ownerReferences=[])
+    body["spec"]["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "x"}
+    del body["spec"]["priority"]
+    with pytest.raises(k8s.ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+        )
+    assert "priority should not be nil when priorityClassRef is set" in refused.value.body
+
+
+def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(jobs, gke, kubelet, kueue):
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    cluster_queue = kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}})
+    queue = kueue.local_queue(jobs.namespace, cluster_queue)
+    jobs.create(queued(plain_job("first", tpu=V5E_2X2), queue))
+    (first_pod,) = jobs.wait_pods_running("first", 1, timeout=60)
+    jobs.create(queued(plain_job("second", tpu=V5E_2X2), queue))
+    waiting = wait_for(
+        lambda: (s := jobs.status("second")).get("reason") == "Pending" and s,
+        timeout=30,
+        what="the second job to wait for quota",
+        last_state=lambda: jobs.status("second"),
+    )
+    assert waiting["phase"] == "Queued"
+    assert waiting["queue"]["clusterQueue"] == cluster_queue
+    assert f"insufficient unused quota for {c.TPU_RESOURCE} in flavor {flavor}" in waiting["message"]
+    # Nothing of it exists: no pool asked of GKE, no pod.
+    assert pools_of(gke, "second") == [] and jobs.pods("second") == []
+    assert [p for p in gke.calls_log if "second" in p] == [] if hasattr(gke, "calls_log") else True
+    # The first ends: its Workload is Finished and the second is admitted into the freed quota.
+    kubelet.succeed(jobs.namespace, first_pod.metadata.name)
+    jobs.wait_phase("first", "Succeeded", timeout=60)
+    finished = condition(workload_of(jobs, kueue, "first"), "Finished")
+    assert (finished.get("status"), finished.get("reason")) == ("True", "Succeeded")
+    (second_pod,) = jobs.wait_pods_running("second", 1, timeout=60)
+    status = jobs.status("second")
+    assert status["queue"]["flavors"] == {"slice-0": flavor}
+    assert [e.reason for e in jobs.events("second")].count("Admitted") == 1
+    kubelet.succeed(jobs.namespace, second_pod.metadata.name)
+    jobs.wait_phase("second", "Succeeded", timeout=60)
+
+
+TRAINER_STEPS = 100000
+
+
+@pytest.mark.trainer
+def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_checkpoint(
+    jobs, gke, kubelet, kueue, trainer_image, tmp_path
+):
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    cluster_queue = kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}, preemption="LowerPriority")
+    queue = kueue.local_queue(jobs.namespace, cluster_queue)
+    low, high = kueue.priority_class(100, prefix="low"), kueue.priority_class(1000, prefix="high")
+    # The real trainer: it checkpoints every second and on SIGTERM, and resumes from its checkpoint.
+    manifest = base_job("low", tpu=V5E_2X2)
+    manifest["spec"]["trainer"] = {
+        "image": trainer_image,
+        "args": ["--steps", "3000", "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
+                 "--checkpoint-interval-seconds", "1", "--progress", "log"],
+        "checkpointDir": str(tmp_path / "checkpoints"),
+    }  # fmt: skip
+    jobs.create(queued(manifest, queue, low))
+    jobs.wait_pods_running("low", 1, timeout=120)
+    low_pools = wait_for(lambda: pools_of(gke, "low"), timeout=30, what="the low job's pool")
+    wait_for(
+        lambda: condition(workload_of(jobs, kueue, "low"), "PodsReady").get("status") == "True",
+        timeout=30,
+        what="the low job's PodsReady",
+    )
+    jobs.create(queued(plain_job("high", tpu=V5E_2X2), queue, high))
+    evicted = wait_for(
+        lambda: (s := jobs.status("low")).get("reason") == "Preempted" and s,
+        timeout=30,
+        what="the low job preempted",
+        last_state=lambda: jobs.status("low"),
+    )
+    since = time.monotonic()
+    assert evicted["phase"] == "Queued" and "evicted by Kueue" in evicted["message"]
+    # Its pods and pools go within the grace period its workers get to checkpoint (30 s).
+    wait_for(lambda: not jobs.pods("low", attempt=0), timeout=30, what="the low job's pods to go")
+    wait_for(lambda: not (set(low_pools) & set(gke.node_pools())), timeout=30, what="the low job's pool to go")
+    assert time.monotonic() - since < 30
+    status = jobs.status("low")
+    assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] == 1
+    # The higher job runs in the freed quota, then ends.
+    (high_pod,) = jobs.wait_pods_running("high", 1, timeout=60)
+    kubelet.succeed(jobs.namespace, high_pod.metadata.name)
+    jobs.wait_phase("high", "Succeeded", timeout=60)
+    # The lower one is admitted again and resumes from the checkpoint its first attempt saved.
+    done = jobs.wait_phase("low", "Succeeded", timeout=300)
+    assert done.get("restarts", 0) == 0 and done["queue"]["evictions"] == 1
+    (pod,) = jobs.pods("low", attempt=1)
+    message = pod.status.container_statuses[0].state.terminated.message or ""
+    (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
+    progress = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
+    assert progress["startStep"] > 0 and progress["step"] == 3000, progress
+
+
+def test_an_operator_killed_between_admission_and_pool_creation_creates_each_pool_once(
+    jobs, gke, kubelet, kueue, operator
+):
+    flavor = kueue.resource_flavor(node_labels=V5P_LABELS, prefix="v5p")
+    cluster_queue = kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 0}})  # no quota yet: it stays queued
+    queue = kueue.local_queue(jobs.namespace, cluster_queue)
+    gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
+    jobs.create(queued(plain_job("train", tpu={**V5P_2X2X4, "slices": 2}), queue))
+    wait_for(lambda: jobs.status("train").get("reason") == "Pending", timeout=30, what="the job queued")
+    operator.kill()
+    try:
+        kueue.patch_cluster_queue(
+            cluster_queue,
+            {
+                "resourceGroups": [
+                    {
+                        "coveredResources": [c.TPU_RESOURCE],
+                        "flavors": [{"name": flavor, "resources": [{"name": c.TPU_RESOURCE, "nominalQuota": "32"}]}],
+                    }
+                ]
+            },
+        )
+        # Kueue admits it while the operator is down.
+        wait_for(
+            lambda: condition(workload_of(jobs, kueue, "train"), "Admitted").get("status") == "True",
+            timeout=30,
+            what="the admission",
+        )
+    finally:
+        operator.start()
+    wait_for(lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, interval=0.01, what="the first create call")
+    operator.kill()  # and again, right after a create call
+    operator.start()
+    running = jobs.wait_pods_running("train", 8, timeout=90)
+    assert gke.calls["CreateNodePool"] == 2  # one per slice, whatever the kills
+    for pod in running:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded", timeout=60)
+    wait_for(lambda: not pools_of(gke, "train"), timeout=60, what="the pools to be deleted")
+
+
+def test_a_job_without_the_label_runs_as_before_with_no_kueue_installed(no_kueue, jobs, gke, kubelet, sandbox):
+    served = [g.name for g in k8s.ApisApi(sandbox.api_client).get_api_versions().groups]
+    assert c.KUEUE_GROUP not in served
+    jobs.create(plain_job("plain", tpu=V5E_2X2))
+    (pod,) = jobs.wait_pods_running("plain", 1, timeout=60)
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    status = jobs.wait_phase("plain", "Succeeded", timeout=60)
+    assert "queue" not in status
+    assert "Queued" not in [e.reason for e in jobs.events("plain")]
