@@ -187,8 +187,8 @@ def test_a_workload_that_does_not_fit_waits_with_the_more_needed_message():
     (a,) = apply(first, workload("a", tpus=6))
     plan = run(a, workload("b", tpus=4, age=1))
     assert cond(plan, "b", "QuotaReserved")["message"] == (
-        "couldn't assign flavors to pod set slice-0: insufficient unused quota for google.com/tpu in flavor f, "
-        "2 more needed"
+        "couldn't assign flavors to pod set slice-0: insufficient unused quota for google.com/tpu in flavor "
+        "f, 2 more needed"
     )
 
 
@@ -312,9 +312,7 @@ def test_equal_priority_is_preempted_only_when_newer_under_lower_or_newer_equal(
 
 def test_the_fewest_lowest_priority_victims_are_chosen():
     cq = cluster_queue(preemption="LowerPriority")
-    a, b, c = (
-        workload(n, tpus=4, priority=p, age=i) for i, (n, p) in enumerate([("a", 1), ("b", 2), ("c", 3)])
-    )
+    a, b = (workload(n, tpus=4, priority=p, age=i) for i, (n, p) in enumerate([("a", 1), ("b", 2)]))
     a, b = apply(run(a, b, cq=cq), a, b)
     plan = run(a, b, workload("p", tpus=4, priority=9, age=9), cq=cq)
     assert cond(plan, "a", "Evicted") is not None and cond(plan, "b", "Evicted") is None
