@@ -23,7 +23,7 @@ class KueueHandle:
     # --- objects ------------------------------------------------------------------------------------------
 
     def _create_cluster(
-        self, plural: str, kind: str, prefix: str, spec: Obj, extra: Obj | None = None
+        self, plural: str, kind: str, prefix: str, spec: Obj | None, extra: Obj | None = None
     ) -> str:
         name = f"{prefix}-{secrets.token_hex(3)}"
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, **(extra or {})}
