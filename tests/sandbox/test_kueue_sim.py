@@ -5,6 +5,7 @@ admission, and reports PodsReady."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -117,17 +118,12 @@ def test_a_workload_that_fits_is_admitted_and_the_queues_count_it(kueue, custom,
         2,
         {TPU: "8", "cpu": "2"},
     )
-    lq = wait_for(
-        lambda: (
-            (l := custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", queue))
-            .get("status", {})
-            .get("admittedWorkloads")
-            == 1
-            and l
-        ),
-        timeout=10,
-        what="the LocalQueue to count the admitted workload",
-    )
+
+    def counted() -> dict | None:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", queue)
+        return found if (found.get("status") or {}).get("admittedWorkloads") == 1 else None
+
+    lq = wait_for(counted, timeout=10, what="the LocalQueue to count the admitted workload")
     assert lq["status"]["reservingWorkloads"] == 1
 
 
@@ -187,7 +183,15 @@ def test_pods_not_ready_in_time_are_evicted_and_requeued_after_backoff(kueue, cu
         c for c in kueue.workload(namespace, "slow")["status"]["conditions"] if c["type"] != "PodsReady"
     ]
     patch_status(custom, namespace, "slow", {"conditions": [*conditions, ready]})
+    # Past the 2 s timeout, and a pass of the simulator after that: still admitted.
+    deadline, passes = time.monotonic() + 3, kueue.simulator.passes
+    wait_for(
+        lambda: time.monotonic() > deadline and kueue.simulator.passes > passes + 1,
+        timeout=15,
+        what="the simulator to look again after the PodsReady timeout",
+    )
     assert find_condition(kueue.workload(namespace, "slow"), "Evicted")["status"] == "False"
+    assert find_condition(kueue.workload(namespace, "slow"), "Admitted")["status"] == "True"
 
 
 def test_every_kueue_crd_installs_and_kueues_cel_judges_workloads(kueue, custom, namespace, sandbox):

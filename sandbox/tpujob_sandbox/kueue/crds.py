@@ -53,10 +53,12 @@ def load_crds(path: Path | None = None) -> list[dict[str, Any]]:
 def install(api_client: k8s.ApiClient) -> list[str]:
     """Every Kueue CRD, created unless present, each served before this returns. Returns their names."""
     api = k8s.ApiextensionsV1Api(api_client)
-    names = []
-    for definition in load_crds():
+    definitions = load_crds()
+    names = [d["metadata"]["name"] for d in definitions]
+    if installed(api_client, names):
+        return names  # the common case in a session: one list and one discovery read
+    for definition in definitions:
         ensure_crd(api, definition)
-        names.append(definition["metadata"]["name"])
     return names
 
 
@@ -66,16 +68,17 @@ def group_served(api_client: k8s.ApiClient) -> bool:
     return any(group["name"] == GROUP for group in json.loads(response.data).get("groups", []))
 
 
-def installed(api_client: k8s.ApiClient) -> bool:
+def installed(api_client: k8s.ApiClient, names: list[str]) -> bool:
+    """Every one of these CRDs Established and not being deleted, and the group in discovery."""
     api = k8s.ApiextensionsV1Api(api_client)
-    try:
-        for definition in load_crds():
-            api.read_custom_resource_definition(definition["metadata"]["name"])
-    except k8s.ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return group_served(api_client)
+    ready = {
+        d.metadata.name
+        for d in api.list_custom_resource_definition().items
+        if d.spec.group == GROUP
+        and not d.metadata.deletion_timestamp
+        and any(c.type == "Established" and c.status == "True" for c in (d.status.conditions or []))
+    }
+    return set(names) <= ready and group_served(api_client)
 
 
 def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
