@@ -448,3 +448,26 @@ def test_queue_statuses_count_pending_reserving_and_admitted():
     lq = plan.local_queue_status[("ns", "q")]
     assert (lq["pendingWorkloads"], lq["reservingWorkloads"], lq["admittedWorkloads"]) == (1, 1, 1)
     assert lq["conditions"][0]["message"] == "Can submit new workloads to localQueue"
+
+
+# --- where the CRDs come from -----------------------------------------------------------------------------
+
+
+def test_the_crds_default_beside_the_repository_and_serve_v1beta2_only(monkeypatch):
+    from tpujob_sandbox.kueue import crds
+
+    monkeypatch.delenv(crds.ENV_KUEUE_CRDS, raising=False)
+    assert crds.crds_path() == crds.REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
+    definitions = crds.load_crds()
+    assert len(definitions) == 11
+    assert all([v["name"] for v in d["spec"]["versions"] if v["served"]] == ["v1beta2"] for d in definitions)
+
+
+def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_path):
+    from tpujob_sandbox.kueue import crds
+
+    monkeypatch.setenv(crds.ENV_KUEUE_CRDS, str(tmp_path / "nowhere"))
+    with pytest.raises(
+        crds.KueueCrdsMissing, match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2"
+    ):
+        crds.crds_path()
