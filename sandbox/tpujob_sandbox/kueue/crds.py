@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tpujob_sandbox.kueue.objects import GROUP, VERSION
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, VERSION
 from tpujob_sandbox.operators import ensure_crd
 from tpujob_sandbox.waiting import wait_for
 
@@ -84,6 +84,7 @@ def installed(api_client: k8s.ApiClient, names: list[str]) -> bool:
 def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
     """Delete every CRD of kueue.x-k8s.io and wait until the group is no longer served."""
     api = k8s.ApiextensionsV1Api(api_client)
+    _release_workloads(api_client)
     for definition in api.list_custom_resource_definition().items:
         if definition.spec.group == GROUP:
             try:
@@ -95,5 +96,42 @@ def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
         lambda: not any(d.spec.group == GROUP for d in api.list_custom_resource_definition().items),
         timeout=timeout,
         what="Kueue's CRDs to be deleted",
+        last_state=lambda: [
+            (
+                d.metadata.name,
+                [(c.type, c.status, c.message) for c in d.status.conditions or [] if c.type != "Established"],
+            )
+            for d in api.list_custom_resource_definition().items
+            if d.spec.group == GROUP
+        ],
     )
     wait_for(lambda: not group_served(api_client), timeout=timeout, what=f"{GROUP} to be no longer served")
+
+
+def _release_workloads(api_client: k8s.ApiClient) -> None:
+    """Drop Kueue's finalizer from every Workload left, as removing Kueue from a cluster asks of its admin:
+    with no Kueue to finish them, they would keep the Workload CRD from going."""
+    custom = k8s.CustomObjectsApi(api_client)
+    try:
+        workloads = custom.list_cluster_custom_object(GROUP, VERSION, "workloads")["items"]
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return
+        raise
+    for wl in workloads:
+        finalizers = wl["metadata"].get("finalizers") or []
+        if RESOURCE_IN_USE_FINALIZER in finalizers:
+            kept = [f for f in finalizers if f != RESOURCE_IN_USE_FINALIZER]
+            body = {"metadata": {"finalizers": kept, "resourceVersion": wl["metadata"]["resourceVersion"]}}
+            try:
+                meta = wl["metadata"]
+                api_client.call_api(
+                    f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/workloads/{meta['name']}",
+                    "PATCH",
+                    header_params={"Content-Type": "application/merge-patch+json"},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                )
+            except k8s.ApiException as error:
+                if error.status not in (404, 409):
+                    raise

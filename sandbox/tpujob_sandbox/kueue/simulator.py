@@ -127,7 +127,14 @@ class KueueSimulator:
                 self._dirty.set()
 
     def _list(self, plural: str) -> list[Obj]:
-        items: list[Obj] = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+        """Every object of the kind; none while its CRD is absent (CRDs go one by one on uninstall, and the
+        Workloads' finalizers must still be handled while the others are gone)."""
+        try:
+            items: list[Obj] = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return []
+            raise
         return items
 
     def run_pass(self) -> datetime | None:
