@@ -47,13 +47,16 @@ from tpujob_sandbox.kubelet import (
     is_trainer_image,
     local_image_for,
 )
+from tpujob_sandbox.kueue import crds as kueue_crds
+from tpujob_sandbox.kueue.handle import KueueHandle
+from tpujob_sandbox.kueue.simulator import KueueSimulator
 from tpujob_sandbox.operators import OperatorProcess, install_crd, operator_env
 from tpujob_sandbox.waiting import wait_for
 
 # The simulated GKE runs this much faster than GKE: a TPU pool's 5 minutes of provisioning take 0.6 s, a
 # stockout GKE retries for 35 minutes lasts 4.2 s. Slow enough that a test can see PROVISIONING.
 TIME_SCALE = 0.002
-SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core"}
+SANDBOX_FIXTURES = {"sandbox", "namespace", "gke", "kubelet", "core", "kueue", "no_kueue"}
 TRAINER_FIXTURES = {"trainer_image"}
 # The folder of a running `tpujob sandbox up` whose control plane the session uses.
 ENV_TEST_SANDBOX = "TPUJOB_TEST_SANDBOX"
@@ -235,3 +238,33 @@ def jobs(sandbox: Sandbox, namespace: str, operator: OperatorProcess, gke: GkeSi
         timeout=90,
         what=f"the TPUJobs of {namespace} to be deleted",
     )
+
+
+@pytest.fixture(scope="session")
+def _kueue_simulator(sandbox: Sandbox) -> Iterator[KueueSimulator]:
+    """Kueue's controllers, simulated, for the whole session: they wait quietly while the CRDs are absent."""
+    simulator = KueueSimulator(sandbox.api_client).start()
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def kueue(sandbox: Sandbox, _kueue_simulator: KueueSimulator) -> Iterator[KueueHandle]:
+    """Kueue v0.19.2's CRDs installed (TPUJOB_KUEUE_CRDS) and its admission simulated
+    (tpujob_sandbox.kueue): the handle creates flavors, queues and priority classes with unique names,
+    deletes them after the test, and sets waitForPodsReady for the test."""
+    try:
+        kueue_crds.install(sandbox.api_client)
+    except kueue_crds.KueueCrdsMissing as error:
+        pytest.fail(str(error), pytrace=False)
+    handle = KueueHandle(sandbox.api_client, _kueue_simulator)
+    _kueue_simulator.poke()
+    yield handle
+    handle.cleanup()
+
+
+@pytest.fixture
+def no_kueue(sandbox: Sandbox) -> None:
+    """A cluster without Kueue: its CRDs deleted and kueue.x-k8s.io no longer served (a later `kueue`
+    installs them again; the simulator picks up)."""
+    kueue_crds.uninstall(sandbox.api_client)

@@ -1,0 +1,4 @@
+"""Kueue in the test bed: its real CRDs (v0.19.2, TPUJOB_KUEUE_CRDS) on the 1.36 CRD server, and a simulator
+of what Kueue's own controllers do (admission, preemption, waitForPodsReady, queue statuses), modelled on
+Kueue's source. The pure model: objects, quantity, requests, assign, scheduler, workloads, queues, model.
+The I/O: crds (install/uninstall), simulator (watch, run the model, write statuses), handle (fixtures)."""

@@ -1,0 +1,137 @@
+"""Kueue's real CRDs (v0.19.2) on the test bed's CRD server: where they come from, install and uninstall."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, VERSION
+from tpujob_sandbox.operators import ensure_crd
+from tpujob_sandbox.waiting import wait_for
+
+ENV_KUEUE_CRDS = "TPUJOB_KUEUE_CRDS"
+# sandbox/tpujob_sandbox/kueue/ -> the repository root -> ../shared/kueue/crds beside it.
+REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_KUEUE_CRDS = REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
+
+
+class KueueCrdsMissing(RuntimeError):
+    pass
+
+
+def crds_path() -> Path:
+    """TPUJOB_KUEUE_CRDS, or ../shared/kueue/crds beside the repository."""
+    configured = os.environ.get(ENV_KUEUE_CRDS)
+    path = Path(configured) if configured else DEFAULT_KUEUE_CRDS
+    if not path.is_dir() or not list(path.glob("*.yaml")):
+        setting = f"{ENV_KUEUE_CRDS}={configured}" if configured else f"{ENV_KUEUE_CRDS} unset, the default"
+        raise KueueCrdsMissing(
+            f"Kueue's CRDs are not at {path} ({setting}): set {ENV_KUEUE_CRDS} to a folder holding "
+            "Kueue v0.19.2's config/components/crd/bases/*.yaml"
+        )
+    return path
+
+
+def load_crds(path: Path | None = None) -> list[dict[str, Any]]:
+    """The CRDs, serving v1beta2 only: the files carry no conversion webhook (Kueue's release manifests add
+    one), and without it the API server would hand out v1beta1 objects by relabelling v1beta2 ones."""
+    definitions = []
+    for file in sorted((path or crds_path()).glob("*.yaml")):
+        for document in yaml.safe_load_all(file.read_text()):
+            if document and document.get("kind") == "CustomResourceDefinition":
+                for version in document["spec"]["versions"]:
+                    version["served"] = version["name"] == VERSION
+                definitions.append(document)
+    return definitions
+
+
+def install(api_client: k8s.ApiClient) -> list[str]:
+    """Every Kueue CRD, created unless present, each served before this returns. Returns their names."""
+    api = k8s.ApiextensionsV1Api(api_client)
+    definitions = load_crds()
+    names = [d["metadata"]["name"] for d in definitions]
+    if installed(api_client, names):
+        return names  # the common case in a session: one list and one discovery read
+    for definition in definitions:
+        ensure_crd(api, definition)
+    return names
+
+
+def group_served(api_client: k8s.ApiClient) -> bool:
+    """kueue.x-k8s.io in the cluster's discovery (/apis)."""
+    response = api_client.call_api("/apis", "GET", auth_settings=["BearerToken"], _preload_content=False)[0]
+    return any(group["name"] == GROUP for group in json.loads(response.data).get("groups", []))
+
+
+def installed(api_client: k8s.ApiClient, names: list[str]) -> bool:
+    """Every one of these CRDs Established and not being deleted, and the group in discovery."""
+    api = k8s.ApiextensionsV1Api(api_client)
+    ready = {
+        d.metadata.name
+        for d in api.list_custom_resource_definition().items
+        if d.spec.group == GROUP
+        and not d.metadata.deletion_timestamp
+        and any(c.type == "Established" and c.status == "True" for c in (d.status.conditions or []))
+    }
+    return set(names) <= ready and group_served(api_client)
+
+
+def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
+    """Delete every CRD of kueue.x-k8s.io and wait until the group is no longer served."""
+    api = k8s.ApiextensionsV1Api(api_client)
+    _release_workloads(api_client)
+    for definition in api.list_custom_resource_definition().items:
+        if definition.spec.group == GROUP:
+            try:
+                api.delete_custom_resource_definition(definition.metadata.name)
+            except k8s.ApiException as error:
+                if error.status != 404:
+                    raise
+    wait_for(
+        lambda: not any(d.spec.group == GROUP for d in api.list_custom_resource_definition().items),
+        timeout=timeout,
+        what="Kueue's CRDs to be deleted",
+        last_state=lambda: [
+            (
+                d.metadata.name,
+                [(c.type, c.status, c.message) for c in d.status.conditions or [] if c.type != "Established"],
+            )
+            for d in api.list_custom_resource_definition().items
+            if d.spec.group == GROUP
+        ],
+    )
+    wait_for(lambda: not group_served(api_client), timeout=timeout, what=f"{GROUP} to be no longer served")
+
+
+def _release_workloads(api_client: k8s.ApiClient) -> None:
+    """Drop Kueue's finalizer from every Workload left, as removing Kueue from a cluster asks of its admin:
+    with no Kueue to finish them, they would keep the Workload CRD from going."""
+    custom = k8s.CustomObjectsApi(api_client)
+    try:
+        workloads = custom.list_cluster_custom_object(GROUP, VERSION, "workloads")["items"]
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return
+        raise
+    for wl in workloads:
+        finalizers = wl["metadata"].get("finalizers") or []
+        if RESOURCE_IN_USE_FINALIZER in finalizers:
+            kept = [f for f in finalizers if f != RESOURCE_IN_USE_FINALIZER]
+            body = {"metadata": {"finalizers": kept, "resourceVersion": wl["metadata"]["resourceVersion"]}}
+            try:
+                meta = wl["metadata"]
+                api_client.call_api(
+                    f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/workloads/{meta['name']}",
+                    "PATCH",
+                    header_params={"Content-Type": "application/merge-patch+json"},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                )
+            except k8s.ApiException as error:
+                if error.status not in (404, 409):
+                    raise
