@@ -5,7 +5,9 @@ admitted by its queue, never around it; a job without the label runs as it alway
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -15,12 +17,18 @@ from tests.workloads import EXAMPLES, example_workload
 from tpujob.api import constants as c
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.render.workload import workload_name_of
-from tpujob_sandbox import wait_for
+from tpujob_sandbox import log_tail, wait_for
 
 V5E_2X2 = {"type": "v5e", "topology": "2x2"}  # one host, 4 chips
 V5P_2X2X4 = {"type": "v5p", "topology": "2x2x4"}  # four hosts of 4 chips
-V5E_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x2"}
-V5P_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice", "cloud.google.com/gke-tpu-topology": "2x2x4"}
+V5E_LABELS = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+    "cloud.google.com/gke-tpu-topology": "2x2",
+}
+V5P_LABELS = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+    "cloud.google.com/gke-tpu-topology": "2x2x4",
+}
 
 
 def queued(manifest: dict, queue: str, priority_class: str | None = None) -> dict:
@@ -56,7 +64,11 @@ def test_every_examples_workload_is_accepted_by_kueues_own_schema(kueue, namespa
     # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule).
     body = example_workload(EXAMPLES[0])
     body["metadata"].update(namespace=namespace, ownerReferences=[])
-    body["spec"]["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "x"}
+    body["spec"]["priorityClassRef"] = {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": "x",
+    }
     del body["spec"]["priority"]
     with pytest.raises(k8s.ApiException) as refused:
         custom.create_namespaced_custom_object(
@@ -83,7 +95,6 @@ def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(job
     assert f"insufficient unused quota for {c.TPU_RESOURCE} in flavor {flavor}" in waiting["message"]
     # Nothing of it exists: no pool asked of GKE, no pod.
     assert pools_of(gke, "second") == [] and jobs.pods("second") == []
-    assert [p for p in gke.calls_log if "second" in p] == [] if hasattr(gke, "calls_log") else True
     # The first ends: its Workload is Finished and the second is admitted into the freed quota.
     kubelet.succeed(jobs.namespace, first_pod.metadata.name)
     jobs.wait_phase("first", "Succeeded", timeout=60)
@@ -97,7 +108,12 @@ def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(job
     jobs.wait_phase("second", "Succeeded", timeout=60)
 
 
-TRAINER_STEPS = 100000
+TRAINER_STEPS = 4000
+
+
+def steps_logged(log: Path) -> int:
+    found = re.findall(r"step (\d+)/", log_tail(log))
+    return int(found[-1]) if found else 0
 
 
 @pytest.mark.trainer
@@ -112,8 +128,8 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     manifest = base_job("low", tpu=V5E_2X2)
     manifest["spec"]["trainer"] = {
         "image": trainer_image,
-        "args": ["--steps", "3000", "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
-                 "--checkpoint-interval-seconds", "1", "--progress", "log"],
+        "args": ["--steps", str(TRAINER_STEPS), "--log-every-steps", "10", "--checkpoint-every-steps",
+                 "1000000", "--checkpoint-interval-seconds", "1", "--progress", "log"],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
     jobs.create(queued(manifest, queue, low))
@@ -123,6 +139,13 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
         lambda: condition(workload_of(jobs, kueue, "low"), "PodsReady").get("status") == "True",
         timeout=30,
         what="the low job's PodsReady",
+    )
+    # Past its first checkpoints: the preemption lands mid-training.
+    (first,) = jobs.pods("low", attempt=0)
+    wait_for(
+        lambda: steps_logged(kubelet.log_path(jobs.namespace, first.metadata.name)) >= 300,
+        timeout=180,
+        what="the low job to train",
     )
     jobs.create(queued(plain_job("high", tpu=V5E_2X2), queue, high))
     evicted = wait_for(
@@ -135,7 +158,9 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     assert evicted["phase"] == "Queued" and "evicted by Kueue" in evicted["message"]
     # Its pods and pools go within the grace period its workers get to checkpoint (30 s).
     wait_for(lambda: not jobs.pods("low", attempt=0), timeout=30, what="the low job's pods to go")
-    wait_for(lambda: not (set(low_pools) & set(gke.node_pools())), timeout=30, what="the low job's pool to go")
+    wait_for(
+        lambda: not (set(low_pools) & set(gke.node_pools())), timeout=30, what="the low job's pool to go"
+    )
     assert time.monotonic() - since < 30
     status = jobs.status("low")
     assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] == 1
@@ -150,7 +175,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     message = pod.status.container_statuses[0].state.terminated.message or ""
     (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
     progress = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
-    assert progress["startStep"] > 0 and progress["step"] == 3000, progress
+    assert progress["startStep"] >= 300 and progress["step"] == TRAINER_STEPS, progress
 
 
 def test_an_operator_killed_between_admission_and_pool_creation_creates_each_pool_once(
@@ -170,7 +195,9 @@ def test_an_operator_killed_between_admission_and_pool_creation_creates_each_poo
                 "resourceGroups": [
                     {
                         "coveredResources": [c.TPU_RESOURCE],
-                        "flavors": [{"name": flavor, "resources": [{"name": c.TPU_RESOURCE, "nominalQuota": "32"}]}],
+                        "flavors": [
+                            {"name": flavor, "resources": [{"name": c.TPU_RESOURCE, "nominalQuota": "32"}]}
+                        ],
                     }
                 ]
             },
@@ -183,7 +210,9 @@ def test_an_operator_killed_between_admission_and_pool_creation_creates_each_poo
         )
     finally:
         operator.start()
-    wait_for(lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, interval=0.01, what="the first create call")
+    wait_for(
+        lambda: gke.calls["CreateNodePool"] >= 1, timeout=30, interval=0.01, what="the first create call"
+    )
     operator.kill()  # and again, right after a create call
     operator.start()
     running = jobs.wait_pods_running("train", 8, timeout=90)
@@ -194,7 +223,9 @@ def test_an_operator_killed_between_admission_and_pool_creation_creates_each_poo
     wait_for(lambda: not pools_of(gke, "train"), timeout=60, what="the pools to be deleted")
 
 
-def test_a_job_without_the_label_runs_as_before_with_no_kueue_installed(no_kueue, jobs, gke, kubelet, sandbox):
+def test_a_job_without_the_label_runs_as_before_with_no_kueue_installed(
+    no_kueue, jobs, gke, kubelet, sandbox
+):
     served = [g.name for g in k8s.ApisApi(sandbox.api_client).get_api_versions().groups]
     assert c.KUEUE_GROUP not in served
     jobs.create(plain_job("plain", tpu=V5E_2X2))

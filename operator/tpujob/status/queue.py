@@ -221,9 +221,11 @@ def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
     reserved = workload.condition(QUOTA_RESERVED) or {}
     if workload.is_true(QUOTA_RESERVED):
         reason, message = "QuotaReserved", "quota reserved; waiting for the Workload's admission checks"
-    else:
+    elif reserved:
         reason = reserved.get("reason") or "Pending"
         message = reserved.get("message") or f"waiting for Kueue to admit Workload {workload.name}"
+    else:  # Kueue has not looked at it yet
+        reason, message = Reason.WORKLOAD_CREATED, f"waiting for Kueue to admit Workload {workload.name}"
     where = f"ClusterQueue {record.cluster_queue}" if record.cluster_queue else f"LocalQueue {queue.name}"
     waiting = (
         f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
