@@ -234,3 +234,38 @@ def test_a_job_without_the_label_runs_as_before_with_no_kueue_installed(
     status = jobs.wait_phase("plain", "Succeeded", timeout=60)
     assert "queue" not in status
     assert "Queued" not in [e.reason for e in jobs.events("plain")]
+
+
+def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted(jobs, gke, kubelet, kueue):
+    """waitForPodsReady: workers that cannot start (an image that is not there) hold the quota for nothing;
+    Kueue evicts the Workload at its timeout, the job gives its TPUs back and waits for the queue again,
+    its restarts untouched; when the image is there, the next admission runs it."""
+    kueue.set_wait_for_pods_ready(timeout=3, backoff_base=1, backoff_max=2)
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    image = "registry.example/not-pushed-yet:1"
+    kubelet.registry.missing(image)
+    jobs.create(queued(plain_job("slow", tpu=V5E_2X2, trainer={"image": image}), queue))
+    wait_for(lambda: jobs.pods("slow", attempt=0), timeout=30, what="the first attempt's pod")
+    evicted = wait_for(
+        lambda: (s := jobs.status("slow")).get("reason") == "PodsReadyTimeout" and s,
+        timeout=30,
+        what="the PodsReady timeout",
+        last_state=lambda: jobs.status("slow"),
+    )
+    assert evicted["phase"] == "Queued" and "Exceeded the PodsReady timeout" in evicted["message"]
+    wait_for(lambda: not jobs.pods("slow", attempt=0), timeout=30, what="the first attempt's pod to go")
+    assert jobs.status("slow").get("restarts", 0) == 0
+    kubelet.registry.clear()
+    (pod,) = wait_for(
+        lambda: [p for p in jobs.pods("slow") if p.status.phase == "Running"],
+        timeout=60,
+        what="a later attempt running once the image is there",
+    )
+    ready = kueue.wait_condition(
+        jobs.namespace, workload_of(jobs, kueue, "slow")["metadata"]["name"], "PodsReady"
+    )
+    assert ready["reason"] in ("Started", "Recovered")
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    status = jobs.wait_phase("slow", "Succeeded", timeout=60)
+    assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] >= 1
