@@ -66,7 +66,12 @@ FLAVOR = s.FlavorView(
 
 
 def step(job, queue, **observed):
+    """A pass; a Workload given without pod sets has the job's own (one per slice, of its hosts)."""
     observed.setdefault("now", NOW)
+    if queue is not None and queue.workload is not None and not queue.workload.pod_sets:
+        hosts = len(s.expected_workers(job)) // job.spec.tpu.slices
+        own = tuple((f"slice-{i}", hosts) for i in range(job.spec.tpu.slices))
+        queue = dataclasses.replace(queue, workload=dataclasses.replace(queue.workload, pod_sets=own))
     return s.decide(s.Observed(job=job, queue=queue, **observed))
 
 
@@ -276,3 +281,16 @@ def test_an_admission_whose_flavor_cannot_be_read_waits(missing):
     assert bool(decision.create_pods) == (not missing)
     if missing:
         assert decision.status.reason == Reason.KUEUE_UNAVAILABLE and missing in decision.status.message
+
+
+def test_a_workload_that_no_longer_fits_the_job_is_replaced_once_the_job_holds_nothing():
+    """spec.tpu changed (2 slices now, the Workload has 1): what Kueue admitted is not what the job needs."""
+    job = queued_job(tpu={"type": "v5p", "topology": "2x2x4", "slices": 2})
+    stale = s.QueueView(
+        QUEUE, workload=workload(*ADMITTED, admission=admission(), pod_sets=(("slice-0", 4),))
+    )
+    decision = step(job, stale)
+    assert (decision.status.phase, decision.status.reason) == (Phase.QUEUED, Reason.WORKLOAD_REPLACED)
+    assert decision.workload.delete and not decision.create_pools and not decision.create_pods
+    running_pods = step(job, stale, pods=pods(job, 0, "Running"))
+    assert running_pods.delete_pods and not running_pods.workload.delete  # stopped first

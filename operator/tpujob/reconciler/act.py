@@ -213,11 +213,14 @@ class Actions:
                     writes.name,
                     {"metadata": {"resourceVersion": version}, "spec": {"active": writes.active}},
                 )
-            if writes.release_finalizer:
+            if writes.release_finalizer or writes.delete:
                 kept = [f for f in writes.finalizers if f != c.KUEUE_FINALIZER]
-                self.api.patch_workload(
-                    namespace, writes.name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
-                )
+                if kept != list(writes.finalizers):
+                    self.api.patch_workload(
+                        namespace, writes.name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
+                    )
+            if writes.delete:
+                self.api.delete_workload(namespace, writes.name)
         except kube.ApiError as error:
             if error.status == 409:
                 return False

@@ -36,6 +36,7 @@ def workload_view(body: Mapping[str, Any]) -> s.WorkloadView:
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
+        pod_sets=tuple((p.get("name") or "", int(p.get("count") or 0)) for p in spec.get("podSets") or ()),
     )
 
 

@@ -228,6 +228,7 @@ class WorkloadView:
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     generation: int = 0
+    pod_sets: tuple[tuple[str, int], ...] = ()  # spec.podSets' (name, count)
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
@@ -325,6 +326,7 @@ class WorkloadWrites:
     clear_admission: bool = False
     active: bool | None = None  # spec.active to set (a suspended job deactivates its Workload)
     release_finalizer: bool = False  # kueue.x-k8s.io/resource-in-use, once the job lets the Workload go
+    delete: bool = False  # the Workload no longer fits the job: let go and deleted (a new one follows)
 
     def __bool__(self) -> bool:
         return bool(

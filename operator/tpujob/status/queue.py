@@ -89,6 +89,9 @@ def admitted(b: Builder) -> bool:
     if workload is None or workload.deleting:
         _no_workload(b, queue, workload)
         return False
+    if workload.pod_sets != pod_sets(b):
+        _replace(b, workload)
+        return False
     if workload.is_true(FINISHED):
         # Kueue finished it (a permanent failure to start): it will never be admitted again.
         condition = workload.condition(FINISHED) or {}
@@ -105,6 +108,26 @@ def admitted(b: Builder) -> bool:
         _pending(b, queue, workload)
         return False
     return _admit(b, queue, workload)
+
+
+def pod_sets(b: Builder) -> tuple[tuple[str, int], ...]:
+    """The pod sets the job's Workload must have: one per slice, of the slice's hosts."""
+    hosts = len(expected_workers(b.job)) // b.job.spec.tpu.slices
+    return tuple((pod_set_name(i), hosts) for i in range(b.job.spec.tpu.slices))
+
+
+def _replace(b: Builder, workload: WorkloadView) -> None:
+    """The job's TPUs changed since its Workload was made (jobframework EquivalentToWorkload): what Kueue
+    admitted is not what the job needs. The job stops, and the Workload is deleted; a new one is made."""
+    _hold(
+        b,
+        Reason.WORKLOAD_REPLACED,
+        f"spec.tpu changed since Workload {workload.name} was made: it is replaced",
+    )
+    if _holds_nothing(b):
+        b.decision.workload.delete = True
+    else:
+        b.decision.requeue(b.observed.poll_provisioning_seconds)
 
 
 def _seen(b: Builder, workload: WorkloadView) -> None:
