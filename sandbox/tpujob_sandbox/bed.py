@@ -61,10 +61,11 @@ class Sandbox:
         """The zone the operator is configured with: the cluster's first zone (offers v5e and v5p)."""
         return self.gke.cluster_model.default_node_zones[0]
 
-    def write_info(self) -> Path:
+    def write_info(self, kueue: bool = False) -> Path:
+        """`sandbox.json`; `kueue`: the sandbox also runs Kueue (its CRDs, its admission simulated)."""
         path = self.state_dir / INFO_FILE
         partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.info(), indent=2) + "\n")
+        partial.write_text(json.dumps({**self.info(), "kueue": kueue}, indent=2) + "\n")
         partial.rename(path)  # atomic: readers never see half a file
         return path
 

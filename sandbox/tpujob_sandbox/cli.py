@@ -68,6 +68,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
             "default 0.02 (a 5-minute provisioning takes 6 s)",
         )
         actions.choices[action_name].add_argument(
+            "--kueue",
+            action="store_true",
+            help="install Kueue v0.19.2's CRDs (TPUJOB_KUEUE_CRDS) and simulate its admission, so jobs "
+            "labelled kueue.x-k8s.io/queue-name go through its queues (`tpujob sandbox operator` then runs "
+            "with TPUJOB_KUEUE=true)",
+        )
+        actions.choices[action_name].add_argument(
             "--release-channel",
             choices=RELEASE_CHANNELS,
             default="regular",
@@ -113,6 +120,10 @@ def print_info(info: dict[str, Any]) -> None:
     )
     for server, groups in info.get("servers", {}).items():
         print(f"serves:       {groups}: {server}")
+    if info.get("kueue"):
+        print(
+            "kueue:        Kueue v0.19.2's CRDs, its admission simulated (tpujob sandbox operator enables it)"
+        )
     print(f"logs:         {info['logs']}")
     print(f"try:          kubectl --kubeconfig {info['kubeconfig']} get nodes")
 
@@ -128,6 +139,7 @@ def operator_environment(info: dict[str, Any]) -> dict[str, str]:
         "TPUJOB_GKE_CLUSTER": info["cluster"],
         "TPUJOB_GKE_ZONE": info["zone"],
         "TPUJOB_POLL_PROVISIONING_SECONDS": str(poll_provisioning_seconds(float(info["timeScale"]))),
+        **({"TPUJOB_KUEUE": "true"} if info.get("kueue") else {}),
     }
 
 
@@ -166,7 +178,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     with log_path.open("ab") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "tpujob_sandbox.cli", "serve", "--dir", str(state_dir),
-             "--time-scale", str(args.time_scale), "--release-channel", args.release_channel],
+             "--time-scale", str(args.time_scale), "--release-channel", args.release_channel,
+             *(["--kueue"] if args.kueue else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this command and the terminal's Ctrl+C
         )  # fmt: skip
@@ -255,16 +268,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         release_channel=ReleaseChannel(args.release_channel),
         control_plane=control_plane,
     )
+    kueue = _start_kueue(bed) if args.kueue else None
     try:
-        bed.write_info()
+        bed.write_info(kueue=kueue is not None)
         print(f"sandbox serving in {args.dir}", flush=True)
         print_info(bed.info())
         sys.stdout.flush()
         stop.wait()
     finally:
         (args.dir / INFO_FILE).unlink(missing_ok=True)
+        if kueue is not None:
+            kueue.stop()
         bed.stop()
     return 0
+
+
+def _start_kueue(bed: Any) -> Any:
+    """Kueue's CRDs on the bed and its admission simulated, for as long as the sandbox serves."""
+    from tpujob_sandbox.kueue import crds
+    from tpujob_sandbox.kueue.simulator import KueueSimulator
+
+    crds.install(bed.api_client)
+    return KueueSimulator(bed.api_client).start()
 
 
 def main(argv: list[str] | None = None) -> int:
