@@ -11,6 +11,8 @@ import sys
 import time
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
 from tpujob_sandbox import cli, pid_alive
 from tpujob_sandbox.binaries import find_binaries
@@ -42,6 +44,7 @@ def test_the_operator_polls_gke_at_the_sandbox_time_scale_not_below_a_floor():
     }
     # GKE's own pace: the operator's default; 10 times faster: 10 times as often; far faster: the floor.
     assert polls == {1.0: "5.0", 0.1: "0.5", 0.002: "0.2"}
+    assert "TPUJOB_KUEUE" not in cli.operator_environment({**info, "zone": "z", "timeScale": 1.0})
 
 
 @pytest.mark.e2e
@@ -67,6 +70,7 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
             0.004,
         )
         assert info["kubeconfig"] == str(state / "kubeconfig")
+        assert info["kueue"] is False
         pids = [info["pid"], *info["pids"].values()]
         # etcd, kube-apiserver, controller-manager, scheduler; the CRD server, its etcd and its registrar.
         assert len(pids) == 8 and all(pid_alive(pid) for pid in pids)
@@ -92,3 +96,20 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
     assert not (state / "sandbox.json").exists()
     assert sandbox_command("status", "--dir", str(state)).returncode == cli.EXIT_NOT_RUNNING
     assert (state / "logs" / "kube-apiserver.log").exists()  # logs stay for a post-mortem
+
+
+@pytest.mark.e2e
+def test_up_with_kueue_serves_its_crds_and_runs_the_operator_with_it(tmp_path):
+    state = tmp_path / "sandbox"
+    try:
+        up = sandbox_command("up", "--dir", str(state), "--kueue")
+        assert up.returncode == 0, up.stderr
+        assert "kueue:" in up.stdout
+        info = json.loads((state / "sandbox.json").read_text())
+        assert info["kueue"] is True
+        groups = k8s.ApisApi(k8s_config.new_client_from_config(info["kubeconfig"])).get_api_versions().groups
+        assert "kueue.x-k8s.io" in [group.name for group in groups]
+        assert cli.operator_environment(info)["TPUJOB_KUEUE"] == "true"
+    finally:
+        down = sandbox_command("down", "--dir", str(state))
+    assert down.returncode == 0, down.stderr
