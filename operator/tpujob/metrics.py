@@ -93,8 +93,8 @@ QUEUED_BUCKETS = (1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400
 QUEUED_SECONDS = Histogram(
     "tpujob_queued_seconds",
     "Kueue: from a TPUJob beginning to wait for admission (its Workload created, or evicted) to Kueue "
-    "admitting it, per admission, by the ClusterQueue that admitted it.",
-    ["cluster_queue"],
+    "admitting it, per admission (the ClusterQueue is in the job's status: a label per queue would be a "
+    "series per queue for every bucket).",
     buckets=QUEUED_BUCKETS,
 )
 RECONCILE_DURATION = Histogram(
@@ -354,7 +354,7 @@ class PassRecorder:
             started = s.parse_timestamp(after.start_time)
             TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())
         if (queued := queued_seconds(before, after)) is not None:
-            QUEUED_SECONDS.labels(after.queue.cluster_queue or "").observe(queued)  # type: ignore[union-attr]
+            QUEUED_SECONDS.observe(queued)
         if (problem := start_problem(after)) and problem != start_problem(before):
             WORKER_START_PROBLEMS.labels(problem).inc()
         self._pools(before, after, now)

@@ -3,6 +3,7 @@ table output read back."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,5 +32,10 @@ class Kubectl:
 
 
 def table(output: str) -> tuple[list[str], list[list[str]]]:
-    header, *rows = [line.split() for line in output.splitlines() if line.strip()]
-    return header, rows
+    """kubectl's table as its header and rows, each cell cut at its column's place in the header (kubectl
+    aligns them), so an empty cell (a job no ClusterQueue admitted) stays an empty string."""
+    header_line, *lines = [line for line in output.splitlines() if line.strip()]
+    starts = [match.start() for match in re.finditer(r"\S+", header_line)]
+    ends = [*starts[1:], None]
+    rows = [[line[start:end].strip() for start, end in zip(starts, ends, strict=True)] for line in lines]
+    return header_line.split(), rows

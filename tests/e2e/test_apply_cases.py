@@ -21,6 +21,7 @@ from tests.e2e.kubectl_cli import Kubectl
 from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob.api.crd import crd
+from tpujob_sandbox import wait_for
 from tpujob_sandbox.operators import install_crd
 
 
@@ -134,7 +135,21 @@ def test_a_job_stored_before_a_rule_keeps_taking_updates_of_its_other_fields(
         c.CRD_NAME
     ).metadata.resource_version
     extensions.replace_custom_resource_definition(c.CRD_NAME, without)
+
+    def without_in_effect() -> bool:
+        """The CRD server swaps its validator in after the update: until then the old CEL still refuses."""
+        try:
+            custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, bad, dry_run="All"
+            )
+        except k8s.ApiException as error:
+            if error.status != 422:
+                raise
+            return False
+        return True
+
     try:
+        wait_for(without_in_effect, timeout=30, what="the CRD without its CEL to be in effect")
         custom.create_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, bad)
     finally:
         install_crd(sandbox)

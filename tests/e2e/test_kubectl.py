@@ -135,7 +135,8 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
     jobs.create(plain_job("train"))
     jobs.wait_pods_running("train", 1)
     jobs.wait_phase("train", "Running")
-    columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS)]
+    # Without -o wide, the columns of priority 0 (Message is for -o wide).
+    columns = ["NAME", *(column["name"].upper() for column in PRINTER_COLUMNS if not column.get("priority"))]
     assert columns == [
         "NAME",
         "TYPE",
@@ -143,6 +144,7 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
         "SLICES",
         "PHASE",
         "RESTARTS",
+        "CLUSTERQUEUE",
         "REASON",
         "PROGRESS",
         "ETA",
@@ -153,7 +155,10 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
     for resource in ("tj", "tpujob", "tpujobs", c.CRD_NAME):
         header, rows = table(kubectl.ok("get", resource, "-n", jobs.namespace))
         assert header == columns, f"kubectl get {resource}: {header}"
-        assert [row[:6] for row in rows] == [["train", "v5e", "2x2", "1", "Running", "0"]], rows
+        # No Kueue queue: its ClusterQueue is empty.
+        assert [row[:8] for row in rows] == [["train", "v5e", "2x2", "1", "Running", "0", "", "Running"]], (
+            rows
+        )
     # Not in `all`: `kubectl get all` shows the job's pod and Service, not the TPUJob.
     everything = kubectl.ok("get", "all", "-n", jobs.namespace, "-o", "name").split()
     assert any(name.startswith("pod/") for name in everything), everything
