@@ -68,21 +68,39 @@ def _inline(node: Any, definitions: dict[str, Any]) -> Any:
 # --- the files --------------------------------------------------------------------------------------
 
 
+# The chart's RBAC rule files: (file, the tpujob.rbac list it holds, when the chart grants it, the rules).
+RULE_FILES = (
+    ("rbac-rules", "RULES", "the ClusterRole (or Role) rules of the operator", RULES),
+    (
+        "rbac-cluster-rules",
+        "CLUSTER_RULES",
+        "added to the ClusterRole of a cluster-wide operator only",
+        CLUSTER_RULES,
+    ),
+    (
+        "rbac-kueue-rules",
+        "KUEUE_RULES",
+        "added with kueue.enabled (jobs' Workloads, their LocalQueues)",
+        KUEUE_RULES,
+    ),
+    (
+        "rbac-kueue-cluster-rules",
+        "KUEUE_CLUSTER_RULES",
+        "with kueue.enabled, for a cluster-wide operator only",
+        KUEUE_CLUSTER_RULES,
+    ),
+)
+
+
 def generated() -> dict[Path, str]:
     """Chart-relative path -> content."""
     return {
-        Path("files/rbac-rules.yaml"): HEADER
-        + "# From tpujob.rbac.RULES: the ClusterRole (or Role) rules of the operator.\n"
-        + yaml.safe_dump(RULES, sort_keys=False),
-        Path("files/rbac-cluster-rules.yaml"): HEADER
-        + "# From tpujob.rbac.CLUSTER_RULES: added to the ClusterRole of a cluster-wide operator only.\n"
-        + yaml.safe_dump(CLUSTER_RULES, sort_keys=False),
-        Path("files/rbac-kueue-rules.yaml"): HEADER
-        + "# From tpujob.rbac.KUEUE_RULES: added with kueue.enabled (jobs' Workloads, their LocalQueues).\n"
-        + yaml.safe_dump(KUEUE_RULES, sort_keys=False),
-        Path("files/rbac-kueue-cluster-rules.yaml"): HEADER
-        + "# From tpujob.rbac.KUEUE_CLUSTER_RULES: with kueue.enabled, for a cluster-wide operator only.\n"
-        + yaml.safe_dump(KUEUE_CLUSTER_RULES, sort_keys=False),
+        **{
+            Path(f"files/{name}.yaml"): HEADER
+            + f"# From tpujob.rbac.{source}: {use}.\n"
+            + yaml.safe_dump(rules, sort_keys=False)
+            for name, source, use, rules in RULE_FILES
+        },
         Path("files/crd-no-cel.yaml"): crd_yaml(cel=False),
         **{
             Path(f"crds/{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"): HEADER

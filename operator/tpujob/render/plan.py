@@ -7,7 +7,7 @@ are Kubernetes manifests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tpujob import tpu
@@ -16,6 +16,7 @@ from tpujob.api import trainer_contract as contract
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.render import naming
+from tpujob.render.placement import Placement, gke_taint
 from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
 
 # Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
@@ -43,17 +44,6 @@ class Cluster:
     def zones(self) -> tuple[str, ...]:
         """The operator's zones (TPUJOB_GKE_ZONE, comma-separated): every job's default list."""
         return tuple(z.strip() for z in self.zone.split(",") if z.strip())
-
-
-@dataclass(frozen=True)
-class Placement:
-    """What a Kueue admission puts on one slice: node selectors and tolerations on its pods, node labels and
-    taints on the pool the operator creates for it (Kueue's podset.PodSetInfo, from the assigned flavors)."""
-
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[dict[str, Any], ...] = ()
-    node_labels: dict[str, str] = field(default_factory=dict)
-    node_taints: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,7 +172,7 @@ def node_pool(
         # Kubernetes labels on the nodes only: a flavor's label keys need not be valid GCE resource labels.
         config["labels"] = {**placement.node_labels, **labels}
         if placement.node_taints:
-            config["taints"] = [_gke_taint(taint) for taint in placement.node_taints]
+            config["taints"] = [gke_taint(taint) for taint in placement.node_taints]
     if pool_spec.gvnic:
         # gVNIC: the faster NIC for DCN traffic between slices (xpk enables it on every pool it makes).
         config["gvnic"] = {"enabled": True}
@@ -237,23 +227,6 @@ def node_pool(
         else:
             pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": shape.topology}
     return pool
-
-
-# GKE's names for a Kubernetes taint effect (container_v1.NodeTaint.Effect).
-GKE_TAINT_EFFECTS = {
-    "NoSchedule": "NO_SCHEDULE",
-    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
-    "NoExecute": "NO_EXECUTE",
-}
-
-
-def _gke_taint(taint: dict[str, str]) -> dict[str, str]:
-    effect = taint.get("effect") or "NoSchedule"
-    return {
-        "key": taint["key"],
-        "value": taint.get("value") or "",
-        "effect": GKE_TAINT_EFFECTS.get(effect, effect),
-    }
 
 
 def node_pools(job: TPUJob, cluster: Cluster) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from tpujob import tpu
 from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
-from tpujob.render.plan import Placement
+from tpujob.render.placement import Placement
 from tpujob.render.workload import PriorityFact
 
 # Phases a job never leaves.

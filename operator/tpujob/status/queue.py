@@ -21,7 +21,7 @@ from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER
 from tpujob.api.status import Phase, QueueStatus, Reason, WorkerCounts
-from tpujob.render.plan import Placement
+from tpujob.render.placement import Placement
 from tpujob.render.workload import MAX_POD_SETS, pod_set_name
 from tpujob.status.builder import Builder, fail, known_pools, release
 from tpujob.status.model import (

@@ -158,20 +158,15 @@ def _requeued_again(wl: Obj, facts: QueueFacts, now: datetime) -> None:
         set_condition(
             status, REQUEUED, True, "Reactivated", "The workload was reactivated", now, generation(wl)
         )
-    elif (
-        reason == "LocalQueueStopped"
-        and facts.local_queue is not None
-        and _stop_policy(facts.local_queue) == "None"
-    ):
-        message = "The LocalQueue was restarted after being stopped"
-        set_condition(status, REQUEUED, True, "LocalQueueRestarted", message, now, generation(wl))
-    elif (
-        reason == "ClusterQueueStopped"
-        and facts.cluster_queue is not None
-        and _stop_policy(facts.cluster_queue) == "None"
-    ):
-        message = "The ClusterQueue was restarted after being stopped"
-        set_condition(status, REQUEUED, True, "ClusterQueueRestarted", message, now, generation(wl))
+    else:
+        restarted = {
+            "LocalQueueStopped": ("LocalQueue", facts.local_queue),
+            "ClusterQueueStopped": ("ClusterQueue", facts.cluster_queue),
+        }
+        kind, queue = restarted.get(reason or "", ("", None))
+        if queue is not None and _stop_policy(queue) == "None":
+            message = f"The {kind} was restarted after being stopped"
+            set_condition(status, REQUEUED, True, f"{kind}Restarted", message, now, generation(wl))
 
 
 def _queue_blocker(wl: Obj, facts: QueueFacts, now: datetime) -> None:
