@@ -465,6 +465,9 @@ class ControlPlane:
                 except ApiException as error:
                     if error.status != 409:
                         raise
+                    # A state folder started before: its Service, pointed at this start's port.
+                    current = core.read_namespaced_service(name, aggregation.NAMESPACE)
+                    service["metadata"]["resourceVersion"] = current.metadata.resource_version
                     core.replace_namespaced_service(name, aggregation.NAMESPACE, service)
             group, version = aggregation.APIEXTENSIONS
             name = f"{version}.{group}"

@@ -77,12 +77,25 @@ def test_every_examples_workload_is_accepted_by_kueues_own_schema(kueue, namespa
     assert "priority should not be nil when priorityClassRef is set" in refused.value.body
 
 
-def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(jobs, gke, kubelet, kueue):
-    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(jobs, gke, kubelet, kueue, core):
+    """Quota for one v5e host: the second job waits with Kueue's words and holds nothing. The flavor's own
+    label, taint and toleration go onto the first job's pods and onto the nodes of the pool made for it."""
+    team_taint = {"key": "example.com/team", "value": "a", "effect": "NoSchedule"}
+    flavor = kueue.resource_flavor(
+        node_labels={**V5E_LABELS, "example.com/team": "a"},
+        node_taints=[team_taint],
+        tolerations=[{**team_taint, "operator": "Equal"}],
+        prefix="v5e-2x2",
+    )
     cluster_queue = kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}})
     queue = kueue.local_queue(jobs.namespace, cluster_queue)
     jobs.create(queued(plain_job("first", tpu=V5E_2X2), queue))
     (first_pod,) = jobs.wait_pods_running("first", 1, timeout=60)
+    assert first_pod.spec.node_selector["example.com/team"] == "a"
+    assert "example.com/team" in [t.key for t in first_pod.spec.tolerations]
+    node = core.read_node(first_pod.spec.node_name)
+    assert node.metadata.labels["example.com/team"] == "a"
+    assert "example.com/team" in [t.key for t in node.spec.taints]
     jobs.create(queued(plain_job("second", tpu=V5E_2X2), queue))
     waiting = wait_for(
         lambda: (s := jobs.status("second")).get("reason") == "Pending" and s,

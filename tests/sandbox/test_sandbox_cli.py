@@ -99,8 +99,12 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
 
 
 @pytest.mark.e2e
-def test_up_with_kueue_serves_its_crds_and_runs_the_operator_with_it(tmp_path):
+def test_up_again_in_its_folder_with_kueue_serves_its_crds_and_runs_the_operator_with_it(tmp_path):
+    """A sandbox stopped and started again in the same state folder (its etcd data kept), now with Kueue."""
     state = tmp_path / "sandbox"
+    first = sandbox_command("up", "--dir", str(state))
+    assert first.returncode == 0, first.stderr
+    assert sandbox_command("down", "--dir", str(state)).returncode == 0
     try:
         up = sandbox_command("up", "--dir", str(state), "--kueue")
         assert up.returncode == 0, up.stderr
