@@ -121,7 +121,7 @@ def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(job
     jobs.wait_phase("second", "Succeeded", timeout=60)
 
 
-TRAINER_STEPS = 4000
+TRAINER_STEPS = 2500
 
 
 def steps_logged(log: Path) -> int:

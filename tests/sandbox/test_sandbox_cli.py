@@ -48,7 +48,9 @@ def test_the_operator_polls_gke_at_the_sandbox_time_scale_not_below_a_floor():
 
 
 @pytest.mark.e2e
-def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_path, record_property):
+def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process_and_up_again_adds_kueue(
+    tmp_path, record_property
+):
     find_binaries()  # a first run on a fresh machine builds here, outside the timed part
     state = tmp_path / "sandbox"
     try:
@@ -97,23 +99,15 @@ def test_up_starts_in_seconds_status_reports_it_and_down_leaves_no_process(tmp_p
     assert sandbox_command("status", "--dir", str(state)).returncode == cli.EXIT_NOT_RUNNING
     assert (state / "logs" / "kube-apiserver.log").exists()  # logs stay for a post-mortem
 
-
-@pytest.mark.e2e
-def test_up_again_in_its_folder_with_kueue_serves_its_crds_and_runs_the_operator_with_it(tmp_path):
-    """A sandbox stopped and started again in the same state folder (its etcd data kept), now with Kueue."""
-    state = tmp_path / "sandbox"
-    first = sandbox_command("up", "--dir", str(state))
-    assert first.returncode == 0, first.stderr
-    assert sandbox_command("down", "--dir", str(state)).returncode == 0
+    # Up again in the same folder (its etcd data kept), now with Kueue: its CRDs served, the operator told.
     try:
-        up = sandbox_command("up", "--dir", str(state), "--kueue")
-        assert up.returncode == 0, up.stderr
-        assert "kueue:" in up.stdout
+        again = sandbox_command("up", "--dir", str(state), "--kueue")
+        assert again.returncode == 0, again.stderr
+        assert "kueue:" in again.stdout
         info = json.loads((state / "sandbox.json").read_text())
         assert info["kueue"] is True
         groups = k8s.ApisApi(k8s_config.new_client_from_config(info["kubeconfig"])).get_api_versions().groups
         assert "kueue.x-k8s.io" in [group.name for group in groups]
         assert cli.operator_environment(info)["TPUJOB_KUEUE"] == "true"
     finally:
-        down = sandbox_command("down", "--dir", str(state))
-    assert down.returncode == 0, down.stderr
+        assert sandbox_command("down", "--dir", str(state)).returncode == 0
