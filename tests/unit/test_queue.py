@@ -294,3 +294,9 @@ def test_a_workload_that_no_longer_fits_the_job_is_replaced_once_the_job_holds_n
     assert decision.workload.delete and not decision.create_pools and not decision.create_pods
     running_pods = step(job, stale, pods=pods(job, 0, "Running"))
     assert running_pods.delete_pods and not running_pods.workload.delete  # stopped first
+
+
+def test_a_workload_create_counts_as_a_create_a_standby_confirms_first():
+    """Reconciler.confirm_before_create reads the job before any create: a Workload is one."""
+    decision = step(queued_job(), s.QueueView(QUEUE, priority=PriorityFact()))
+    assert decision.workload.create and decision.creates

@@ -353,8 +353,8 @@ class Decision:
 
     @property
     def creates(self) -> bool:
-        """Whether carrying it out creates anything (a pool, a pod, the Service)."""
-        return bool(self.create_pools or self.create_pods or self.create_service)
+        """Whether carrying it out creates anything (a pool, a pod, the Service, a Kueue Workload)."""
+        return bool(self.create_pools or self.create_pods or self.create_service or self.workload.create)
 
     def requeue(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
