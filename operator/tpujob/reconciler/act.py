@@ -214,13 +214,7 @@ class Actions:
                     {"metadata": {"resourceVersion": version}, "spec": {"active": writes.active}},
                 )
             if writes.release_finalizer or writes.delete:
-                kept = [f for f in writes.finalizers if f != c.KUEUE_FINALIZER]
-                if kept != list(writes.finalizers):
-                    self.api.patch_workload(
-                        namespace, writes.name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
-                    )
-            if writes.delete:
-                self.api.delete_workload(namespace, writes.name)
+                self.let_go_workload(namespace, writes.name, version, writes.finalizers, delete=writes.delete)
         except kube.ApiError as error:
             if error.status == 409:
                 return False
@@ -228,6 +222,19 @@ class Actions:
                 return True
             raise
         return True
+
+    def let_go_workload(
+        self, namespace: str, name: str, version: str, finalizers: tuple[str, ...] | list[str], delete: bool
+    ) -> None:
+        """Kueue's finalizer off the Workload (conditional on `version`), and the Workload deleted if asked:
+        what a Kueue integration does once its job no longer needs it (jobframework RemoveFinalizer)."""
+        kept = [f for f in finalizers if f != c.KUEUE_FINALIZER]
+        if kept != list(finalizers):
+            self.api.patch_workload(
+                namespace, name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
+            )
+        if delete:
+            self.api.delete_workload(namespace, name)
 
     # --- GKE -------------------------------------------------------------------------------------
 

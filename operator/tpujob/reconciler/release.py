@@ -57,24 +57,17 @@ class Releaser:
         if not self.observer.kueue.enabled or c.LABEL_QUEUE_NAME not in (meta.get("labels") or {}):
             return
         name = render_workload.workload_name_of(meta["name"], meta["uid"])
-        api = self.actions.api
         try:
-            found = api.get_kueue_object("workloads", name, meta["namespace"])
-            if found is None:
-                return
-            finalizers = found["metadata"].get("finalizers") or []
-            if c.KUEUE_FINALIZER in finalizers:
-                api.patch_workload(
+            found = self.actions.api.get_kueue_object("workloads", name, meta["namespace"])
+            if found is not None:
+                found_meta = found["metadata"]
+                self.actions.let_go_workload(
                     meta["namespace"],
                     name,
-                    {
-                        "metadata": {
-                            "resourceVersion": found["metadata"]["resourceVersion"],
-                            "finalizers": [f for f in finalizers if f != c.KUEUE_FINALIZER],
-                        }
-                    },
+                    found_meta["resourceVersion"],
+                    found_meta.get("finalizers") or [],
+                    delete=True,
                 )
-            api.delete_workload(meta["namespace"], name)
         except kube.ApiError as error:
             if error.status != 404:
                 raise
