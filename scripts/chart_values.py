@@ -15,6 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from tpujob.api.spec import OAUTH_SCOPE_PATTERN
+from tpujob.config import GOOGLE_IDENTITY_PATTERN
+
 CHART = Path(__file__).resolve().parents[1] / "charts" / "tpujob-operator"
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -85,6 +88,24 @@ class Gke(Section):
         "offer the job's TPU type (TPUJOB_GKE_ZONE).",
     )
     endpoint: str = Field("", description="GKE API endpoint override (TPUJOB_GKE_ENDPOINT).")
+    identity: str = Field(
+        "",
+        pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
+        description="The Google identity the operator must act as, checked at start; empty: "
+        "serviceAccount.gcpServiceAccount (TPUJOB_GKE_IDENTITY).",
+    )
+    node_service_account: str = Field(
+        "",
+        pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
+        description="The Google service account of the TPU pools' nodes; empty: GKE's default "
+        "(TPUJOB_GKE_NODE_SERVICE_ACCOUNT).",
+    )
+    node_o_auth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
+        ["https://www.googleapis.com/auth/cloud-platform"],
+        alias="nodeOAuthScopes",
+        min_length=1,
+        description="OAuth scopes of the TPU pools' nodes (TPUJOB_GKE_NODE_OAUTH_SCOPES).",
+    )
     upgrade_shield: bool = Field(
         True,
         description="Create TPU pools with their own exclusion from node auto-upgrades "
@@ -142,6 +163,22 @@ class Operator(Section):
     extra_env: list[EnvVar] = Field([], description="More environment variables.")
 
 
+class MetricsReader(Section):
+    name: str = Field(min_length=1, description="ServiceAccount name.")
+    namespace: str = Field(min_length=1, pattern=NAMESPACE, description="Its namespace.")
+
+
+class MetricsAuth(Section):
+    enabled: bool = Field(
+        False,
+        description="Serve /metrics over HTTPS to authenticated, authorized bearer tokens only "
+        "(TokenReview, SubjectAccessReview) (TPUJOB_METRICS_AUTH).",
+    )
+    readers: list[MetricsReader] = Field(
+        [], description="ServiceAccounts bound to the -metrics-reader ClusterRole (your Prometheus')."
+    )
+
+
 class MetricsService(Section):
     enabled: bool = Field(True, description="Create the metrics Service.")
     port: Port = Field(8000, description="Service port.")
@@ -161,6 +198,9 @@ class PodMonitor(ServiceMonitor):
     )
     namespaces: list[Annotated[str, Field(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]] = Field(
         [], description="Namespaces of the trainer pods scraped."
+    )
+    sample_limit: int = Field(
+        1000, ge=1, description="Most series per trainer scrape; over it, the scrape fails."
     )
 
 
@@ -185,6 +225,7 @@ class TpuDevicePlugin(Section):
 
 class Metrics(Section):
     port: Port = Field(8000, description="Container port of /metrics (TPUJOB_METRICS_PORT).")
+    auth: MetricsAuth = Field(default_factory=MetricsAuth, description="Authenticated /metrics.")
     service: MetricsService = Field(
         default_factory=MetricsService, description="The ClusterIP Service in front of /metrics."
     )
@@ -229,8 +270,41 @@ class ServiceAccount(Section):
     )
 
 
+class AggregatedRoles(Section):
+    create: bool = Field(True, description="Create tpujob-edit and tpujob-view (once per cluster).")
+
+
 class Rbac(Section):
     create: bool = Field(True, description="Create the (Cluster)Role and its binding.")
+    aggregated_roles: AggregatedRoles = Field(
+        default_factory=AggregatedRoles,
+        description="The users' ClusterRoles, aggregated into admin/edit and view.",
+    )
+
+
+class JobNetworkPolicy(Section):
+    enabled: bool = Field(True, description="A NetworkPolicy per TPUJob (TPUJOB_NETWORK_POLICY).")
+
+
+class OperatorNetworkPolicy(Section):
+    enabled: bool = Field(False, description="A NetworkPolicy for the operator's pods.")
+
+
+class NetworkPolicy(Section):
+    jobs: JobNetworkPolicy = Field(default_factory=JobNetworkPolicy, description="Each TPUJob's policy.")
+    operator: OperatorNetworkPolicy = Field(
+        default_factory=OperatorNetworkPolicy, description="The operator's own policy."
+    )
+    # NetworkPolicyPeers, checked by the operator (config.NetworkPolicyPeer) and the API server.
+    metrics_from: list[dict[str, Any]] = Field(
+        [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        description="NetworkPolicyPeers of your Prometheus: who may scrape the operator and the trainers.",
+    )
 
 
 class Kueue(Section):
@@ -307,6 +381,9 @@ class Values(Section):
     )
     operator: Operator = Field(default_factory=Operator, description="How the operator works (TPUJOB_*).")
     kueue: Kueue = Field(default_factory=Kueue, description="Kueue: queued TPUJobs admitted by its queues.")
+    network_policy: NetworkPolicy = Field(
+        default_factory=NetworkPolicy, description="NetworkPolicies of the jobs and the operator."
+    )
     metrics: Metrics = Field(
         default_factory=Metrics,
         description=(

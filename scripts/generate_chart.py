@@ -21,7 +21,16 @@ import yaml
 
 from tpujob.api.crd import crd_yaml
 from tpujob.peering import peering_crd
-from tpujob.rbac import CLUSTER_RULES, KUEUE_CLUSTER_RULES, KUEUE_RULES, RULES
+from tpujob.rbac import (
+    CLUSTER_RULES,
+    KUEUE_CLUSTER_RULES,
+    KUEUE_RULES,
+    METRICS_AUTH_RULES,
+    METRICS_READER_RULES,
+    RULES,
+    USER_EDIT_RULES,
+    USER_VIEW_RULES,
+)
 
 # chart_values.py and dashboard.py sit next to this script; runpy (the drift test) does not put this
 # folder on sys.path.
@@ -89,6 +98,20 @@ RULE_FILES = (
         "with kueue.enabled, for a cluster-wide operator only",
         KUEUE_CLUSTER_RULES,
     ),
+    (
+        "rbac-metrics-auth-rules",
+        "METRICS_AUTH_RULES",
+        "with metrics.auth.enabled, a ClusterRole of its own (TokenReviews, SubjectAccessReviews)",
+        METRICS_AUTH_RULES,
+    ),
+    (
+        "rbac-metrics-reader-rules",
+        "METRICS_READER_RULES",
+        "with metrics.auth.enabled, the ClusterRole a scraper of /metrics is bound to",
+        METRICS_READER_RULES,
+    ),
+    ("rbac-user-edit-rules", "USER_EDIT_RULES", "the tpujob-edit ClusterRole (aggregated to edit)", USER_EDIT_RULES),
+    ("rbac-user-view-rules", "USER_VIEW_RULES", "the tpujob-view ClusterRole (aggregated to view)", USER_VIEW_RULES),
 )
 
 

@@ -332,6 +332,12 @@ REFUSED: list[Case] = [
     ),
     refused("region-as-zone", job(nodePool={"zone": "us-central1"}), "spec.nodePool.zone", "us-central1"),
     refused(
+        "oauth-scopes-from-a-job",
+        job(nodePool={"oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"]}),
+        "spec.nodePool.oauthScopes",
+        "node pools' OAuth scopes are the operator's setting (the chart's gke.nodeOAuthScopes), not a job's",
+    ),
+    refused(
         "too-many-zones", job(capacity={"zones": ["us-central1-a"] * 11}), "spec.capacity.zones", "10 items"
     ),
     # spec.runPolicy.failurePolicy

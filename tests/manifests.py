@@ -143,10 +143,10 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "less than or equal to 256",
     ),
     (
-        "oauth-scopes-empty",
-        with_change("spec.nodePool", {"oauthScopes": []}),
+        "oauth-scopes-are-the-operators",
+        with_change("spec.nodePool", {"oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"]}),
         "spec.nodePool.oauthScopes",
-        "at least 1 item",
+        "node pools' OAuth scopes are the operator's setting (the chart's gke.nodeOAuthScopes)",
     ),
     ("gvnic-not-bool", with_change("spec.nodePool", {"gvnic": "fast"}), "spec.nodePool.gvnic", "boolean"),
     (
@@ -154,12 +154,6 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         with_change("spec.nodePool", {"maxPodsPerNode": 4}),
         "spec.nodePool.maxPodsPerNode",
         "greater than or equal to 8",
-    ),
-    (
-        "oauth-scope-not-a-url",
-        with_change("spec.nodePool", {"oauthScopes": ["storage-full"]}),
-        "spec.nodePool.oauthScopes[0]",
-        "does not match",
     ),
     (
         "provisioning-timeout-zero",

@@ -4,13 +4,62 @@ with the variable's name."""
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError, model_validator
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPE_PATTERN
 from tpujob.render import Cluster
 from tpujob.status import DEFAULT_POLL_PROVISIONING_SECONDS
 
 ENV_PREFIX = "TPUJOB_"
+# A Google service account's email, or a Workload Identity Federation pool (PROJECT.svc.id.goog: what the
+# GKE metadata server names a Kubernetes ServiceAccount that acts as itself, with no Google account).
+GOOGLE_IDENTITY_PATTERN = (
+    r"^([a-z][-a-z0-9]{4,28}[a-z0-9]@[-a-z0-9.:]+\.iam\.gserviceaccount\.com"
+    r"|[0-9]+-compute@developer\.gserviceaccount\.com|[-a-z0-9.:]+\.svc\.id\.goog)$"
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SelectorRequirement(_Strict):
+    key: str = Field(min_length=1, max_length=317)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+
+class LabelSelector(_Strict):
+    matchLabels: dict[str, str] = {}
+    matchExpressions: list[SelectorRequirement] = []
+
+
+class IPBlock(_Strict):
+    cidr: str = Field(min_length=1)
+    except_: list[str] = Field([], alias="except")
+
+
+class NetworkPolicyPeer(_Strict):
+    """networking.k8s.io/v1 NetworkPolicyPeer: who may reach the trainers' metrics port."""
+
+    podSelector: LabelSelector | None = None
+    namespaceSelector: LabelSelector | None = None
+    ipBlock: IPBlock | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NetworkPolicyPeer:
+        if self.ipBlock is not None and (self.podSelector or self.namespaceSelector):
+            raise ValueError("a peer is an ipBlock or selectors, not both")
+        if self.ipBlock is None and self.podSelector is None and self.namespaceSelector is None:
+            raise ValueError("a peer needs podSelector, namespaceSelector or ipBlock")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
 
 
 class OperatorConfig(BaseSettings):
@@ -27,6 +76,30 @@ class OperatorConfig(BaseSettings):
     )
     gke_endpoint: str | None = Field(
         None, description="GKE API endpoint override (a simulated GKE); empty: Google's"
+    )
+    gke_identity: str = Field(
+        "",
+        pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
+        description="the Google identity the operator must act as for GKE calls: a service account's email "
+        "(Workload Identity, or a key in GOOGLE_APPLICATION_CREDENTIALS), or PROJECT.svc.id.goog (Workload "
+        "Identity Federation, no Google account); checked at start, which is refused when the credentials "
+        "found are another identity or when this is empty: the operator never acts as its node's service "
+        "account unless named here (not checked with TPUJOB_GKE_ENDPOINT: a simulated GKE takes no "
+        "credentials)",
+    )
+    gke_node_service_account: str = Field(
+        "",
+        pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
+        description="the Google service account the TPU pools' nodes run as (config.serviceAccount): give "
+        "them their own, with only roles/logging.logWriter, roles/monitoring.metricWriter and "
+        "roles/artifactregistry.reader (GKE's least-privilege node account); empty: GKE's default, the "
+        "project's Compute Engine default service account (Editor)",
+    )
+    gke_node_oauth_scopes: str = Field(
+        ",".join(DEFAULT_OAUTH_SCOPES),
+        description="OAuth scopes of the TPU pools' nodes, comma-separated https://www.googleapis.com/auth/ "
+        "URLs (the operator's choice, never a job's); cloud-platform leaves access to the node account's "
+        "IAM roles, as Google advises",
     )
     gke_upgrade_shield: bool = Field(
         True,
@@ -46,6 +119,17 @@ class OperatorConfig(BaseSettings):
         "kueue.enabled RBAC); off: such jobs wait, never run around their queue",
     )
     namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
+    network_policy: bool = Field(
+        True,
+        description="give each TPUJob a NetworkPolicy (created before its pods, deleted with the job): its "
+        "workers admit its own pods on every port and TPUJOB_NETWORK_POLICY_METRICS_FROM on the metrics "
+        "port, nothing else",
+    )
+    network_policy_metrics_from: list[NetworkPolicyPeer] = Field(
+        [],
+        description="JSON list of NetworkPolicyPeers that may read the trainers' metrics port (9090): the "
+        "operator itself (it reads worker 0's step counter there) and Prometheus; the chart sets both",
+    )
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
     resync_seconds: float = Field(
@@ -140,6 +224,18 @@ class OperatorConfig(BaseSettings):
             )
         return self
 
+    @field_validator("gke_node_oauth_scopes")
+    @classmethod
+    def _scopes(cls, value: str) -> str:
+        scopes = [scope.strip() for scope in value.split(",") if scope.strip()]
+        wrong = [scope for scope in scopes if not re.match(OAUTH_SCOPE_PATTERN, scope)]
+        if wrong or not scopes:
+            raise ValueError(
+                f"{', '.join(wrong) or 'no scope'}: give https://www.googleapis.com/auth/... URLs, "
+                "comma-separated (e.g. https://www.googleapis.com/auth/cloud-platform)"
+            )
+        return ",".join(scopes)
+
     @property
     def cluster(self) -> Cluster:
         return Cluster(
@@ -148,6 +244,10 @@ class OperatorConfig(BaseSettings):
             cluster=self.gke_cluster,
             zone=self.gke_zone or self.gke_location,
             upgrade_shield=self.gke_upgrade_shield,
+            node_service_account=self.gke_node_service_account,
+            node_oauth_scopes=tuple(self.gke_node_oauth_scopes.split(",")),
+            network_policy=self.network_policy,
+            metrics_from=tuple(peer.manifest() for peer in self.network_policy_metrics_from),
         )
 
     @property
@@ -166,13 +266,20 @@ class InvalidSettings(ValueError):
     """A TPUJOB_* variable holds a value the operator cannot use; the message names each one."""
 
 
+def _inside(path: tuple[int | str, ...]) -> str:
+    """Where in a JSON setting: [0].podSelector."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+
+
 def from_environment() -> OperatorConfig:
     """The settings from the process environment; a bad value stops the operator naming its variable."""
     try:
         return OperatorConfig()
     except ValidationError as error:
         problems = [
-            f"{ENV_PREFIX}{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" if e["loc"] else e["msg"]
+            f"{ENV_PREFIX}{str(e['loc'][0]).upper()}{_inside(e['loc'][1:])}={e.get('input')!r}: {e['msg']}"
+            if e["loc"]
+            else e["msg"]
             for e in error.errors()
         ]
         raise InvalidSettings("; ".join(problems)) from None

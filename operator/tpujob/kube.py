@@ -140,6 +140,11 @@ class Kube:
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
         return self._created(f"/api/v1/namespaces/{namespace}/services", body, Priority.WORKLOAD)
 
+    def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when it exists already (a pass that died after making it)."""
+        path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+        return self._created(path, body, Priority.WORKLOAD)
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         return self._created(f"/api/v1/namespaces/{namespace}/events", body, Priority.EVENT)
 

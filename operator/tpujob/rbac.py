@@ -24,6 +24,9 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
     # The headless Service that gives workers their hostnames.
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
+    # Each job's NetworkPolicy (render/network.py), made before its pods, deleted with the job by garbage
+    # collection (its owner reference): create only.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     # Events for every transition a user sees in `kubectl describe`.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     # Active and standby replicas (kopf peering): a namespace-scoped operator's KopfPeering.
@@ -61,6 +64,32 @@ KUEUE_CLUSTER_RULES: list[dict[str, Any]] = [
         "verbs": ["get"],
     },
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list"]},
+]
+
+
+# With metrics auth (TPUJOB_METRICS_AUTH, the chart's metrics.auth.enabled): who asks for /metrics is checked
+# as controller-runtime's metrics filter checks it (pkg/metrics/filters WithAuthenticationAndAuthorization):
+# a TokenReview of the bearer token, then a SubjectAccessReview of GET on the path. Cluster-scoped, so a
+# ClusterRole of its own even for a namespace-scoped operator.
+METRICS_AUTH_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+# What a scraper needs then (kubebuilder's metrics-reader ClusterRole): bound to Prometheus' ServiceAccount.
+METRICS_READER_RULES: list[dict[str, Any]] = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+# The users' side: roles aggregated into Kubernetes' default edit and view ClusterRoles (and admin), as
+# JobSet, Kueue and Kubeflow ship theirs, so a team granted `edit` in its namespace may run TPUJobs there.
+USER_EDIT_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [c.GROUP],
+        "resources": [c.PLURAL],
+        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+    },
+    {"apiGroups": [c.GROUP], "resources": [f"{c.PLURAL}/status"], "verbs": ["get", "list", "watch"]},
+]
+USER_VIEW_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [c.GROUP], "resources": [c.PLURAL, f"{c.PLURAL}/status"], "verbs": ["get", "list", "watch"]},
 ]
 
 

@@ -51,6 +51,10 @@ class RecordingKube:
         self._call("create_service", namespace, body)
         return True
 
+    def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_network_policy", namespace, body)
+        return True
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         self._call("create_event", namespace, body)
         return True

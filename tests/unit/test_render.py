@@ -1,5 +1,6 @@
 """Pure rendering: node pools, pods and the Service, table-tested without a cluster."""
 
+import dataclasses
 import json
 
 import pytest
@@ -257,21 +258,28 @@ def test_pool_hygiene_as_gke_tools_do_it():
     assert parsed.config.gvnic.enabled is True
     assert list(parsed.config.oauth_scopes) == ["https://www.googleapis.com/auth/cloud-platform"]
 
-    workload_identity = Cluster(**{**CLUSTER.__dict__, "workload_identity": True})
-    custom = {
-        "maxPodsPerNode": 32,
-        "gvnic": False,
-        "oauthScopes": ["https://www.googleapis.com/auth/devstorage.read_write"],
-    }
-    (pool,) = render_plan(job(nodePool=custom), workload_identity).node_pools
+    assert "serviceAccount" not in pool["config"]  # none configured: GKE's default
+
+    node_identity = "tpu-nodes@p.iam.gserviceaccount.com"
+    operators = dataclasses.replace(
+        CLUSTER,
+        workload_identity=True,
+        node_service_account=node_identity,
+        node_oauth_scopes=("https://www.googleapis.com/auth/devstorage.read_write",),
+    )
+    custom = {"maxPodsPerNode": 32, "gvnic": False}
+    (pool,) = render_plan(job(nodePool=custom), operators).node_pools
     assert pool["config"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
     assert pool["maxPodsConstraint"] == {"maxPodsPerNode": "32"}
     assert "gvnic" not in pool["config"]
+    # The nodes' identity and scopes are the operator's settings.
     assert pool["config"]["oauthScopes"] == ["https://www.googleapis.com/auth/devstorage.read_write"]
+    assert pool["config"]["serviceAccount"] == node_identity
     parsed = container_v1.NodePool.from_json(json.dumps(pool), ignore_unknown_fields=False)
     assert (
         parsed.config.workload_metadata_config.mode == container_v1.WorkloadMetadataConfig.Mode.GKE_METADATA
     )
+    assert parsed.config.service_account == node_identity
 
 
 def test_a_shared_reservation_is_named_by_its_project_path():

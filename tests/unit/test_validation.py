@@ -43,7 +43,7 @@ def test_valid_manifest_gets_the_documented_defaults():
     assert job.spec.run_policy.provisioning_timeout_seconds is None  # wait for capacity as long as it takes
     pool = job.spec.node_pool
     assert (pool.max_pods_per_node, pool.gvnic) == (16, True)
-    assert pool.oauth_scopes == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert pool.oauth_scopes is None  # the operator's setting (Cluster.node_oauth_scopes), never a job's
 
 
 def test_a_shared_reservation_and_a_provisioning_timeout_are_accepted():

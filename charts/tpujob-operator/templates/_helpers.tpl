@@ -47,3 +47,10 @@ app.kubernetes.io/part-of: tpujob
 {{- fail (printf "%s=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind %s), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) first, or set %s=false. With `helm template`, pass --api-versions monitoring.coreos.com/v1/%s." $value $kind $value $kind) }}
 {{- end }}
 {{- end }}
+
+{{/* Who may read the trainers' metrics port, as TPUJOB_NETWORK_POLICY_METRICS_FROM (JSON): this release's
+operator pods (it reads worker 0's step counter there) and networkPolicy.metricsFrom (Prometheus). */}}
+{{- define "tpujob.jobMetricsFrom" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "tpujob.selectorLabels" . | fromYaml)) }}
+{{- prepend .Values.networkPolicy.metricsFrom $operator | toJson }}
+{{- end }}

@@ -333,6 +333,12 @@ def _spec_rules() -> dict[Place, tuple[CelRule, ...]]:
                 field_path=".zone",
                 reason=FORBIDDEN,
             ),
+            CelRule(
+                rule="!has(self.oauthScopes)",
+                message=m.OAUTH_SCOPES_ARE_THE_OPERATORS,
+                field_path=".oauthScopes",
+                reason=FORBIDDEN,
+            ),
         ),
         Place(TPUJobSpec): (
             *spec_rules(),

@@ -39,6 +39,11 @@ FLEX_START_TYPE: Final = (
     "flexStart offers {types} TPUs, not {type} (GKE flex-start); use mode spot, reservation or onDemand"
 )
 ONLY_WITH_CREATE: Final = "only used with policy create; remove it"
+OAUTH_SCOPES_ARE_THE_OPERATORS: Final = (
+    "node pools' OAuth scopes are the operator's setting (the chart's gke.nodeOAuthScopes), not a job's; "
+    "remove it, and give the trainer Google access through Workload Identity "
+    "(spec.trainer.serviceAccountName)"
+)
 ZONE_AND_ZONES: Final = "set either spec.nodePool.zone (one zone) or spec.capacity.zones, not both"
 WORKLOAD_POLICY_NEEDED: Final = (
     "multi-host {type} pools are placed by a workload policy: name one "

@@ -203,15 +203,15 @@ class NodePoolSpec(ApiModel):
         default=True,
         description="Google Virtual NIC on the pools' nodes: the faster DCN path TPU docs advise.",
     )
-    oauth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN, max_length=256)]] = Field(
-        # A plain default (pydantic copies it per instance) reaches the CRD; a default_factory would not.
-        default=list(DEFAULT_OAUTH_SCOPES),
-        min_length=1,
+    # Kept in the schema only to refuse it with its fix (messages.OAUTH_SCOPES_ARE_THE_OPERATORS): what a
+    # node may do is the platform's choice, and a scope a job widens, every pod on its nodes holds.
+    oauth_scopes: list[Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None,
         max_length=MAX_OAUTH_SCOPES,
         description=(
-            "OAuth scopes of the nodes' service account. The default (cloud-platform, IAM decides) lets a "
-            "trainer without Workload Identity write gs:// checkpoints; GKE's default scopes are read-only "
-            f"for Cloud Storage. At most {MAX_OAUTH_SCOPES}."
+            "Refused: the pools' OAuth scopes and node service account are the operator's settings (the "
+            "chart's gke.nodeOAuthScopes and gke.nodeServiceAccount). Give a trainer Google access through "
+            "Workload Identity (spec.trainer.serviceAccountName)."
         ),
     )
 
@@ -291,6 +291,14 @@ class TrainerSpec(ApiModel):
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         max_length=253,
         description="Kubernetes ServiceAccount of the pods (e.g. one bound to a Google service account).",
+    )
+    automount_service_account_token: bool = Field(
+        default=False,
+        description=(
+            "Mount the ServiceAccount's Kubernetes API token into the pods. Off: a trainer needs no "
+            "Kubernetes API, and a token it holds is one more credential to steal; Workload Identity and "
+            "the Cloud Storage FUSE driver work without it. On: for code that calls the Kubernetes API."
+        ),
     )
     host_network: bool = Field(
         default=False,

@@ -278,6 +278,8 @@ def semantic_problems(job: TPUJob, default_zones: DefaultZones | None = None) ->
     pool = spec.node_pool
     if pool.policy == NodePoolPolicy.existing and pool.zone:
         yield Problem("spec.nodePool.zone", m.ONLY_WITH_CREATE)
+    if pool.oauth_scopes is not None:
+        yield Problem("spec.nodePool.oauthScopes", m.OAUTH_SCOPES_ARE_THE_OPERATORS)
     if pool.policy == NodePoolPolicy.existing and capacity.zones:
         yield Problem("spec.capacity.zones", m.ONLY_WITH_CREATE)
     if pool.zone and capacity.zones:

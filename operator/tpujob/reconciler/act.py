@@ -20,6 +20,7 @@ from tpujob.gke import NodePools
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
+from tpujob.render import network as render_network
 from tpujob.render import plan as render
 from tpujob.render import workload as render_workload
 
@@ -168,7 +169,16 @@ class Actions:
         names = [pod["metadata"]["name"] for pod in pods]
         self.memory.pods_created(uid, names)
         service = render.service(job) if decision.create_service else None
+        # The NetworkPolicy before the Service and the pods, in its own step: a worker never runs open to
+        # the pod network, and a Service that exists (what a pass observes) means the policy was made.
+        policy = (
+            render_network.network_policy(job, cluster.metrics_from)
+            if service is not None and cluster.network_policy
+            else None
+        )
         try:
+            if policy is not None:
+                self.api.create_network_policy(namespace, policy)
             self.create_pods_and_service(namespace, pods, service)
         except Exception as error:
             self.memory.pods_not_created(uid, names)

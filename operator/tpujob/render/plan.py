@@ -7,6 +7,7 @@ are Kubernetes manifests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +15,10 @@ from tpujob import tpu
 from tpujob.api import constants as c
 from tpujob.api import trainer_contract as contract
 from tpujob.api.job import TPUJob
-from tpujob.api.spec import CapacityMode, NodePoolPolicy
+from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, CapacityMode, NodePoolPolicy
 from tpujob.render import naming
+from tpujob.render.meta import job_labels, owned_metadata
+from tpujob.render.network import network_policy
 from tpujob.render.placement import Placement, gke_taint
 from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
 
@@ -35,6 +38,15 @@ class Cluster:
     workload_identity: bool = False
     # Pools carry their own exclusion from node auto-upgrades (UPGRADE_SHIELD; TPUJOB_GKE_UPGRADE_SHIELD).
     upgrade_shield: bool = True
+    # The pools' nodes act as this Google service account (TPUJOB_GKE_NODE_SERVICE_ACCOUNT); empty: GKE's
+    # default, the project's Compute Engine default service account.
+    node_service_account: str = ""
+    # The nodes' OAuth scopes: the operator's setting, never a job's (TPUJOB_GKE_NODE_OAUTH_SCOPES).
+    node_oauth_scopes: tuple[str, ...] = DEFAULT_OAUTH_SCOPES
+    # Each job's NetworkPolicy (render/network.py; TPUJOB_NETWORK_POLICY), and the peers that may reach its
+    # trainers' metrics port besides the job's own pods (TPUJOB_NETWORK_POLICY_METRICS_FROM).
+    network_policy: bool = True
+    metrics_from: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def parent(self) -> str:
@@ -58,34 +70,6 @@ class Plan:
 def slice_shape(job: TPUJob) -> tpu.SliceShape:
     spec = job.spec.tpu
     return tpu.resolve_slice(spec.type, spec.topology, spec.machine_type)
-
-
-def job_labels(job: TPUJob) -> dict[str, str]:
-    return {c.LABEL_JOB_NAME: job.metadata.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
-
-
-def owner_references(job: TPUJob) -> list[dict[str, Any]]:
-    """Owned children are garbage-collected with the job; none when the job has no UID (a file)."""
-    if not job.metadata.uid:
-        return []
-    return [
-        {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "name": job.metadata.name,
-            "uid": job.metadata.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-
-
-def _metadata(job: TPUJob, name: str, labels: dict[str, str]) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace, "labels": labels}
-    owners = owner_references(job)
-    if owners:
-        meta["ownerReferences"] = owners
-    return meta
 
 
 # --- GKE node pools ---------------------------------------------------------------------------
@@ -165,9 +149,12 @@ def node_pool(
         "resourceLabels": labels,
         # Node hygiene as xpk makes TPU pools (AI-Hypercomputer/xpk src/xpk/core/nodepool.py: --enable-gvnic,
         # --scopes=storage-full,gke-default,cloud-platform, --max-pods-per-node 15, and
-        # --workload-metadata=GKE_METADATA with Workload Identity). Scopes: see DEFAULT_OAUTH_SCOPES.
-        "oauthScopes": list(pool_spec.oauth_scopes),
+        # --workload-metadata=GKE_METADATA with Workload Identity). Scopes: see DEFAULT_OAUTH_SCOPES; they
+        # and the nodes' identity are the operator's settings, so no job widens what its nodes may do.
+        "oauthScopes": list(cluster.node_oauth_scopes),
     }
+    if cluster.node_service_account:
+        config["serviceAccount"] = cluster.node_service_account
     if placement is not None and (placement.node_labels or placement.node_taints):
         # Kubernetes labels on the nodes only: a flavor's label keys need not be valid GCE resource labels.
         config["labels"] = {**placement.node_labels, **labels}
@@ -438,12 +425,14 @@ def pod(
     }
     if trainer.service_account_name:
         spec["serviceAccountName"] = trainer.service_account_name
+    # No Kubernetes API token in a worker unless the job asks for one (a trainer calls no Kubernetes API).
+    spec["automountServiceAccountToken"] = trainer.automount_service_account_token
     if avoid_maintenance_before is not None:
         spec["affinity"] = _avoid_maintenance(avoid_maintenance_before)
     if trainer.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    metadata = _metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels)
+    metadata = owned_metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels)
     merge_pod(spec, metadata, job.spec.pod)  # sidecars, volumes, pull secrets, ...: after the operator's part
     if placement is not None:
         # Kueue's flavor assignment only picks flavors whose labels agree with the pod's own selectors.
@@ -471,7 +460,7 @@ def service(job: TPUJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, naming.service_name(job), job_labels(job)),
+        "metadata": owned_metadata(job, naming.service_name(job), job_labels(job)),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -482,4 +471,7 @@ def service(job: TPUJob) -> dict[str, Any]:
 
 
 def render_plan(job: TPUJob, cluster: Cluster, attempt: int = 0) -> Plan:
-    return Plan(node_pools=node_pools(job, cluster), resources=[service(job), *pods(job, cluster, attempt)])
+    policy = [network_policy(job, cluster.metrics_from)] if cluster.network_policy else []
+    return Plan(
+        node_pools=node_pools(job, cluster), resources=[service(job), *pods(job, cluster, attempt), *policy]
+    )
