@@ -110,8 +110,18 @@ RULE_FILES = (
         "with metrics.auth.enabled, the ClusterRole a scraper of /metrics is bound to",
         METRICS_READER_RULES,
     ),
-    ("rbac-user-edit-rules", "USER_EDIT_RULES", "the tpujob-edit ClusterRole (aggregated to edit)", USER_EDIT_RULES),
-    ("rbac-user-view-rules", "USER_VIEW_RULES", "the tpujob-view ClusterRole (aggregated to view)", USER_VIEW_RULES),
+    (
+        "rbac-user-edit-rules",
+        "USER_EDIT_RULES",
+        "the tpujob-edit ClusterRole (aggregated to edit)",
+        USER_EDIT_RULES,
+    ),
+    (
+        "rbac-user-view-rules",
+        "USER_VIEW_RULES",
+        "the tpujob-view ClusterRole (aggregated to view)",
+        USER_VIEW_RULES,
+    ),
 )
 
 

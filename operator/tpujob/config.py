@@ -131,6 +131,11 @@ class OperatorConfig(BaseSettings):
         "operator itself (it reads worker 0's step counter there) and Prometheus; the chart sets both",
     )
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
+    metrics_auth: bool = Field(
+        False,
+        description="serve /metrics over HTTPS (a self-signed certificate) to callers whose bearer token the "
+        "API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview) only",
+    )
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
     resync_seconds: float = Field(
         30,

@@ -23,7 +23,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
+from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import container_v1
 
 from tpujob import peering
@@ -135,15 +135,74 @@ def classify_error(error: Exception) -> s.GKEError:
     return s.GKEError(Reason.GKE_UNAVAILABLE, message)  # INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED ...
 
 
-def make_client(endpoint: str | None) -> container_v1.ClusterManagerClient:
-    """The real client; with an endpoint (the sandbox's simulated GKE) over REST without credentials."""
+# --- the operator's Google identity -----------------------------------------------------------------
+
+SETTING_IDENTITY = "TPUJOB_GKE_IDENTITY (chart value gke.identity, or serviceAccount.gcpServiceAccount)"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class IdentityProblem(RuntimeError):
+    """The operator's Google credentials are not the identity it was told to act as: it does not start."""
+
+
+def credentials_identity(credentials: Credentials, request: Any) -> str:
+    """Whom Google credentials act as: a key's or an impersonated account's email at once; the metadata
+    server's account (a node's, or Workload Identity's) once asked (a refresh, which also proves they
+    work)."""
+    email = getattr(credentials, "service_account_email", None)
+    if email in (None, "default"):
+        credentials.refresh(request)  # type: ignore[no-untyped-call]
+        email = getattr(credentials, "service_account_email", None)
+    if not email or email == "default":
+        raise IdentityProblem(
+            f"cannot tell which Google identity the operator's credentials ({type(credentials).__name__}) "
+            "act as: use Workload Identity or a service account key (GOOGLE_APPLICATION_CREDENTIALS)"
+        )
+    return str(email)
+
+
+def checked_credentials(identity: str) -> Credentials:
+    """Application Default Credentials, if they are `identity`; else IdentityProblem, saying what to set.
+
+    Without this check the client takes whatever it finds, and on a GKE node without Workload Identity that
+    is the node's own service account (the metadata server), which every pod of the node can use too: the
+    operator would create node pools as an identity nobody gave it. So it acts only as the identity named."""
+    if not identity:
+        raise IdentityProblem(
+            f"no Google identity is configured for GKE calls: set {SETTING_IDENTITY} to the Google service "
+            "account the operator acts as (Workload Identity), or to PROJECT.svc.id.goog for Workload "
+            "Identity Federation; the operator does not fall back to its node's service account"
+        )
+    import google.auth
+    import google.auth.transport.requests
+
+    try:
+        credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+        found = credentials_identity(credentials, google.auth.transport.requests.Request())
+    except google.auth.exceptions.GoogleAuthError as error:
+        raise IdentityProblem(f"no Google credentials for {identity}: {error}") from None
+    if found != identity:
+        raise IdentityProblem(
+            f"the operator's Google credentials act as {found}, not {identity} ({SETTING_IDENTITY}): give "
+            "the operator's Kubernetes ServiceAccount that Google identity (Workload Identity: its "
+            "iam.gke.io/gcp-service-account annotation and a roles/iam.workloadIdentityUser binding), or "
+            f"name {found} there if it is meant"
+        )
+    return credentials
+
+
+def make_client(
+    endpoint: str | None, credentials: Credentials | None = None
+) -> container_v1.ClusterManagerClient:
+    """The real client, as `credentials` (checked_credentials); with an endpoint (the sandbox's simulated
+    GKE) over REST without credentials."""
     if endpoint:
         return container_v1.ClusterManagerClient(
             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
             transport="rest",
             client_options=ClientOptions(api_endpoint=endpoint),
         )
-    return container_v1.ClusterManagerClient()  # Application Default Credentials / Workload Identity
+    return container_v1.ClusterManagerClient(credentials=credentials)
 
 
 # --- the cluster ---------------------------------------------------------------------------------------
@@ -444,9 +503,15 @@ class WorkloadPolicies:
     operators running tpu7x jobs should pay. Answers are cached: a policy cannot be edited in place."""
 
     def __init__(
-        self, project: str, region: str, endpoint: str | None, timeout: float = CALL_TIMEOUT
+        self,
+        project: str,
+        region: str,
+        endpoint: str | None,
+        timeout: float = CALL_TIMEOUT,
+        credentials: Credentials | None = None,
     ) -> None:
         self.project, self.region, self.endpoint = project, region, endpoint
+        self.credentials = credentials
         self.timeout = timeout
         self.may_call: Callable[[], bool] = lambda: True  # as NodePools.may_call
         self._client: Any = None
@@ -464,7 +529,7 @@ class WorkloadPolicies:
                     client_options=ClientOptions(api_endpoint=self.endpoint),
                 )
             else:
-                self._client = ResourcePoliciesClient()
+                self._client = ResourcePoliciesClient(credentials=self.credentials)
         return self._client
 
     def fact(self, name: str) -> s.PolicyFact:

@@ -105,10 +105,11 @@ class Kube:
         params: dict[str, str | int] | None = None,
         accept: str = "application/json",
         timeout: Timeout | None = None,
+        gated: bool = True,
     ) -> bytes:
-        """The one door to the API server: the write gate, a token at `priority`, the request; the answer's
-        body, or ApiError for a refusal."""
-        if method != "GET" and not self.may_write():
+        """The one door to the API server: the write gate (not for `gated=False`: a review, which writes
+        nothing), a token at `priority`, the request; the answer's body, or ApiError for a refusal."""
+        if gated and method != "GET" and not self.may_write():
             raise peering.NotLeading(f"{method} refused: this replica is not the active one")
         if self.limiter is not None:
             self.limiter.acquire(priority)
@@ -151,6 +152,33 @@ class Kube:
     def delete_pod(self, namespace: str, name: str) -> bool:
         """False when the pod is gone already. WORKLOAD: it frees TPUs for the next job."""
         return self._deleted(f"/api/v1/namespaces/{namespace}/pods/{name}", Priority.WORKLOAD)
+
+    # --- reviews (authenticated /metrics, tpujob.metrics_auth) --------------------------------------------
+
+    def review_token(self, token: str) -> dict[str, Any]:
+        """A TokenReview's status: whether the API server authenticates `token`, and as whom. Every replica
+        answers /metrics, a standby too: reviews write nothing, so the write gate does not hold them."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        path = "/apis/authentication.k8s.io/v1/tokenreviews"
+        answer = self._json("POST", path, Priority.STATUS, body=body, gated=False)
+        status: dict[str, Any] = answer.get("status") or {}
+        return status
+
+    def review_access(self, user: dict[str, Any], verb: str, path: str) -> dict[str, Any]:
+        """A SubjectAccessReview's status: whether `user` (a TokenReview's status.user) may `verb` `path`."""
+        spec: dict[str, Any] = {
+            "user": user.get("username", ""),
+            "groups": user.get("groups") or [],
+            "uid": user.get("uid", ""),
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        }
+        if user.get("extra"):
+            spec["extra"] = user["extra"]
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        path_ = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        answer = self._json("POST", path_, Priority.STATUS, body=body, gated=False)
+        status: dict[str, Any] = answer.get("status") or {}
+        return status
 
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
         """WORKLOAD: a pass' read."""

@@ -89,7 +89,11 @@ USER_EDIT_RULES: list[dict[str, Any]] = [
     {"apiGroups": [c.GROUP], "resources": [f"{c.PLURAL}/status"], "verbs": ["get", "list", "watch"]},
 ]
 USER_VIEW_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [c.GROUP], "resources": [c.PLURAL, f"{c.PLURAL}/status"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [c.GROUP],
+        "resources": [c.PLURAL, f"{c.PLURAL}/status"],
+        "verbs": ["get", "list", "watch"],
+    },
 ]
 
 

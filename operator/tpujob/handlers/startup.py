@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from tpujob import gke, kube, kubelogin, metrics, peering
+from tpujob import gke, kube, kubelogin, metrics, metrics_auth, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import owned
@@ -112,18 +112,32 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.networking.connect_timeout = config.api_connect_timeout_seconds
     pools = policies = None
     if config.gke_configured:
+        credentials = None
+        if config.gke_endpoint:
+            log.info("GKE at %s (TPUJOB_GKE_ENDPOINT): no Google credentials sent", config.gke_endpoint)
+        else:
+            # Only as the identity it was given, never its node's: without it the operator does not start.
+            try:
+                credentials = gke.checked_credentials(config.gke_identity)
+            except gke.IdentityProblem as problem:
+                log.error("%s", problem)
+                raise kopf.PermanentError(str(problem)) from None
+            log.info("GKE calls act as %s", config.gke_identity)
         pools = gke.NodePools(
-            config.cluster, gke.make_client(config.gke_endpoint), timeout=config.gke_timeout_seconds
+            config.cluster,
+            gke.make_client(config.gke_endpoint, credentials),
+            timeout=config.gke_timeout_seconds,
         )
         region = gke.region_of(config.cluster.location) or config.cluster.location
         policies = gke.WorkloadPolicies(
-            config.cluster.project, region, config.gke_endpoint, timeout=config.gke_timeout_seconds
+            config.cluster.project,
+            region,
+            config.gke_endpoint,
+            timeout=config.gke_timeout_seconds,
+            credentials=credentials,
         )
     else:
         log.warning("no GKE cluster configured (TPUJOB_GKE_*): only policy 'existing' jobs can run")
-    if config.metrics_port:
-        metrics.register()
-        start_http_server(config.metrics_port)
     # One budget for every request, served by priority: pods and Services, then status writes, then Events.
     limiter = RequestLimiter(config.api_qps, config.api_burst, on_wait=metrics.record_api_wait)
     # A connection for every thread that may call at once (passes, and each pass' concurrent creates): a
@@ -133,6 +147,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         limiter=limiter,
         timeout=(config.api_connect_timeout_seconds, config.api_read_timeout_seconds),
     )
+    if config.metrics_port:
+        metrics.register()
+        if config.metrics_auth:
+            metrics_auth.serve(config.metrics_port, api)
+        else:
+            start_http_server(config.metrics_port)
     pass_settings = Settings(
         restart_backoff_seconds=config.restart_backoff_seconds,
         unschedulable_grace_seconds=config.unschedulable_grace_seconds,
