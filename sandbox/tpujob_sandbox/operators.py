@@ -58,7 +58,28 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         # As the chart with kueue.enabled: queued jobs go through Kueue (when its CRDs are installed), and
         # every other test proves a job without the label runs as it always did.
         "TPUJOB_KUEUE": "true",
+        # As the chart sets it: the trainers' metrics port admits the operator's pods and a Prometheus.
+        "TPUJOB_NETWORK_POLICY_METRICS_FROM": json.dumps(E2E_METRICS_FROM),
     }
+
+
+# The chart's TPUJOB_NETWORK_POLICY_METRICS_FROM for a release "tpujob" in tpujob-system with its default
+# networkPolicy.metricsFrom (tests/chart/test_chart.py renders the same).
+E2E_METRICS_FROM = [
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tpujob-system"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/instance": "tpujob",
+                "app.kubernetes.io/name": "tpujob-operator",
+            }
+        },
+    },
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    },
+]
 
 
 def install_peering_crds(sandbox: Sandbox) -> None:

@@ -70,7 +70,12 @@ def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
         "Service",
         "ServiceAccount",
     ]
-    (role,) = kinds["ClusterRole"]
+    role = named(kinds["ClusterRole"], "rel-tpujob-operator")
+    assert sorted(r["metadata"]["name"] for r in kinds["ClusterRole"]) == [
+        "rel-tpujob-operator",
+        "tpujob-edit",
+        "tpujob-view",
+    ]
     assert role["rules"] == RULES + CLUSTER_RULES
     (binding,) = kinds["ClusterRoleBinding"]
     (account,) = kinds["ServiceAccount"]
@@ -109,7 +114,7 @@ def test_default_install_is_cluster_wide_least_privilege_and_restricted(helm):
 def test_kueue_grants_the_workload_rules_cluster_wide_and_in_a_namespace(helm):
     """kueue.enabled adds tpujob.rbac.KUEUE_RULES; the cluster-scoped KUEUE_CLUSTER_RULES only to a
     ClusterRole (a Role cannot grant them)."""
-    (role,) = by_kind(render(helm, "--set", "kueue.enabled=true"))["ClusterRole"]
+    role = named(by_kind(render(helm, "--set", "kueue.enabled=true"))["ClusterRole"], "rel-tpujob-operator")
     assert role["rules"] == RULES + CLUSTER_RULES + KUEUE_RULES + KUEUE_CLUSTER_RULES
     (role,) = by_kind(render(helm, "--set", "kueue.enabled=true,watchNamespace=ml"))["Role"]
     assert role["rules"] == RULES + KUEUE_RULES
@@ -138,6 +143,12 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.gkeTimeoutSeconds=45,operator.refusedBackoffSeconds=40",
         "--set", "operator.progressReadsPerSecond=2.5",
         "--set", "peering.lifetimeSeconds=20,peering.renewDeadlineSeconds=12",
+        "--set", "gke.identity=tpujob-ops@p-123456.iam.gserviceaccount.com",
+        "--set", "gke.nodeServiceAccount=tpu-nodes@p-123456.iam.gserviceaccount.com",
+        "--set", "gke.nodeOAuthScopes={https://www.googleapis.com/auth/devstorage.read_write,"
+        "https://www.googleapis.com/auth/logging.write}",
+        "--set", "metrics.auth.enabled=true,networkPolicy.jobs.enabled=false",
+        "--set", "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prom",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
     container_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -174,6 +185,27 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_GKE_TIMEOUT_SECONDS": "45",
         "TPUJOB_REFUSED_BACKOFF_SECONDS": "40",
         "TPUJOB_PROGRESS_READS_PER_SECOND": "2.5",
+        "TPUJOB_GKE_IDENTITY": "tpujob-ops@p-123456.iam.gserviceaccount.com",
+        "TPUJOB_GKE_NODE_SERVICE_ACCOUNT": "tpu-nodes@p-123456.iam.gserviceaccount.com",
+        "TPUJOB_GKE_NODE_OAUTH_SCOPES": "https://www.googleapis.com/auth/devstorage.read_write,"
+        "https://www.googleapis.com/auth/logging.write",
+        "TPUJOB_METRICS_AUTH": "true",
+        "TPUJOB_NETWORK_POLICY": "false",
+        "TPUJOB_NETWORK_POLICY_METRICS_FROM": json.dumps(
+            [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tpujob-system"}},
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/instance": "rel",
+                            "app.kubernetes.io/name": "tpujob-operator",
+                        }
+                    },
+                },
+                {"podSelector": {"matchLabels": {"app": "prom"}}},
+            ],
+            separators=(",", ":"),
+        ),
         # Each replica draws its own: one value shared by the Deployment's replicas would pause them all.
         "TPUJOB_PEERING_PRIORITY": "",
     }
@@ -208,7 +240,9 @@ def test_two_replicas_roll_one_at_a_time_keep_one_through_a_drain_and_share_a_pe
 
 def test_namespace_scoped_uses_a_role_and_the_crd_without_cel(helm):
     kinds = by_kind(render(helm, *values_args("namespaced")))
-    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    # Only the users' aggregated roles are cluster-wide; the operator's own rules sit in a Role.
+    assert sorted(r["metadata"]["name"] for r in kinds["ClusterRole"]) == ["tpujob-edit", "tpujob-view"]
+    assert "ClusterRoleBinding" not in kinds
     (role,) = kinds["Role"]
     (binding,) = kinds["RoleBinding"]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ml-team"

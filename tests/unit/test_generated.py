@@ -77,7 +77,8 @@ def test_crd_carries_the_node_pool_hygiene_fields_with_their_bounds_and_defaults
     assert (pool["maxPodsPerNode"]["minimum"], pool["maxPodsPerNode"]["maximum"]) == (8, 256)
     assert pool["maxPodsPerNode"]["default"] == 16
     assert pool["gvnic"]["default"] is True
-    assert pool["oauthScopes"]["default"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    # Kept only to be refused with its fix (the operator's setting): no default a job would inherit.
+    assert "default" not in pool["oauthScopes"] and pool["oauthScopes"]["maxItems"] == 16
     assert all(pool[name]["description"] for name in ("maxPodsPerNode", "gvnic", "oauthScopes"))
     timeout = schema["spec"]["properties"]["runPolicy"]["properties"]["provisioningTimeoutSeconds"]
     assert timeout["minimum"] == 1 and "default" not in timeout

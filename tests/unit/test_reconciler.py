@@ -532,3 +532,37 @@ def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growi
         passes.reconcile(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
         assert len(pools.created) == 1
         assert ("uid-1" in passes.memory._rejections) is kept, reason
+
+
+def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_one_holds_them_back() -> None:
+    api = RecordingKube()
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], False)
+    creates = [
+        method for method, _, _ in api.calls if method.startswith("create_") and method != "create_event"
+    ]
+    assert creates[0] == "create_network_policy"  # alone, before any worker exists
+    assert sorted(creates[1:]) == ["create_pod", "create_service"]
+    ((policy),) = api.of("create_network_policy")
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == existing_job_body()["metadata"]["uid"]
+
+    # Refused (the operator's RBAC lacks it, an admission webhook): no pod starts unguarded, the job says why.
+    api, refused = RecordingKube(), kube.ApiError(403, "Forbidden")
+    refused.body = b'{"message":"networkpolicies.networking.k8s.io is forbidden: User cannot create"}'
+    api.fail["create_network_policy"] = refused
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], False)
+    assert not api.of("create_pod") and not api.of("create_service")
+    ((_, status),) = api.of("patch_tpujob_status")
+    assert status["status"]["reason"] == Reason.POD_REJECTED
+    assert "networkpolicies.networking.k8s.io is forbidden" in status["status"]["message"]
+
+
+def test_a_service_that_exists_means_no_new_policy_and_the_setting_turns_them_off() -> None:
+    api = RecordingKube()
+    reconciler(None, api).reconcile(existing_job_body(), [], True)  # the Service (so its policy) is there
+    assert api.of("create_pod") and not api.of("create_network_policy")
+    api = RecordingKube()
+    off = SettledReconciler(Cluster(network_policy=False), api, None)  # type: ignore[arg-type]
+    off.reconcile(existing_job_body(), [], False)
+    assert api.of("create_service") and not api.of("create_network_policy")

@@ -52,5 +52,5 @@ app.kubernetes.io/part-of: tpujob
 operator pods (it reads worker 0's step counter there) and networkPolicy.metricsFrom (Prometheus). */}}
 {{- define "tpujob.jobMetricsFrom" -}}
 {{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "tpujob.selectorLabels" . | fromYaml)) }}
-{{- prepend .Values.networkPolicy.metricsFrom $operator | toJson }}
+{{- prepend (.Values.networkPolicy.metricsFrom | default list) $operator | toJson }}
 {{- end }}

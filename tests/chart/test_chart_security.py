@@ -1,0 +1,173 @@
+"""The chart's multi-tenant parts, rendered by real helm: the users' aggregated roles, the operator's
+NetworkPolicy, who may read the trainers' metrics port, the trainers' sample limit and authenticated /metrics.
+tests/chart/test_install.py installs them into the test bed and scrapes through the authentication."""
+
+from __future__ import annotations
+
+import json
+
+from tests.chart.conftest import CHART
+from tests.chart.test_chart import by_kind, named, render, run_helm
+from tpujob.config import NetworkPolicyPeer
+from tpujob.rbac import METRICS_AUTH_RULES, METRICS_READER_RULES, USER_EDIT_RULES, USER_VIEW_RULES
+
+MONITORING = ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def env_of(kinds: dict) -> dict[str, str]:
+    (deployment,) = kinds["Deployment"]
+    return {
+        e["name"]: e.get("value", "") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def test_users_get_tpujob_edit_and_view_aggregated_into_the_default_roles(helm):
+    kinds = by_kind(render(helm))
+    edit, view = named(kinds["ClusterRole"], "tpujob-edit"), named(kinds["ClusterRole"], "tpujob-view")
+    assert edit["rules"] == USER_EDIT_RULES and view["rules"] == USER_VIEW_RULES
+    aggregation = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {
+        k for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregation) and v == "true"
+    } == {
+        f"{aggregation}admin",
+        f"{aggregation}edit",
+    }
+    assert {
+        k for k, v in view["metadata"]["labels"].items() if k.startswith(aggregation) and v == "true"
+    } == {f"{aggregation}view"}
+    # Users never get the status subresource's writes (the operator's), nor anything but TPUJobs.
+    assert all(rule["apiGroups"] == ["tpujob.dev"] for rule in edit["rules"] + view["rules"])
+    (status,) = [r for r in edit["rules"] if r["resources"] == ["tpujobs/status"]]
+    assert status["verbs"] == ["get", "list", "watch"]
+    assert {v for r in view["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+    # A second release in the same cluster leaves them to the first.
+    others = by_kind(render(helm, "--set", "rbac.aggregatedRoles.create=false"))["ClusterRole"]
+    assert [r["metadata"]["name"] for r in others] == ["rel-tpujob-operator"]
+
+
+def test_the_operator_networkpolicy_admits_only_prometheus_to_metrics(helm):
+    assert "NetworkPolicy" not in by_kind(render(helm))  # optional, off by default
+    kinds = by_kind(render(helm, "--set", "networkPolicy.operator.enabled=true,metrics.port=9100"))
+    (policy,) = kinds["NetworkPolicy"]
+    (deployment,) = kinds["Deployment"]
+    assert policy["metadata"]["namespace"] == "tpujob-system"
+    spec = policy["spec"]
+    assert selects(spec["podSelector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule == {"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 9100}]}
+    # The probe's port is not listed: the kubelet comes from the pod's node, which a policy always admits.
+    # No scrapers named: nothing may reach the pods but their node.
+    none = by_kind(
+        render(
+            helm, "--set", "networkPolicy.operator.enabled=true", "--set", "networkPolicy.metricsFrom=null"
+        )
+    )
+    assert none["NetworkPolicy"][0]["spec"]["ingress"] == []
+
+
+def test_the_jobs_metrics_port_admits_this_operator_and_prometheus(helm):
+    kinds = by_kind(render(helm))
+    env = env_of(kinds)
+    assert env["TPUJOB_NETWORK_POLICY"] == "true"
+    peers = [
+        NetworkPolicyPeer.model_validate(p) for p in json.loads(env["TPUJOB_NETWORK_POLICY_METRICS_FROM"])
+    ]
+    operator, prometheus = (peer.manifest() for peer in peers)
+    # The operator's own pods (it reads worker 0's step counter there), in its namespace, and Prometheus.
+    (deployment,) = kinds["Deployment"]
+    assert selects(operator["podSelector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert operator["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "tpujob-system"}}
+    assert prometheus == PROMETHEUS
+
+
+def test_the_trainers_podmonitor_has_a_sample_limit(helm):
+    args = [
+        "--set",
+        "metrics.podMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PodMonitor",
+    ]
+    (monitor,) = by_kind(render(helm, *args))["PodMonitor"]
+    assert monitor["spec"]["sampleLimit"] == 1000
+    (monitor,) = by_kind(render(helm, *args, "--set", "metrics.podMonitor.sampleLimit=250"))["PodMonitor"]
+    assert monitor["spec"]["sampleLimit"] == 250
+    refused = run_helm(
+        helm, "template", "rel", str(CHART), *args, "--set", "metrics.podMonitor.sampleLimit=0"
+    )
+    assert refused.returncode != 0 and "sampleLimit" in refused.stderr
+
+
+def test_authenticated_metrics_grant_the_reviews_and_a_reader_role(helm):
+    plain = by_kind(render(helm, "--set", "metrics.serviceMonitor.enabled=true", *MONITORING))
+    assert env_of(plain)["TPUJOB_METRICS_AUTH"] == "false"
+    (endpoint,) = plain["ServiceMonitor"][0]["spec"]["endpoints"]
+    assert "scheme" not in endpoint and "bearerTokenFile" not in endpoint
+    assert not [r for r in plain["ClusterRole"] if "metrics" in r["metadata"]["name"]]
+
+    kinds = by_kind(
+        render(
+            helm,
+            "--set", "metrics.auth.enabled=true,metrics.serviceMonitor.enabled=true,watchNamespace=ml",
+            "--set", "metrics.auth.readers[0].name=prometheus-k8s",
+            "--set", "metrics.auth.readers[0].namespace=monitoring",
+            *MONITORING,
+        )
+    )  # fmt: skip
+    assert env_of(kinds)["TPUJOB_METRICS_AUTH"] == "true"
+    # Reviews are cluster-scoped: a ClusterRole even for a namespace-scoped operator, bound to its account.
+    reviews = named(kinds["ClusterRole"], "rel-tpujob-operator-metrics-auth")
+    assert reviews["rules"] == METRICS_AUTH_RULES
+    (account,) = kinds["ServiceAccount"]
+    binding = named(kinds["ClusterRoleBinding"], "rel-tpujob-operator-metrics-auth")
+    assert binding["roleRef"]["name"] == "rel-tpujob-operator-metrics-auth"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "tpujob-system"}
+    ]
+    reader = named(kinds["ClusterRole"], "rel-tpujob-operator-metrics-reader")
+    assert reader["rules"] == METRICS_READER_RULES == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    readers = named(kinds["ClusterRoleBinding"], "rel-tpujob-operator-metrics-reader")
+    assert readers["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    ]
+    # The ServiceMonitor scrapes over HTTPS with Prometheus' own token.
+    (endpoint,) = kinds["ServiceMonitor"][0]["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+
+
+def test_identity_values_reach_the_operator_and_bad_ones_are_refused(helm):
+    env = env_of(
+        by_kind(
+            render(
+                helm,
+                "--set",
+                "serviceAccount.gcpServiceAccount=tpujob-ops@my-project.iam.gserviceaccount.com",
+            )
+        )
+    )
+    assert (
+        env["TPUJOB_GKE_IDENTITY"] == "tpujob-ops@my-project.iam.gserviceaccount.com"
+    )  # Workload Identity's account
+    assert env["TPUJOB_GKE_NODE_SERVICE_ACCOUNT"] == ""
+    assert env["TPUJOB_GKE_NODE_OAUTH_SCOPES"] == "https://www.googleapis.com/auth/cloud-platform"
+    federated = env_of(by_kind(render(helm, "--set", "gke.identity=my-project.svc.id.goog")))
+    assert federated["TPUJOB_GKE_IDENTITY"] == "my-project.svc.id.goog"
+    for value in (
+        "gke.identity=ops",
+        "gke.nodeServiceAccount=nodes@example.com",
+        "gke.nodeOAuthScopes={storage-full}",
+    ):
+        refused = run_helm(helm, "template", "rel", str(CHART), "--set", value)
+        assert refused.returncode != 0, value
+        assert value.split("=")[0].split(".")[-1] in refused.stderr, refused.stderr

@@ -1,0 +1,116 @@
+"""Each job's NetworkPolicy on the test bed: made before the job's first pod, selecting its pods and no other
+job's, owned by the job and garbage-collected with it, including across an operator killed mid-way. The test
+bed runs no network plugin that enforces a policy: these tests prove the objects and their selectors (what
+a plugin enforces), not packets dropped."""
+
+from __future__ import annotations
+
+import contextlib
+
+from kubernetes import client as k8s
+
+from tests.manifests import plain_job
+from tpujob.api import constants as c
+from tpujob_sandbox import wait_for
+from tpujob_sandbox.operators import E2E_METRICS_FROM
+
+MULTI_HOST = {"type": "v5p", "topology": "2x2x4"}
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A LabelSelector of matchLabels only (what the operator writes) against a pod's labels."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def policy_of(sandbox, namespace: str, name: str):
+    try:
+        return k8s.NetworkingV1Api(sandbox.api_client).read_namespaced_network_policy(name, namespace)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def test_each_job_gets_its_own_policy_before_its_pods_and_loses_it_with_the_job(sandbox, jobs, kubelet):
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
+    jobs.create(plain_job("other"))
+    train_pods = jobs.wait_pods_running("train", 4)
+    (other_pod,) = jobs.wait_pods_running("other", 1)
+    policy = policy_of(sandbox, jobs.namespace, "train")
+    assert policy is not None
+    (owner,) = policy.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "TPUJob",
+        "train",
+        jobs.get("train")["metadata"]["uid"],
+        True,
+    )
+    # Made before the pods it guards (a worker never starts open to the pod network).
+    assert all(policy.metadata.creation_timestamp <= p.metadata.creation_timestamp for p in train_pods)
+    spec = k8s.ApiClient().sanitize_for_serialization(policy.spec)
+    assert spec["policyTypes"] == ["Ingress"]
+    assert all(selects(spec["podSelector"], p.metadata.labels) for p in train_pods)
+    assert not selects(spec["podSelector"], other_pod.metadata.labels)
+    same_job, metrics = spec["ingress"]
+    # Every port from the job's own pods (the TPU runtime's, TensorFlow's, the coordinators'), and from no
+    # other job's pods.
+    (peer,) = same_job["from"]
+    assert "ports" not in same_job and set(peer) == {"podSelector"}
+    assert all(selects(peer["podSelector"], p.metadata.labels) for p in train_pods)
+    assert not selects(peer["podSelector"], other_pod.metadata.labels)
+    # The trainers' metrics port from the operator and Prometheus only (the operator's setting).
+    assert metrics == {
+        "from": E2E_METRICS_FROM,
+        "ports": [{"port": c.PORT_TRAINER_METRICS, "protocol": "TCP"}],
+    }
+    assert policy_of(sandbox, jobs.namespace, "other") is not None
+
+    for pod in train_pods:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded")
+    assert policy_of(sandbox, jobs.namespace, "train") is not None  # a finished job keeps it with its pods
+    jobs.delete("train")
+    wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
+    wait_for(
+        lambda: policy_of(sandbox, jobs.namespace, "train") is None,
+        timeout=60,
+        what="the job's NetworkPolicy to be garbage-collected with it",
+    )
+    assert policy_of(sandbox, jobs.namespace, "other") is not None  # another job's stays
+
+
+@contextlib.contextmanager
+def killed(operator):
+    operator.kill()
+    try:
+        yield
+    finally:
+        operator.start()
+
+
+def test_an_operator_killed_right_after_making_the_policy_finishes_the_job_with_one(
+    sandbox, jobs, kubelet, operator
+):
+    """SIGKILL as soon as the policy exists (before or while the Service and pods are made): the restarted
+    operator makes what is missing, the policy again refused as existing, and nothing is left after."""
+    jobs.create(plain_job("train", tpu=MULTI_HOST))
+    wait_for(
+        lambda: policy_of(sandbox, jobs.namespace, "train"), timeout=60, interval=0.01, what="the policy"
+    )
+    with killed(operator):
+        pass
+    running = jobs.wait_pods_running("train", 4, timeout=90)
+    networking = k8s.NetworkingV1Api(sandbox.api_client)
+    (policy,) = networking.list_namespaced_network_policy(jobs.namespace).items
+    assert policy.metadata.owner_references[0].uid == jobs.get("train")["metadata"]["uid"]
+    for pod in running:
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("train", "Succeeded", timeout=60)
+    jobs.delete("train")
+    wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
+    wait_for(
+        lambda: not networking.list_namespaced_network_policy(jobs.namespace).items,
+        timeout=60,
+        what="no NetworkPolicy left in the namespace",
+    )

@@ -1,0 +1,101 @@
+"""A job's NetworkPolicy as rendered: its pods, its peers, its ports, its owner (render/network.py)."""
+
+from __future__ import annotations
+
+from tests.manifests import base_job
+from tpujob.api import constants as c
+from tpujob.api import parse_tpujob
+from tpujob.render import Cluster, render_plan
+from tpujob.render.network import network_policy
+
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+OPERATOR = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tpujob-system"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tpujob-operator"}},
+}
+
+
+def job(name: str = "train", namespace: str = "ml", uid: str = "uid-1", **spec):
+    manifest = base_job(name, **spec)
+    manifest["metadata"] = {"name": name, "namespace": namespace, "uid": uid}
+    return parse_tpujob(manifest)
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}, selector
+    return all(labels.get(key) == value for key, value in selector["matchLabels"].items())
+
+
+def pods_of(plan) -> list[dict]:
+    return [r for r in plan.resources if r["kind"] == "Pod"]
+
+
+def test_the_policy_guards_every_pod_of_its_job_and_no_other():
+    multislice = job(tpu={"type": "v6e", "topology": "4x4", "slices": 2})
+    neighbour = job("train-2", uid="uid-2")
+    policy = network_policy(multislice, [OPERATOR, PROMETHEUS])
+    assert (policy["apiVersion"], policy["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    assert (policy["metadata"]["name"], policy["metadata"]["namespace"]) == ("train", "ml")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]  # egress stays open (GCS, the coordinator's DNS, ...)
+    mine, theirs = pods_of(render_plan(multislice, Cluster())), pods_of(render_plan(neighbour, Cluster()))
+    assert len(mine) == 8
+    assert all(selects(spec["podSelector"], p["metadata"]["labels"]) for p in mine)
+    assert not any(selects(spec["podSelector"], p["metadata"]["labels"]) for p in theirs)
+
+
+def test_the_job_s_own_pods_reach_every_port_and_the_scrapers_only_the_metrics_port():
+    policy = network_policy(job(tpu={"type": "v6e", "topology": "4x4", "slices": 2}), [OPERATOR, PROMETHEUS])
+    same_job, metrics = policy["spec"]["ingress"]
+    # Every port the workers talk on (8471 TPU runtime, 8470 TensorFlow, 8080 Multislice coordinator, 8476
+    # JAX's coordinator, the team's own), from this job's pods only: no `ports`, one pod selector, no
+    # namespace selector (so this namespace only).
+    assert same_job == {"from": [{"podSelector": policy["spec"]["podSelector"]}]}
+    assert metrics == {"from": [OPERATOR, PROMETHEUS], "ports": [{"protocol": "TCP", "port": 9090}]}
+    assert metrics["ports"][0]["port"] == c.PORT_TRAINER_METRICS
+    # The port the pods declare as metrics is the one admitted.
+    (pod, *_) = pods_of(render_plan(job(), Cluster()))
+    declared = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert declared[c.METRICS_PORT_NAME] == c.PORT_TRAINER_METRICS
+
+
+def test_without_scrapers_only_the_job_s_own_pods_get_in():
+    (rule,) = network_policy(job())["spec"]["ingress"]
+    assert set(rule) == {"from"}
+
+
+def test_the_policy_is_owned_by_its_job_so_it_goes_with_it():
+    (owner,) = network_policy(job())["metadata"]["ownerReferences"]
+    assert owner == {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": "train",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert network_policy(job())["metadata"]["labels"] == {
+        c.LABEL_JOB_NAME: "train",
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+    }
+
+
+def test_the_plan_carries_the_policy_unless_the_setting_is_off():
+    kinds = [r["kind"] for r in render_plan(job(), Cluster(metrics_from=(PROMETHEUS,))).resources]
+    assert kinds.count("NetworkPolicy") == 1
+    policy = render_plan(job(), Cluster(metrics_from=(PROMETHEUS,))).resources[-1]
+    assert policy["spec"]["ingress"][1]["from"] == [PROMETHEUS]
+    assert "NetworkPolicy" not in [
+        r["kind"] for r in render_plan(job(), Cluster(network_policy=False)).resources
+    ]
+
+
+def test_worker_pods_mount_no_api_token_unless_the_job_asks():
+    (pod,) = pods_of(render_plan(job(), Cluster()))
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    asked = job(trainer={"image": "t:1", "automountServiceAccountToken": True})
+    (pod,) = pods_of(render_plan(asked, Cluster()))
+    assert pod["spec"]["automountServiceAccountToken"] is True
