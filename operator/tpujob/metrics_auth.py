@@ -175,6 +175,10 @@ def self_signed(folder: Path, host: str) -> tuple[Path, Path]:
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A caller that speaks plain HTTP or drops mid-handshake: its problem, not a traceback in our log.
+        log.debug("/metrics: a connection from %s failed", client_address, exc_info=True)
+
 
 class _Quiet(WSGIRequestHandler):
     timeout = 10  # seconds a caller may take (its TLS handshake included) before its thread lets go

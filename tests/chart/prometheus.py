@@ -30,6 +30,9 @@ class Target:
     honor_labels: bool = False
     # A PodMonitor's metricRelabelings (camelCase), applied to the scraped series as Prometheus does.
     metric_relabelings: tuple[dict[str, Any], ...] = ()
+    # Authenticated /metrics: HTTPS (a self-signed certificate, not verified, as the chart's ServiceMonitor
+    # says) with the bearer token in this file (a ServiceAccount's, as Prometheus' own in a pod).
+    bearer_token_file: Path | None = None
 
     def scrape_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"job_name": self.job, "honor_labels": self.honor_labels}
@@ -37,6 +40,10 @@ class Target:
             config["file_sd_configs"] = [{"files": [str(self.file_sd)], "refresh_interval": "1s"}]
         else:
             config["static_configs"] = [{"targets": [self.address], "labels": self.labels}]
+        if self.bearer_token_file is not None:
+            config["scheme"] = "https"
+            config["tls_config"] = {"insecure_skip_verify": True}
+            config["authorization"] = {"type": "Bearer", "credentials_file": str(self.bearer_token_file)}
         if self.metric_relabelings:
             config["metric_relabel_configs"] = [prometheus_relabel(r) for r in self.metric_relabelings]
         return config

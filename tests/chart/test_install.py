@@ -12,9 +12,12 @@ reconciles the job; its own /metrics proves it did.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import ssl
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,6 +59,39 @@ class Release:
     health_port: int
     kubeconfig: Path
     install_output: str
+    # A ServiceAccount bound to the chart's -metrics-reader ClusterRole (metrics.auth.readers), as
+    # Prometheus' is, and one that is not (a tenant's): their tokens.
+    reader_token: str = ""
+    tenant_token: str = ""
+
+
+def account_token(sandbox: Sandbox, namespace: str, account: str) -> str:
+    """A ServiceAccount's token (its token Secret: the test bed's API server is 1.20)."""
+    core = k8s.CoreV1Api(sandbox.api_client)
+
+    def token() -> str | None:
+        found = core.read_namespaced_service_account(account, namespace)
+        if not found.secrets:
+            return None
+        secret = core.read_namespaced_secret(found.secrets[0].name, namespace)
+        return base64.b64decode(secret.data["token"]).decode() if secret.data else None
+
+    return str(wait_for(token, timeout=30, what=f"{account}'s token"))
+
+
+def metrics_get(release: Release, token: str | None) -> tuple[int, str]:
+    """GET the chart operator's /metrics over HTTPS (its self-signed certificate), with `token` if given."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{release.metrics_port}/metrics",
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
 
 
 @dataclass
@@ -148,7 +184,15 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "operator.restartBackoffSeconds": "0.5",
         "operator.pollProvisioningSeconds": str(poll_provisioning_seconds(sandbox.gke.time_scale)),
         "dashboard.enabled": "true",
+        # Authenticated /metrics, scraped below by a Prometheus holding the reader's token; the operator's
+        # own NetworkPolicy (not enforced here: proven as an object).
+        "metrics.auth.enabled": "true",
+        "metrics.auth.readers[0].name": "prometheus",
+        "metrics.auth.readers[0].namespace": namespace,
+        "networkPolicy.operator.enabled": "true",
     }
+    for account in ("prometheus", "tenant"):
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
     kubeconfig = sandbox.kubeconfig
     output = helm_run(
         helm,
@@ -156,7 +200,15 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "install", RELEASE, str(CHART), "--namespace", namespace, "--skip-crds", "--wait=hookOnly",
         "--timeout", "60s", "--set", ",".join(f"{k}={v}" for k, v in settings.items()),
     )  # fmt: skip
-    yield Release(namespace, metrics_port, health_port, kubeconfig, output)
+    yield Release(
+        namespace,
+        metrics_port,
+        health_port,
+        kubeconfig,
+        output,
+        reader_token=account_token(sandbox, namespace, "prometheus"),
+        tenant_token=account_token(sandbox, namespace, "tenant"),
+    )
     helm_run(helm, kubeconfig, "uninstall", RELEASE, "--namespace", namespace, "--wait=hookOnly")
     sandbox.gke.remove_all_pools()
     core.delete_namespace(namespace)
@@ -214,8 +266,7 @@ def chart_operator(sandbox: Sandbox, release: Release, tmp_path_factory) -> Iter
     def serving() -> bool:
         assert process.process is not None and process.process.poll() is None, process.log()[-3000:]
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=2):
-                return True
+            return metrics_get(release, None)[0] == 401  # up, and asking who is there
         except OSError:
             return False
 
@@ -233,8 +284,9 @@ def tpu_monitor_endpoint(helm: Path) -> dict[str, Any]:
 
 
 def operator_metrics(release: Release) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{release.metrics_port}/metrics", timeout=5) as answer:
-        return str(answer.read().decode())
+    status, body = metrics_get(release, release.reader_token)
+    assert status == 200, body
+    return body
 
 
 @pytest.fixture(scope="module")
@@ -257,8 +309,10 @@ def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image)
     # Stand-ins for the chart's ServiceMonitor (operator) and PodMonitor (trainers, with its relabelings),
     # and its TPU device plugin PodMonitor: its target labels (node), honorLabels and its metricRelabelings
     # as the chart renders them.
+    reader_token = folder / "prometheus-token"
+    reader_token.write_text(release.reader_token)
     targets = [
-        Target("tpujob-operator", f"127.0.0.1:{release.metrics_port}", {}),
+        Target("tpujob-operator", f"127.0.0.1:{release.metrics_port}", {}, bearer_token_file=reader_token),
         Target("tpujob-trainers", "", {}, file_sd=trainer_targets),
         Target(
             "tpu-device-plugin",
@@ -400,3 +454,41 @@ def test_every_dashboard_query_parses_and_returns_data(run, release):
     assert float(total["value"][1]) == 4 * device_plugin.HBM_BYTES["tpu-v5-lite-podslice"]
     (used,) = run.results["HBM used / A"]
     assert 0 < float(used["value"][1]) <= float(total["value"][1])
+
+
+def test_the_operators_metrics_answer_only_a_token_the_api_server_authorizes(release, chart_operator):
+    """The real API server's TokenReview and SubjectAccessReview, under the chart's RBAC: anonymous 401, a
+    tenant's valid token 403 (not bound to the -metrics-reader role), the reader's 200; Prometheus scrapes
+    with the reader's (test_prometheus_scrapes_the_operator_the_trainer_and_gkes_tpu_device_plugin)."""
+    assert metrics_get(release, None)[0] == 401
+    assert metrics_get(release, "not-a-token")[0] == 401
+    status, body = metrics_get(release, release.tenant_token)
+    assert (status, body.strip()) == (
+        403,
+        f"Authorization denied for user system:serviceaccount:{release.namespace}:tenant",
+    )
+    status, body = metrics_get(release, release.reader_token)
+    assert status == 200 and "tpujob_build_info" in body
+
+
+def test_the_chart_s_tenancy_objects_work_on_a_real_api_server(sandbox, release, run):
+    """The users' roles are aggregated into Kubernetes' own edit and view (the controller-manager's
+    aggregation controller), the operator's NetworkPolicy exists, and the trained job's NetworkPolicy names
+    the chart's operator pods as a metrics peer."""
+    rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
+
+    def aggregated(role: str, verb: str) -> bool:
+        rules = rbac.read_cluster_role(role).rules or []
+        return any("tpujobs" in (r.resources or []) and verb in r.verbs for r in rules)
+
+    wait_for(lambda: aggregated("edit", "create"), timeout=30, what="tpujob-edit aggregated into edit")
+    assert aggregated("view", "list") and not aggregated("view", "create")
+    networking = k8s.NetworkingV1Api(sandbox.api_client)
+    operator_policy = networking.read_namespaced_network_policy(FULLNAME, release.namespace)
+    assert operator_policy.spec.ingress[0].ports[0].port == release.metrics_port
+    job_policy = networking.read_namespaced_network_policy(JOB, release.namespace)
+    deployment = k8s.AppsV1Api(sandbox.api_client).read_namespaced_deployment(FULLNAME, release.namespace)
+    pod_labels = deployment.spec.template.metadata.labels
+    peers = job_policy.spec.ingress[1]._from
+    assert peers[0].pod_selector.match_labels.items() <= pod_labels.items()
+    assert peers[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": release.namespace}
