@@ -99,3 +99,13 @@ def test_worker_pods_mount_no_api_token_unless_the_job_asks():
     asked = job(trainer={"image": "t:1", "automountServiceAccountToken": True})
     (pod,) = pods_of(render_plan(asked, Cluster()))
     assert pod["spec"]["automountServiceAccountToken"] is True
+
+
+def test_the_shipped_trainer_runs_as_non_root_unless_the_job_says_otherwise():
+    (pod,) = pods_of(render_plan(job(trainer={"image": "tpujob-trainer:0.1.0-tpu"}), Cluster()))
+    assert pod["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] is True
+    (pod,) = pods_of(render_plan(job(trainer={"image": "us-docker.pkg.dev/p/r/maxtext:1"}), Cluster()))
+    assert "runAsNonRoot" not in pod["spec"]["containers"][0]["securityContext"]  # another image's user
+    explicit = {"image": "tpujob-trainer:0.1.0-tpu", "securityContext": {"runAsNonRoot": False}}
+    (pod,) = pods_of(render_plan(job(trainer=explicit), Cluster()))
+    assert pod["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] is False

@@ -25,7 +25,8 @@ def test_a_job_without_pod_parts_renders_no_new_fields():
     assert not absent & spec.keys()
     (trainer,) = spec["containers"]
     assert not {"envFrom", "volumeMounts"} & trainer.keys()
-    assert trainer["securityContext"] == DEFAULT_SECURITY_CONTEXT
+    # base_job runs the shipped trainer: non-root by default (its image's user 1000).
+    assert trainer["securityContext"] == {**DEFAULT_SECURITY_CONTEXT, "runAsNonRoot": True}
     assert "annotations" not in worker_pod(base_job())["metadata"]
 
 
@@ -145,7 +146,11 @@ def test_the_users_security_context_goes_over_the_defaults_field_by_field(user, 
     manifest = base_job()
     if user is not None:
         manifest["spec"]["trainer"]["securityContext"] = user
-    assert worker_pod(manifest)["spec"]["containers"][0]["securityContext"] == expected
+    # The shipped trainer (base_job's image) adds runAsNonRoot: true under the user's fields.
+    assert worker_pod(manifest)["spec"]["containers"][0]["securityContext"] == {
+        "runAsNonRoot": True,
+        **expected,
+    }
 
 
 def test_the_operators_labels_selector_and_tolerations_win_a_clash():

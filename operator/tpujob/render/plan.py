@@ -16,6 +16,7 @@ from tpujob.api import constants as c
 from tpujob.api import trainer_contract as contract
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, CapacityMode, NodePoolPolicy
+from tpujob.api.validation import is_default_trainer_image
 from tpujob.render import naming
 from tpujob.render.meta import job_labels, owned_metadata
 from tpujob.render.network import network_policy
@@ -408,6 +409,10 @@ def pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": security_context(trainer.security_context),
     }
+    if is_default_trainer_image(trainer.image):
+        # The shipped trainer runs as its image's user 1000 (trainer-image/Dockerfile USER): the kubelet
+        # refuses to start it as root, whatever else the image becomes. A job may still say otherwise.
+        container["securityContext"].setdefault("runAsNonRoot", True)
     if trainer.command:
         container["command"] = list(trainer.command)
     if trainer.args:
