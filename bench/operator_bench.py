@@ -102,9 +102,15 @@ from tpujob_sandbox import (
 )
 
 WARM_UP = "warm-up"  # the job each operator phase runs first, outside the counted window
-OPERATOR_RESOURCES = {(c.GROUP, c.PLURAL), ("", "pods"), ("", "services"), ("", "events")}
+OPERATOR_RESOURCES = {
+    (c.GROUP, c.PLURAL),
+    ("", "pods"),
+    ("", "services"),
+    ("", "events"),
+    ("networking.k8s.io", "networkpolicies"),
+}
 JOB_CONTROLLER_RESOURCES = {("batch", "jobs"), ("", "pods"), ("", "events")}
-DIRECT_RESOURCES = {("", "pods"), ("", "services")}
+DIRECT_RESOURCES = {("", "pods"), ("", "services"), ("networking.k8s.io", "networkpolicies")}
 CREATE_THREADS = 8
 DIRECT_WORKERS = 16  # the operator's default TPUJOB_WORKERS: the threads its passes' requests run on
 OPERATOR_USER = "system:serviceaccount:tpujob-system:tpujob-operator"
@@ -120,6 +126,7 @@ class Direct:
         config = copy.copy(api.configuration)
         config.connection_pool_maxsize = DIRECT_WORKERS  # a connection per thread, as the operator has
         self.core = k8s.CoreV1Api(k8s.ApiClient(config))
+        self.networking = k8s.NetworkingV1Api(self.core.api_client)
         self.tpu = tpu
         self.limiter = RequestLimiter(qps, burst)
         self.pool = concurrent.futures.ThreadPoolExecutor(DIRECT_WORKERS, thread_name_prefix="direct")
@@ -135,6 +142,8 @@ class Direct:
             self.limiter.acquire()
             if body["kind"] == "Service":
                 self.core.create_namespaced_service(namespace, body)
+            elif body["kind"] == "NetworkPolicy":
+                self.networking.create_namespaced_network_policy(namespace, body)
             else:
                 self.core.create_namespaced_pod(namespace, body)
         with self._lock:

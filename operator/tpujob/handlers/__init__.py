@@ -10,7 +10,8 @@ kopf itself writes nothing to a TPUJob: no finalizer of its own (the pass adds o
 node pool is requested; a job without pools has nothing to release), no last-handled-configuration
 annotation (no handler reacts to spec diffs), and the resync is one loop over the index rather than a
 kopf timer per job (a timer needs a finalizer and holds a task per job). Measured by
-bench/operator_bench.py: a job's whole start costs its pods, its Service, one status write and one event.
+bench/operator_bench.py: a job's whole start costs its NetworkPolicy, its pods, its Service, one status write
+and one event.
 
 Modules by concern: startup (settings, clients, loops), workqueue (the jobs waiting for a pass, coalesced
 per job as in client-go's work queue; one pass at a time per job, requeues), loops (resync, orphan sweep),
