@@ -171,3 +171,18 @@ def test_identity_values_reach_the_operator_and_bad_ones_are_refused(helm):
         refused = run_helm(helm, "template", "rel", str(CHART), "--set", value)
         assert refused.returncode != 0, value
         assert value.split("=")[0].split(".")[-1] in refused.stderr, refused.stderr
+
+
+def test_the_install_notes_warn_when_the_operator_would_refuse_to_start_for_want_of_an_identity(helm):
+    gke = "gke.project=my-project,gke.location=us-central1,gke.cluster=c"
+
+    def notes(*values: str) -> str:
+        result = run_helm(helm, "install", "--dry-run=client", "rel", str(CHART), "--set", ",".join(values))
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("NOTES:", 1)[1]
+
+    assert "WARNING: no Google identity is set" in notes(gke)
+    assert "WARNING: no Google identity" not in notes(
+        gke, "serviceAccount.gcpServiceAccount=tpujob-ops@my-project.iam.gserviceaccount.com"
+    )
+    assert "WARNING: no Google identity" not in notes(gke, "gke.endpoint=http://gke.local")  # a simulated GKE
