@@ -16,7 +16,8 @@ from tpujob.status import DEFAULT_POLL_PROVISIONING_SECONDS
 
 ENV_PREFIX = "TPUJOB_"
 # A Google service account's email, or a Workload Identity Federation pool (PROJECT.svc.id.goog: what the
-# GKE metadata server names a Kubernetes ServiceAccount that acts as itself, with no Google account).
+# GKE metadata server is reported to name a Kubernetes ServiceAccount that acts as itself, with no Google
+# account; not verified here: a refused start names the identity found, to be set if it is the one meant).
 GOOGLE_IDENTITY_PATTERN = (
     r"^([a-z][-a-z0-9]{4,28}[a-z0-9]@[-a-z0-9.:]+\.iam\.gserviceaccount\.com"
     r"|[0-9]+-compute@developer\.gserviceaccount\.com|[-a-z0-9.:]+\.svc\.id\.goog)$"
