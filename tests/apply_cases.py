@@ -43,6 +43,7 @@ GCSFUSE_VOLUME = {
     "csi": {"driver": c.GCSFUSE_CSI_DRIVER, "volumeAttributes": {"bucketName": "team-data"}},
 }
 SCRATCH = {"name": "scratch", "emptyDir": {}}
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"
 
 
 def job(**spec: Any) -> dict[str, Any]:
@@ -121,7 +122,8 @@ ACCEPTED: list[Case] = [
             {"volumeMounts": [{"name": "scratch", "mountPath": "/s", "subPath": "a/b..c"}]}, volumes=[SCRATCH]
         ),
     ),
-    Case("toleration-any-taint", pod(tolerations=[{"operator": "Exists"}])),
+    Case("toleration-by-key", pod(tolerations=[{"key": "team.example.com/pool", "operator": "Exists"}])),
+    Case("apparmor-runtime-default", pod(annotations={f"{APPARMOR}log-shipper": "runtime/default"})),
     Case(
         "toleration-no-execute-seconds",
         pod(tolerations=[{"key": "k", "effect": "NoExecute", "tolerationSeconds": 60}]),
@@ -664,8 +666,51 @@ REFUSED: list[Case] = [
     refused(
         "toleration-without-key-or-exists",
         pod(tolerations=[{"operator": "Equal", "value": "x"}]),
-        "spec.pod.tolerations[0].operator",
-        "a toleration without key must have operator Exists",
+        "spec.pod.tolerations[0].key",
+        "a toleration without a key tolerates every taint",
+    ),
+    # Escalations no namespace's tenancy policy allows (the rest depend on it: tests/tenancy_cases.py).
+    refused(
+        "toleration-of-every-taint",
+        pod(tolerations=[{"operator": "Exists"}]),
+        "spec.pod.tolerations[0].key",
+        "a toleration without a key tolerates every taint",
+    ),
+    refused(
+        "toleration-of-another-jobs-pool",
+        pod(tolerations=[{"key": c.POOL_TAINT_KEY, "operator": "Exists"}]),
+        "spec.pod.tolerations[0].key",
+        "tpujob.dev/* taints are the operator's",
+    ),
+    refused(
+        "selector-on-another-jobs-pool",
+        pod(nodeSelector={c.POOL_LABEL_JOB: "their-job"}),
+        "spec.pod.nodeSelector",
+        "the operator's node labels (tpujob.dev/*, tpujob-*) belong to its jobs' own pools",
+    ),
+    refused(
+        "selector-on-another-jobs-label",
+        pod(nodeSelector={c.LABEL_JOB_NAME: "their-job"}),
+        "spec.pod.nodeSelector",
+        "the operator's node labels (tpujob.dev/*, tpujob-*) belong to its jobs' own pools",
+    ),
+    refused(
+        "apparmor-unconfined",
+        pod(annotations={f"{APPARMOR}trainer": "unconfined"}),
+        "spec.pod.annotations",
+        "an unconfined seccomp or AppArmor profile",
+    ),
+    refused(
+        "seccomp-unconfined-pod-annotation",
+        pod(annotations={"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}),
+        "spec.pod.annotations",
+        "an unconfined seccomp or AppArmor profile",
+    ),
+    refused(
+        "seccomp-unconfined-container-annotation",
+        pod(annotations={"container.seccomp.security.alpha.kubernetes.io/trainer": "unconfined"}),
+        "spec.pod.annotations",
+        "an unconfined seccomp or AppArmor profile",
     ),
     refused(
         "toleration-exists-with-value",

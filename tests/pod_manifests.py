@@ -230,6 +230,29 @@ PROTECTED: list[tuple[str, Any, str, str]] = [
     ("pod-restart-policy", with_pod(restartPolicy="OnFailure"), "spec.pod.restartPolicy", "sets Never"),
     ("pod-node-name", with_pod(nodeName="gke-node-1"), "spec.pod.nodeName", "spec.pod.nodeSelector"),
     ("pod-host-network", with_pod(hostNetwork=True), "spec.pod.hostNetwork", "set spec.trainer.hostNetwork"),
+    # Host namespaces, profiles and kernel settings: no job gets them (Pod Security's baseline list).
+    ("pod-host-pid", with_pod(hostPID=True), "spec.pod.hostPID", "never shares the node's process namespace"),
+    ("pod-host-ipc", with_pod(hostIPC=True), "spec.pod.hostIPC", "never shares the node's IPC namespace"),
+    *(
+        (
+            f"{where}-{field}",
+            fields,
+            f"{path}.securityContext.{field}",
+            "refused: ",
+        )
+        for field, value in (
+            ("seccompProfile", {"type": "Unconfined"}),
+            ("appArmorProfile", {"type": "Unconfined"}),
+            ("seLinuxOptions", {"type": "spc_t"}),
+            ("procMount", "Unmasked"),
+            ("sysctls", [{"name": "kernel.shm_rmid_forced", "value": "0"}]),
+            ("windowsOptions", {"hostProcess": True}),
+        )
+        for where, fields, path in (
+            ("trainer", with_trainer(securityContext={field: value}), "spec.trainer"),
+            ("pod", with_pod(securityContext={field: value}), "spec.pod"),
+        )
+    ),
     (
         "pod-service-account",
         with_pod(serviceAccountName="sa"),
@@ -491,10 +514,10 @@ POD_RULES: list[tuple[str, Any, str, str]] = [
         "only used with effect NoExecute",
     ),
     (
-        "toleration-without-key-must-be-exists",
+        "toleration-without-key",
         with_pod(tolerations=[{"operator": "Equal", "value": "v"}]),
-        "spec.pod.tolerations[0].operator",
-        "must have operator Exists",
+        "spec.pod.tolerations[0].key",
+        "a toleration without a key tolerates every taint",
     ),
     (
         "pull-secret-without-name",

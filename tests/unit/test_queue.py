@@ -152,7 +152,8 @@ def test_admitted_job_creates_pools_and_pods_on_its_flavors_nodes():
     assert "cloud.google.com/gke-tpu-accelerator" not in request["config"]["labels"]  # GKE's own label
     assert "example.com/team" not in request["config"]["resourceLabels"]
     assert request["config"]["taints"] == [
-        {"key": "example.com/reserved", "value": "a", "effect": "NO_SCHEDULE"}
+        {"key": "tpujob.dev/job-uid", "value": job.metadata.uid, "effect": "NO_SCHEDULE"},  # the job's own
+        {"key": "example.com/reserved", "value": "a", "effect": "NO_SCHEDULE"},
     ]
     worker = pod(job, Cluster(), 0, 0, placement=placement)["spec"]
     assert worker["nodeSelector"]["example.com/team"] == "a"

@@ -39,11 +39,15 @@ from tpujob.api.pod_validation import (
     OPERATOR_ANNOTATIONS_OWNED,
     OPERATOR_LABEL_PREFIX,
     OPERATOR_LABELS_OWNED,
+    OPERATOR_NODE_LABEL_PREFIXES,
     OPERATOR_NODE_LABELS,
     OPERATOR_PORT_LIST,
     OPERATOR_PORTS,
     OPERATOR_TAINTS,
+    PROFILE_ANNOTATION_PREFIXES,
+    PROFILE_ANNOTATIONS,
     RESERVED_ENV_PREFIXES,
+    UNCONFINED,
     USER_TPU_ENV,
 )
 from tpujob.api.run_policy import FailurePolicyRule, OnExitCodes
@@ -141,6 +145,19 @@ def _node_selector() -> tuple[CelRule, ...]:
             reason=FORBIDDEN,
         )
         for key, field in OPERATOR_NODE_LABELS.items()
+    )
+
+
+def _no_unconfined_profile() -> CelRule:
+    """pod_validation.unconfined: no annotation lifts a seccomp or AppArmor profile."""
+    profile = any_of(
+        *(f"k == {lit(key)}" for key in PROFILE_ANNOTATIONS),
+        *(f"k.startsWith({lit(prefix)})" for prefix in PROFILE_ANNOTATION_PREFIXES),
+    )
+    return CelRule(
+        rule=f"self.all(k, !({profile} && self[k] == {lit(UNCONFINED)}))",
+        message=m.UNCONFINED_PROFILE.format(keys="them"),
+        reason=FORBIDDEN,
     )
 
 
@@ -244,9 +261,16 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
                 field_path=".key",
             ),
             CelRule(
-                rule="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                rule="has(self.key) && self.key != ''",
                 message=m.TOLERATION_WITHOUT_KEY,
-                field_path=".operator",
+                field_path=".key",
+                reason=REQUIRED,
+            ),
+            CelRule(
+                rule=f"!has(self.key) || !self.key.startsWith({lit(OPERATOR_LABEL_PREFIX)})",
+                message=m.OPERATOR_TAINT_PREFIX,
+                field_path=".key",
+                reason=FORBIDDEN,
             ),
             CelRule(
                 rule="!(has(self.operator) && self.operator == 'Exists' && has(self.value) && "
@@ -267,8 +291,19 @@ def _pod_rules() -> dict[Place, tuple[CelRule, ...]]:
         ),
         Place(WorkerPodSpec, "annotations"): (
             _operator_keys(OPERATOR_ANNOTATIONS_OWNED, prefix=OPERATOR_LABEL_PREFIX),
+            _no_unconfined_profile(),
         ),
-        Place(WorkerPodSpec, "nodeSelector"): _node_selector(),
+        Place(WorkerPodSpec, "nodeSelector"): (
+            *_node_selector(),
+            CelRule(
+                rule="self.all(k, !"
+                + any_of(*(f"k.startsWith({lit(prefix)})" for prefix in OPERATOR_NODE_LABEL_PREFIXES))
+                + ")",
+                # Static: a map key has no length the cost estimate knows (cel_text).
+                message=m.OPERATOR_NODE_LABEL_PREFIX.format(keys="them"),
+                reason=FORBIDDEN,
+            ),
+        ),
         Place(WorkerPodSpec): (
             CelRule(
                 rule=f"!has(self.volumes) || !self.volumes.exists(v, has(v.csi) && v.csi.driver == "

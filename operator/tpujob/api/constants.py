@@ -24,6 +24,10 @@ POOL_LABEL_NAMESPACE: Final = "tpujob-namespace"
 POOL_LABEL_JOB: Final = "tpujob-job"
 POOL_LABEL_JOB_UID: Final = "tpujob-job-uid"
 POOL_LABEL_SLICE: Final = "tpujob-slice"
+POOL_LABEL_PREFIX: Final = "tpujob-"
+# The taint on every node of a pool the operator makes (value: the job's UID, effect NoSchedule): only that
+# job's pods tolerate it, so no other job (of any namespace, with policy: existing) lands on its TPUs.
+POOL_TAINT_KEY: Final = f"{GROUP}/job-uid"
 
 FINALIZER: Final = f"{GROUP}/cleanup"
 ANNOTATION_PREFIX: Final = f"kopf.{GROUP}"

@@ -95,7 +95,21 @@ QUALIFIED_KEY: Final = (
     "'{key}' is not a valid {what} key: an optional DNS subdomain and '/', then at most 63 letters, digits, "
     "'-', '_' or '.', alphanumeric at both ends"
 )
-TOLERATION_WITHOUT_KEY: Final = "a toleration without key must have operator Exists (any taint)"
+TOLERATION_WITHOUT_KEY: Final = (
+    "a toleration without a key tolerates every taint, other teams' pools included; name the taint's key"
+)
+OPERATOR_TAINT_PREFIX: Final = (
+    "tpujob.dev/* taints are the operator's: each pool it makes is tainted for its own job's pods, which it "
+    "tolerates itself; remove it"
+)
+OPERATOR_NODE_LABEL_PREFIX: Final = (
+    "the operator's node labels (tpujob.dev/*, tpujob-*) belong to its jobs' own pools, and a job may not "
+    "select another job's nodes; remove {keys}"
+)
+UNCONFINED_PROFILE: Final = (
+    "an unconfined seccomp or AppArmor profile lifts the kernel's guard on a node other teams share (the "
+    "operator keeps seccomp RuntimeDefault on every container); remove {keys}"
+)
 EXISTS_WITH_VALUE: Final = "operator Exists takes no value; remove it or use Equal"
 SECONDS_WITHOUT_NO_EXECUTE: Final = "only used with effect NoExecute"
 GCSFUSE_ANNOTATION: Final = (

@@ -18,6 +18,7 @@ from tpujob.api.pod import (
     ContainerSecurityContext,
     EnvFromSource,
     EnvVar,
+    PodSecurityContext,
     ResourceRequirements,
     VolumeMount,
     WorkerPodSpec,
@@ -59,6 +60,17 @@ OPERATOR_TAINTS = {
     c.SPOT_TAINT_KEY: "the operator tolerates it when spec.capacity.mode is spot",
 }
 OPERATOR_LABEL_PREFIX = f"{c.GROUP}/"
+# The node labels of the operator's pools: its pod labels' prefix and the pools' own (GCE label rules).
+OPERATOR_NODE_LABEL_PREFIXES = (OPERATOR_LABEL_PREFIX, c.POOL_LABEL_PREFIX)
+# Pod annotations that pick a seccomp or AppArmor profile: seccomp's before Kubernetes 1.19 (ignored since
+# 1.27), AppArmor's before 1.30 (still honoured; https://kubernetes.io/docs/tutorials/security/apparmor/).
+# Their value "unconfined" lifts the profile; the operator's pods keep seccomp RuntimeDefault.
+PROFILE_ANNOTATIONS = ("seccomp.security.alpha.kubernetes.io/pod",)
+PROFILE_ANNOTATION_PREFIXES = (
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "container.apparmor.security.beta.kubernetes.io/",
+)
+UNCONFINED = "unconfined"
 OPERATOR_LABELS_OWNED = f"{OPERATOR_LABEL_PREFIX}* and {c.LABEL_MANAGED_BY}"
 OPERATOR_ANNOTATIONS_OWNED = f"{OPERATOR_LABEL_PREFIX}*"
 
@@ -88,6 +100,22 @@ OPERATOR_FIELDS: dict[tuple[type[ApiModel], str], str] = {
     "require more node labels with spec.pod.nodeSelector",
     (WorkerPodSpec, "terminationGracePeriodSeconds"): "the operator sets 30 s, the notice a spot VM gets, in "
     "which the trainer saves a checkpoint; remove it",
+    **{
+        (WorkerPodSpec, field): f"the operator never shares the node's {what} with a job's pods; remove it"
+        for field, what in (("hostPID", "process namespace"), ("hostIPC", "IPC namespace"))
+    },
+    **{
+        (model, field): f"refused: {why}; remove it"
+        for model in (ContainerSecurityContext, PodSecurityContext)
+        for field, why in (
+            ("seccompProfile", "the operator runs every container with seccomp RuntimeDefault"),
+            ("appArmorProfile", "the node's default AppArmor profile stays on every container"),
+            ("seLinuxOptions", "SELinux labels are the node's"),
+            ("procMount", "the default /proc mask stays"),
+            ("sysctls", "sysctls change the node's kernel for every pod on it"),
+            ("windowsOptions", "TPU nodes run Linux"),
+        )
+    },
     (TrainerSpec, "name"): f"the trainer's container is always named {c.TRAINER_CONTAINER}; remove it",
     (TrainerSpec, "ports"): f"the operator sets the trainer's ports ({OPERATOR_PORT_LIST}); remove it",
     (TPUJobSpec, "template"): "a TPUJob takes no pod template: the trainer's container is spec.trainer, the "
@@ -110,6 +138,20 @@ def operator_label(key: str) -> bool:
 
 def operator_annotation(key: str) -> bool:
     return key.startswith(OPERATOR_LABEL_PREFIX)
+
+
+def operator_node_label(key: str) -> bool:
+    """The labels on the nodes of the operator's pools: another job's, whatever their value."""
+    return key.startswith(OPERATOR_NODE_LABEL_PREFIXES)
+
+
+def unconfined(annotations: Mapping[str, str]) -> list[str]:
+    """The annotations that lift a container's seccomp or AppArmor profile."""
+    return sorted(
+        key
+        for key, value in annotations.items()
+        if value == UNCONFINED and (key in PROFILE_ANNOTATIONS or key.startswith(PROFILE_ANNOTATION_PREFIXES))
+    )
 
 
 def pod_problems(spec: TPUJobSpec) -> Iterator[Problem]:
@@ -286,6 +328,10 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
             "spec.pod.nodeSelector",
             m.OPERATOR_NODE_LABEL.format(key=selected, field=OPERATOR_NODE_LABELS[selected]),
         )
+    if others := sorted(key for key in pod.node_selector if operator_node_label(key)):
+        yield Problem("spec.pod.nodeSelector", m.OPERATOR_NODE_LABEL_PREFIX.format(keys=", ".join(others)))
+    if lifted := unconfined(pod.annotations):
+        yield Problem("spec.pod.annotations", m.UNCONFINED_PROFILE.format(keys=", ".join(lifted)))
     for index, toleration in enumerate(pod.tolerations):
         here = f"spec.pod.tolerations[{index}]"
         if toleration.key in OPERATOR_TAINTS:
@@ -293,10 +339,12 @@ def _pod_problems(pod: WorkerPodSpec) -> Iterator[Problem]:
                 f"{here}.key",
                 m.OPERATOR_TAINT.format(key=toleration.key, why=OPERATOR_TAINTS[toleration.key]),
             )
+        elif toleration.key and toleration.key.startswith(OPERATOR_LABEL_PREFIX):
+            yield Problem(f"{here}.key", m.OPERATOR_TAINT_PREFIX)
         if toleration.key:
             yield from _qualified_name_problems(f"{here}.key", toleration.key, "toleration")
-        elif toleration.operator != "Exists":
-            yield Problem(f"{here}.operator", m.TOLERATION_WITHOUT_KEY)
+        else:
+            yield Problem(f"{here}.key", m.TOLERATION_WITHOUT_KEY)
         if toleration.operator == "Exists" and toleration.value:
             yield Problem(f"{here}.value", m.EXISTS_WITH_VALUE)
         if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":

@@ -27,6 +27,8 @@ class FailureAction(enum.StrEnum):
 MAX_FAILURE_RULES = 20
 MAX_EXIT_CODES = 255
 MAX_POD_CONDITIONS = 20
+# The cap of spec.runPolicy.startupTimeoutSeconds everywhere; a namespace's tenancy policy may lower it.
+MAX_STARTUP_TIMEOUT_SECONDS = 24 * 3600
 
 
 class OnExitCodes(ApiModel):
@@ -147,11 +149,14 @@ class RunPolicy(ApiModel):
         # (waitForPodsReady.timeout) before it evicts the job.
         default=600,
         ge=0,
+        le=MAX_STARTUP_TIMEOUT_SECONDS,
         description=(
             "Fail the job (StartupTimeout) and delete its node pools when its workers are not all running "
             "this many seconds after an attempt began starting them on ready pools (an image that cannot "
             "be pulled, a missing Secret, a pod that cannot be scheduled): no TPU slice is held by pods "
-            "that cannot start. The kubelet's reason shows in the status meanwhile. 0: no limit."
+            "that cannot start. The kubelet's reason shows in the status meanwhile. The namespace's "
+            "tenancy policy sets a floor and a cap (default 60 and 3600); 0: the cap. At most "
+            f"{MAX_STARTUP_TIMEOUT_SECONDS} (a day)."
         ),
     )
     progress_deadline_seconds: int | None = Field(

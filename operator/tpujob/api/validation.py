@@ -22,6 +22,7 @@ from tpujob.api.spec import (
     CapacityMode,
     NodePoolPolicy,
 )
+from tpujob.api.tenancy import NamespacePolicy, tenancy_problems, with_defaults
 
 __all__ = [
     "DefaultZones",
@@ -61,9 +62,12 @@ class InvalidTPUJob(ValueError):
         self.problems = problems
 
 
-def parse_tpujob(manifest: Any, default_zones: DefaultZones | None = None) -> TPUJob:
+def parse_tpujob(
+    manifest: Any, default_zones: DefaultZones | None = None, tenancy: NamespacePolicy | None = None
+) -> TPUJob:
     """Validate a manifest (a dict as read from YAML or the API server) into a TPUJob. With
-    `default_zones`, a job that names no zone is also checked against them."""
+    `default_zones`, a job that names no zone is also checked against them; with `tenancy`, its namespace's
+    policy judges it too, and completes it (api/tenancy.py)."""
     if not isinstance(manifest, Mapping):
         raise InvalidTPUJob([Problem("(document)", "a TPUJob must be a mapping with apiVersion, kind, spec")])
     body = {k: v for k, v in manifest.items() if k != "status"}  # status is the operator's, not input
@@ -72,9 +76,11 @@ def parse_tpujob(manifest: Any, default_zones: DefaultZones | None = None) -> TP
     except pydantic.ValidationError as error:
         raise InvalidTPUJob(sorted(set(_from_pydantic(error)))) from None
     problems = sorted(semantic_problems(job, default_zones))
+    if tenancy is not None:
+        problems = sorted({*problems, *tenancy_problems(job, tenancy)})
     if problems:
         raise InvalidTPUJob(problems)
-    return job
+    return job if tenancy is None else with_defaults(job, tenancy)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

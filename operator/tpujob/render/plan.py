@@ -156,11 +156,15 @@ def node_pool(
     }
     if cluster.node_service_account:
         config["serviceAccount"] = cluster.node_service_account
+    # The job's own taint: only its pods tolerate it, so no other job (policy: existing, any namespace) is
+    # scheduled onto the TPUs it pays for. GKE puts a pool's taints on every node it makes
+    # (container_v1 NodeConfig.taints: "List of kubernetes taints to be applied to each node").
+    taints = [gke_taint(own_taint(job))]
     if placement is not None and (placement.node_labels or placement.node_taints):
         # Kubernetes labels on the nodes only: a flavor's label keys need not be valid GCE resource labels.
         config["labels"] = {**placement.node_labels, **labels}
-        if placement.node_taints:
-            config["taints"] = [gke_taint(taint) for taint in placement.node_taints]
+        taints += [gke_taint(taint) for taint in placement.node_taints]
+    config["taints"] = taints
     if pool_spec.gvnic:
         # gVNIC: the faster NIC for DCN traffic between slices (xpk enables it on every pool it makes).
         config["gvnic"] = {"enabled": True}
@@ -335,8 +339,16 @@ def _node_selector(job: TPUJob, cluster: Cluster, shape: tpu.SliceShape, slice_i
     return selector
 
 
+def own_taint(job: TPUJob) -> dict[str, str]:
+    """The taint on the nodes of the job's own pools (value: its UID; pod_validation refuses tpujob.dev/*
+    tolerations in spec.pod, so only the operator adds it, to this job's pods)."""
+    return {"key": c.POOL_TAINT_KEY, "value": job.metadata.uid or "", "effect": "NoSchedule"}
+
+
 def _tolerations(job: TPUJob) -> list[dict[str, str]]:
     tolerations = [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    if job.spec.node_pool.policy == NodePoolPolicy.create:
+        tolerations.append({**own_taint(job), "operator": "Equal"})
     if job.spec.capacity.mode == CapacityMode.spot:
         tolerations.append(
             {"key": c.SPOT_TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
