@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from tpujob.api.spec import OAUTH_SCOPE_PATTERN
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.config import GOOGLE_IDENTITY_PATTERN
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "tpujob-operator"
@@ -383,6 +384,10 @@ class Values(Section):
     kueue: Kueue = Field(default_factory=Kueue, description="Kueue: queued TPUJobs admitted by its queues.")
     network_policy: NetworkPolicy = Field(
         default_factory=NetworkPolicy, description="NetworkPolicies of the jobs and the operator."
+    )
+    tenancy: TenancyPolicy = Field(
+        default_factory=TenancyPolicy,
+        description="What each namespace's TPUJobs may do (TPUJOB_TENANCY_POLICY; api/tenancy.py).",
     )
     metrics: Metrics = Field(
         default_factory=Metrics,

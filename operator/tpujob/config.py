@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPE_PATTERN
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.render import Cluster
 from tpujob.status import DEFAULT_POLL_PROVISIONING_SECONDS
 
@@ -131,6 +133,13 @@ class OperatorConfig(BaseSettings):
         description="JSON list of NetworkPolicyPeers that may read the trainers' metrics port (9090): the "
         "operator itself (it reads worker 0's step counter there) and Prometheus; the chart sets both",
     )
+    tenancy_policy: str = Field(
+        "",
+        description="the tenancy policy, YAML: what each namespace's TPUJobs may do beyond the safe default "
+        "(host network, privilege, capabilities, existing pools, chips, reservations, priority classes, "
+        "startup timeout); `defaults`, and `namespaces.<name>` overriding them field by field; empty: the "
+        "defaults (the README's tenancy settings)",
+    )
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     metrics_auth: bool = Field(
         False,
@@ -241,6 +250,22 @@ class OperatorConfig(BaseSettings):
                 "comma-separated (e.g. https://www.googleapis.com/auth/cloud-platform)"
             )
         return ",".join(scopes)
+
+    @model_validator(mode="after")
+    def _tenancy_policy_valid(self) -> OperatorConfig:
+        self.tenancy  # noqa: B018  (refused at start, naming the field, not at the first job)
+        return self
+
+    @property
+    def tenancy(self) -> TenancyPolicy:
+        try:
+            document = yaml.safe_load(self.tenancy_policy) if self.tenancy_policy.strip() else None
+            return TenancyPolicy.model_validate(document or {})
+        except yaml.YAMLError as error:
+            raise ValueError(f"{ENV_PREFIX}TENANCY_POLICY is not YAML: {error}") from None
+        except ValidationError as error:
+            where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ValueError(f"{ENV_PREFIX}TENANCY_POLICY: {where}") from None
 
     @property
     def cluster(self) -> Cluster:

@@ -18,7 +18,8 @@ from scripts.chart_values import Values
 from tests.chart import dashboard, tools
 from tests.chart.conftest import CHART, REPO
 from tpujob.api import constants as c
-from tpujob.config import ENVIRONMENT
+from tpujob.api.tenancy import NamespacePolicy
+from tpujob.config import ENVIRONMENT, OperatorConfig
 from tpujob.rbac import CLUSTER_RULES, KUEUE_CLUSTER_RULES, KUEUE_RULES, RULES
 
 SCENARIOS = {
@@ -149,11 +150,16 @@ def test_every_operator_setting_is_a_value(helm):
         "https://www.googleapis.com/auth/logging.write}",
         "--set", "metrics.auth.enabled=true,networkPolicy.jobs.enabled=false",
         "--set", "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prom",
+        "--set", "tenancy.namespaces.ml.hostNetwork=true,tenancy.namespaces.ml.maxChips=256",
     )  # fmt: skip
     (deployment,) = by_kind(documents)["Deployment"]
     container_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     env = {e["name"]: e["value"] for e in container_env if e["name"].startswith("TPUJOB_")}
     assert set(env) == set(ENVIRONMENT)
+    # The tenancy value, as the operator reads it: the defaults, and team ml's overrides over them.
+    policy = OperatorConfig(tenancy_policy=env.pop("TPUJOB_TENANCY_POLICY")).tenancy
+    assert policy.for_namespace("ml").host_network and policy.for_namespace("ml").max_chips == 256
+    assert policy.for_namespace("other") == NamespacePolicy()
     # kopf's identity of the replica in the peering object: the pod's name.
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container_env
     assert env == {

@@ -78,6 +78,7 @@ class Reason(enum.StrEnum):
     KUEUE_NOT_ENABLED = "KueueNotEnabled"  # labelled for a queue, but the operator runs without Kueue
     KUEUE_UNAVAILABLE = "KueueUnavailable"  # the Workload API cannot be read or written
     INVALID_FOR_KUEUE = "InvalidForKueue"  # a queued job Kueue's Workload cannot describe (over 18 slices)
+    CHIP_LIMIT = "ChipLimit"  # its namespace's TPUJobs hold the chips its tenancy policy allows (maxChips)
 
 
 def _one_of(values: list[str]) -> str:

@@ -16,9 +16,11 @@ from tpujob.api import InvalidTPUJob, TPUJob
 from tpujob.api import constants as c
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 from tpujob.status.placement import tpu7x_problem
@@ -186,6 +188,8 @@ class Settings:
     flex_start_zone_fallback: bool = False
     # TPUJOB_KUEUE: jobs labelled kueue.x-k8s.io/queue-name are admitted through Kueue's Workloads.
     kueue: bool = False
+    # TPUJOB_TENANCY_POLICY: what each namespace's jobs may do (api/tenancy.py).
+    tenancy: TenancyPolicy = dataclasses.field(default_factory=TenancyPolicy)
 
 
 class Observer:
@@ -213,6 +217,7 @@ class Observer:
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
+        self.chips = NamespaceChips()
 
     def observe(
         self,
@@ -251,6 +256,8 @@ class Observer:
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
             queue=self.kueue.view(job, workloads, self.kueue_problem),
         )
+        if observed.queue is None and (budget := self.chip_budget(job)):
+            observed = dataclasses.replace(observed, chips=budget)
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))
         worker_0 = running_worker_0(job, pods)
@@ -262,6 +269,14 @@ class Observer:
         if refused:
             observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
         return observed
+
+    def chip_budget(self, job: TPUJob) -> s.ChipBudget | None:
+        """A job its namespace's chip limit must admit: the others' chips, and the job counted if it fits. A
+        job queued through Kueue is the queue's to admit."""
+        limit = self.settings.tenancy.for_namespace(job.metadata.namespace or "default").max_chips
+        if limit is None or not s.needs_admission(job):
+            return None
+        return self.chips.admit(job, limit)
 
     def observe_invalid(
         self,

@@ -65,6 +65,7 @@ class Reconciler:
 
     def forget(self, uid: str) -> None:
         self.memory.forget(uid)
+        self.observer.chips.forget(uid)
         self.recorder.forget(uid)
         self.observer.progress.forget(uid)
         self.status_writer.forget(uid)
@@ -138,9 +139,13 @@ class Reconciler:
         job: TPUJob | None = None
         observed: s.Observed | s.InvalidObserved
         try:
-            # A job that names no zone is checked against the operator's own (TPUJOB_GKE_ZONE).
+            # A job that names no zone is checked against the operator's own (TPUJOB_GKE_ZONE), and every
+            # job against its namespace's tenancy policy.
             default_zones = DefaultZones(self.observer.cluster.zones, OPERATOR_ZONE_SETTING)
-            job = parse_tpujob({**body, "status": None}, default_zones).model_copy(update={"status": status})
+            policy = self.settings.tenancy.for_namespace(meta["namespace"])
+            job = parse_tpujob({**body, "status": None}, default_zones, policy).model_copy(
+                update={"status": status}
+            )
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)
@@ -169,6 +174,7 @@ class Reconciler:
             # ever less often (30 s, 60 s, ... 10 min) instead of every 30 s.
             self.memory.accepted(meta["uid"])
         decision = s.settle(observed, decision, applied)
+        self.observer.chips.settled(meta["uid"], decision.status)
         status_after = decision.status.to_wire()
         if status_after != status_before:
             self.status_writer.submit(

@@ -14,7 +14,7 @@ Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide
 operations, read once), `recreation` (GKE upgrading or repairing a slice: NodeUpgrade, NodeRepair),
 `placement` (what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
 `builder` (the decision under construction and the steps the others share), `invalid` (a spec the
-operator cannot run), `settle` (the pass' answers, folded in).
+operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a namespace's chip limit).
 """
 
 from tpujob.status.invalid import InvalidObserved, decide_invalid
@@ -29,6 +29,7 @@ from tpujob.status.pool_conditions import (
 )
 from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
+from tpujob.status.tenancy import chips_counted, needs_admission
 
 __all__ = [
     "FIRST_POLL_SECONDS",
@@ -36,8 +37,10 @@ __all__ = [
     "Applied",
     "InvalidObserved",
     "capacity_shortage",
+    "chips_counted",
     "decide",
     "decide_invalid",
+    "needs_admission",
     "node_recreation",
     "pool_error_reason",
     "read_urgent",

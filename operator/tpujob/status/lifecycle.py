@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress, queue
+from tpujob.status import failures, progress, queue, tenancy
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -69,6 +69,8 @@ def _decide(b: Builder) -> None:
         # Kueue has not admitted the job: nothing of it runs, and its clocks (activeDeadlineSeconds) start
         # when it is admitted, as a suspended Job's do when it resumes.
         status.start_time = None
+        return
+    if tenancy.over_limit(b):  # its namespace's TPUJobs hold the chips its policy allows
         return
     if status.start_time is None:
         status.start_time = timestamp(b.now)

@@ -255,6 +255,18 @@ class QueueView:
 
 
 @dataclass(frozen=True)
+class ChipBudget:
+    """The namespace's limit and what its other TPUJobs count against it, as the pass found them."""
+
+    namespace: str
+    limit: int
+    others: int
+
+    def fits(self, chips: int) -> bool:
+        return self.others + chips <= self.limit
+
+
+@dataclass(frozen=True)
 class Observed:
     job: TPUJob
     now: dt.datetime
@@ -298,6 +310,9 @@ class Observed:
     flex_start_zone_fallback: bool = False
     # Kueue: None for a job without the queue-name label (admitted by nobody: it runs as it always did).
     queue: QueueView | None = None
+    # Its namespace's chip limit (tenancy policy maxChips) and the others' chips, while the job waits to be
+    # admitted (None: no limit, queued through Kueue, or admitted already): status/tenancy.py.
+    chips: ChipBudget | None = None
 
     @property
     def status(self) -> TPUJobStatus:
@@ -421,6 +436,7 @@ __all__ = [
     "SAME_PROBLEM",
     "TERMINAL_PHASES",
     "WARNING_REASONS",
+    "ChipBudget",
     "Decision",
     "Event",
     "FlavorView",

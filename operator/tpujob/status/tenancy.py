@@ -1,0 +1,52 @@
+"""A namespace's chip limit (tenancy policy maxChips), pure: which jobs count against it, and a job that would
+pass it waits, before any pool is asked for, with the reason ChipLimit.
+
+A job counts from the pass that admits it (status.startTime set; what it will hold, every slice's chips) until
+it ends or is suspended, and after that for the pools it still has (their deletes take minutes): quota held
+from admission, as Kueue reserves a Workload's quota when it admits it. A job queued through Kueue is the
+queue's to admit (its ClusterQueue's quota): it is not held here, and still counts once admitted.
+"""
+
+from __future__ import annotations
+
+from tpujob.api.job import TPUJob
+from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.status.builder import Builder
+from tpujob.status.cost import chips_held, job_chips
+from tpujob.status.model import TERMINAL_PHASES
+
+
+def chips_counted(job: TPUJob) -> int:
+    """The chips `job` counts against its namespace's limit (see the module's note)."""
+    status = job.status or TPUJobStatus()
+    if status.start_time is not None and status.phase not in (*TERMINAL_PHASES, Phase.SUSPENDED):
+        return job_chips(job)
+    return chips_held(job, status)
+
+
+def needs_admission(job: TPUJob) -> bool:
+    """Not admitted yet (or again, after a suspend), and able to run: the pass may admit it."""
+    status = job.status or TPUJobStatus()
+    return (
+        status.start_time is None and status.phase not in TERMINAL_PHASES and not job.spec.run_policy.suspend
+    )
+
+
+def over_limit(b: Builder) -> bool:
+    """Hold a job its namespace's limit has no room for (True): nothing of it is created, the status says
+    why, and the next pass looks again (the others' chips free up as they end)."""
+    budget = b.observed.chips
+    if budget is None or b.status.start_time is not None:
+        return False
+    chips = job_chips(b.job)
+    if budget.fits(chips):
+        return False
+    b.set_phase(
+        Phase.PENDING,
+        Reason.CHIP_LIMIT,
+        f"waiting for TPU chips: the job needs {chips}, and namespace {budget.namespace}'s TPUJobs hold "
+        f"{budget.others} of the {budget.limit} its tenancy policy allows (maxChips); it starts when "
+        f"{chips - (budget.limit - budget.others)} more are free",
+    )
+    b.decision.requeue(b.observed.poll_provisioning_seconds * 2)
+    return True
