@@ -32,6 +32,14 @@ OPERATOR_ACCOUNT = "tpujob-operator"
 
 # How often the operator looks at every job on the test bed (TPUJOB_RESYNC_SECONDS; 30 s by default).
 RESYNC_SECONDS = 2.0
+# The namespace whose TPUJobs may hold 4 chips at once on the test bed (tests/e2e/test_tenancy.py).
+CHIP_LIMITED_NAMESPACE = "tenancy-chip-limit"
+# The test bed's tenancy policy: the defaults, but a startupTimeoutSeconds floor of 1 s (the startup tests
+# wait seconds, not the default floor's minute), and one namespace with a chip limit.
+TENANCY_POLICY = {
+    "defaults": {"minStartupTimeoutSeconds": 1},
+    "namespaces": {CHIP_LIMITED_NAMESPACE: {"maxChips": 4}},
+}
 
 
 def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
@@ -60,6 +68,7 @@ def operator_env(sandbox: Sandbox, folder: Path) -> dict[str, str]:
         "TPUJOB_KUEUE": "true",
         # As the chart sets it: the trainers' metrics port admits the operator's pods and a Prometheus.
         "TPUJOB_NETWORK_POLICY_METRICS_FROM": json.dumps(E2E_METRICS_FROM),
+        "TPUJOB_TENANCY_POLICY": json.dumps(TENANCY_POLICY),
     }
 
 
