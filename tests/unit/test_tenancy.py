@@ -169,7 +169,7 @@ def test_refused_naming_the_field_and_the_setting_that_allows_it(name, manifest,
 
 @pytest.mark.parametrize(("name", "manifest", "path", "setting", "value"), ESCALATIONS, ids=IDS)
 def test_allowed_where_the_namespaces_policy_allows_it(name, manifest, path, setting, value):
-    """The same job in a namespace whose entry allows it; the defaults (for every other namespace) unchanged."""
+    """The same job where its namespace's entry allows it; every other namespace keeps the defaults."""
     allowing = policy({"default": {setting: value}}, **STRICTER.get(name, {}))
     job = parse_tpujob(copy.deepcopy(manifest), tenancy=allowing.for_namespace("default"))
     assert job.metadata.name == "train"
