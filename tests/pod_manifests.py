@@ -233,6 +233,18 @@ PROTECTED: list[tuple[str, Any, str, str]] = [
     # Host namespaces, profiles and kernel settings: no job gets them (Pod Security's baseline list).
     ("pod-host-pid", with_pod(hostPID=True), "spec.pod.hostPID", "never shares the node's process namespace"),
     ("pod-host-ipc", with_pod(hostIPC=True), "spec.pod.hostIPC", "never shares the node's IPC namespace"),
+    (
+        "sidecar-host-port",
+        with_pod(containers=[sidecar(ports=[{"containerPort": 2020, "hostPort": 2020}])]),
+        "spec.pod.containers[0].ports[0].hostPort",
+        "refused: a host port is the node's",
+    ),
+    (
+        "host-path-volume",
+        with_pod(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+        "spec.pod.volumes[0].hostPath",
+        "refused: a hostPath volume reaches the node's filesystem",
+    ),
     *(
         (
             f"{where}-{field}",

@@ -15,6 +15,7 @@ from tpujob.api import trainer_contract as contract
 from tpujob.api.base import QUALIFIED_NAME_PATTERN, ApiModel, Problem
 from tpujob.api.pod import (
     Container,
+    ContainerPort,
     ContainerSecurityContext,
     EnvFromSource,
     EnvVar,
@@ -24,7 +25,7 @@ from tpujob.api.pod import (
     WorkerPodSpec,
 )
 from tpujob.api.spec import TPUJobSpec, TrainerSpec
-from tpujob.api.volumes import KeyToPath
+from tpujob.api.volumes import KeyToPath, Volume
 
 # The worker env: the slice's identity and wiring under TPU_ and MEGASCALE_ (render/plan.py worker_env), both
 # prefixes reserved whole, as libtpu reads more of them (TPU_ACCELERATOR_TYPE, TPU_SKIP_MDS_QUERY, ...) ...
@@ -116,6 +117,10 @@ OPERATOR_FIELDS: dict[tuple[type[ApiModel], str], str] = {
             ("windowsOptions", "TPU nodes run Linux"),
         )
     },
+    (ContainerPort, "hostPort"): "refused: a host port is the node's, shared with every pod on it; remove it "
+    "(the pods' own ports reach each other through the job's Service)",
+    (Volume, "hostPath"): "refused: a hostPath volume reaches the node's filesystem; use emptyDir, a "
+    "PersistentVolumeClaim or a CSI volume",
     (TrainerSpec, "name"): f"the trainer's container is always named {c.TRAINER_CONTAINER}; remove it",
     (TrainerSpec, "ports"): f"the operator sets the trainer's ports ({OPERATOR_PORT_LIST}); remove it",
     (TPUJobSpec, "template"): "a TPUJob takes no pod template: the trainer's container is spec.trainer, the "
