@@ -176,6 +176,18 @@ def test_existing_policy_renders_no_pools_and_no_pool_pin():
     assert c.NODE_LABEL_NODEPOOL not in pod["spec"]["nodeSelector"]
 
 
+def test_each_pool_is_tainted_for_its_own_jobs_pods_only():
+    """Only the job's own pods tolerate its pools' taint; a job on existing pools tolerates no job's taint."""
+    mine = render_plan(job(uid="uid-a", tpu={"type": "v5p", "topology": "2x2x4", "slices": 2}), CLUSTER)
+    own = {"key": c.POOL_TAINT_KEY, "value": "uid-a", "effect": "NO_SCHEDULE"}
+    assert [pool["config"]["taints"] for pool in mine.node_pools] == [[own], [own]]
+    toleration = {"key": c.POOL_TAINT_KEY, "operator": "Equal", "value": "uid-a", "effect": "NoSchedule"}
+    assert all(toleration in pod["spec"]["tolerations"] for pod in pods_of(mine))
+    theirs = render_plan(job(uid="uid-b", nodePool={"policy": "existing"}), CLUSTER)
+    (pod,) = pods_of(theirs)
+    assert not [t for t in pod["spec"]["tolerations"] if t["key"].startswith(f"{c.GROUP}/")]
+
+
 def test_headless_service_publishes_not_ready_workers():
     plan = render_plan(job(), CLUSTER)
     service = plan.resources[0]
