@@ -86,9 +86,11 @@ def test_what_counts_against_the_namespace():
     }
 
 
-def body(job, phase=None, started=False):
+def body(job, phase=None, started=False, version="1"):
     wire = job.model_copy(update={"status": status(phase, started=started) if phase else None})
-    return wire.model_dump(by_alias=True, exclude_none=True, mode="json")
+    manifest = wire.model_dump(by_alias=True, exclude_none=True, mode="json")
+    manifest["metadata"]["resourceVersion"] = version
+    return manifest
 
 
 def named(name, uid, **spec):
@@ -106,9 +108,25 @@ def test_the_ledger_admits_while_there_is_room_and_counts_its_admissions_before_
     budget = ledger.admit(c, 32)
     assert budget.others == 32 and not budget.fits(16)  # c waits
     # a ends: its status shows it, and the ledger lets its own admission go.
-    watched[0] = body(a, Phase.SUCCEEDED, started=True)
+    # a's status shows it admitted (a new resourceVersion): the ledger lets its own record go.
+    watched[0] = body(a, Phase.RUNNING, started=True, version="2")
+    assert ledger.admit(c, 32).others == 32
+    # a ends: its status says so, and its chips are free.
+    watched[0] = body(a, Phase.SUCCEEDED, started=True, version="3")
     ledger.settled("a", status(Phase.SUCCEEDED))
     assert ledger.admit(c, 32).fits(16)
+
+
+def test_a_job_another_replica_admitted_counts_once_its_status_shows_it():
+    """The ledger reads each job again when its resourceVersion changes (and only then)."""
+    ledger = NamespaceChips()
+    c_job, d = named("c", "c", tpu=V5E_4X4), named("d", "d", tpu=V5E_4X4)
+    watched = [body(c_job), body(d)]
+    ledger.jobs_of = lambda _namespace: watched
+    assert ledger.admit(c_job, 16).others == 0
+    ledger.forget("c")
+    watched[1] = body(d, Phase.RUNNING, started=True, version="2")
+    assert ledger.admit(c_job, 16).others == 16
 
 
 def test_a_deleted_or_suspended_job_frees_its_chips_and_other_namespaces_count_nothing():

@@ -36,17 +36,26 @@ class NamespaceChips:
         self._admitted: dict[str, tuple[str, int]] = {}
         # The namespace's jobs as the TPUJob watch has them (set by the glue; none before it is).
         self.jobs_of: Callable[[str], list[dict[str, Any]]] = lambda _namespace: []
+        # What each watched job counts, by namespace and UID, with the resourceVersion it was read at: a job
+        # waiting for room looks at its namespace every pass, and validates only the jobs that changed.
+        self._seen: dict[str, dict[str, tuple[str, int, bool]]] = {}
 
     def admit(self, job: TPUJob, limit: int) -> s.ChipBudget:
         """The others' chips in the job's namespace; the job is counted from now on if it fits."""
         namespace, uid = job.metadata.namespace or "default", job.metadata.uid or ""
         with self._lock:
             counted: dict[str, int] = {}
+            before, seen = self._seen.get(namespace, {}), {}
             for body in self.jobs_of(namespace):
                 other = body["metadata"].get("uid") or ""
                 if other == uid:
                     continue
-                chips, shown = _counted(body)
+                version = body["metadata"].get("resourceVersion") or ""
+                known = before.get(other)
+                if known is None or not version or known[0] != version:
+                    known = (version, *_counted(body))
+                seen[other] = known
+                _, chips, shown = known
                 counted[other] = chips
                 if shown:
                     self._admitted.pop(other, None)  # its own status counts it now
@@ -57,6 +66,7 @@ class NamespaceChips:
                     del self._admitted[other]
                 else:
                     counted[other] = max(counted[other], chips)
+            self._seen[namespace] = seen
             budget = s.ChipBudget(namespace, limit, sum(counted.values()))
             chips = job_chips(job)
             if budget.fits(chips):
