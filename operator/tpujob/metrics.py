@@ -8,7 +8,6 @@ dashboards and alerts see a 0, not a gap.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -21,6 +20,7 @@ from tpujob.api.job import TPUJob
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.ratelimit import Priority
+from tpujob.records import JobRecord, JobRecords
 from tpujob.status import cost, goodput, waiting
 
 RESTART_REASONS = (
@@ -203,22 +203,25 @@ def queued_seconds(before: TPUJobStatus, after: TPUJobStatus) -> float | None:
 
 class JobsByPhase(Collector):
     """tpujob_jobs{phase}, and tpujob_phase_oldest_since_timestamp_seconds{phase}: computed at scrape time
-    from the statuses the reconciler last saw. The second answers "since when has the longest-waiting job been
-    Provisioning", which no histogram shows while the wait goes on (a stockout that never ends observes
-    nothing). It is read from each job's status (status/waiting.py), not from this process' clock: a restart,
-    a rollout or a failover does not reset it, so an alert on it stays on."""
+    from the jobs' records (the status each job's last pass decided). The second answers "since when has the
+    longest-waiting job been Provisioning", which no histogram shows while the wait goes on (a stockout that
+    never ends observes nothing). It is read from each job's status (status/waiting.py), not from this
+    process' clock: a restart, a rollout or a failover does not reset it, so an alert on it stays on."""
 
-    def __init__(self) -> None:
-        self._phases: dict[str, tuple[str, float | None]] = {}  # uid -> (phase, its wait's start, Unix time)
-        self._lock = threading.Lock()
+    def __init__(self, records: JobRecords | None = None) -> None:
+        self.records = records if records is not None else JobRecords()
 
     def set(self, uid: str, status: TPUJobStatus | None) -> None:
-        with self._lock:
-            if status is None or status.phase is None:
-                self._phases.pop(uid, None)
-            else:
-                since = waiting.waiting_since(status)
-                self._phases[uid] = (status.phase, s.parse_timestamp(since).timestamp() if since else None)
+        since = waiting.waiting_since(status) if status is not None and status.phase else None
+
+        def keep(record: JobRecord) -> None:
+            record.phase = status.phase if status is not None else None
+            record.waiting_since = s.parse_timestamp(since).timestamp() if since else None
+
+        if status is None or status.phase is None:
+            self.records.read(uid, keep, None)
+        else:
+            self.records.update(uid, keep)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -231,8 +234,7 @@ class JobsByPhase(Collector):
             "startingSince, Restarting: lastRestartTime); 0 when no job waits there.",
             labels=["phase"],
         )
-        with self._lock:
-            entries = list(self._phases.values())
+        entries = self.records.gather(lambda r: (r.phase, r.waiting_since) if r.phase else None)
         for phase in Phase:
             family.add_metric([phase], sum(1 for p, _ in entries if p == phase))
         for phase in waiting.WAITING_PHASES:
@@ -243,26 +245,22 @@ class JobsByPhase(Collector):
 
 
 class ChipsHeld(Collector):
-    """tpujob_tpu_chips{tpu_type, capacity_mode}: TPU chips held right now."""
+    """tpujob_tpu_chips{tpu_type, capacity_mode}: TPU chips held right now, from the jobs' records."""
 
-    def __init__(self) -> None:
-        self._held: dict[str, tuple[str, str, int]] = {}
-        self._lock = threading.Lock()
+    def __init__(self, records: JobRecords | None = None) -> None:
+        self.records = records if records is not None else JobRecords()
 
     def set(self, uid: str, tpu_type: str, mode: str, chips: int) -> None:
-        with self._lock:
-            self._held[uid] = (tpu_type, mode, chips)
+        def keep(record: JobRecord) -> None:
+            record.chips = (tpu_type, mode, chips)
 
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._held.pop(uid, None)
+        self.records.update(uid, keep)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "tpujob_tpu_chips", "TPU chips held by TPUJobs right now.", labels=["tpu_type", "capacity_mode"]
         )
-        with self._lock:
-            held = list(self._held.values())
+        held = self.records.gather(lambda r: r.chips)
         for tpu_type in tpu.TPU_TYPES:
             for mode in CAPACITY_MODES:
                 family.add_metric([tpu_type, mode], sum(c for t, m, c in held if (t, m) == (tpu_type, mode)))
@@ -273,37 +271,31 @@ class NextMaintenance(Collector):
     """tpujob_maintenance_next_timestamp_seconds: the soonest host maintenance GKE announced for a running
     TPUJob's nodes (0: none). One series, not one per job: labels stay bounded; the job is in its status."""
 
-    def __init__(self) -> None:
-        self._times: dict[str, float] = {}
-        self._lock = threading.Lock()
+    def __init__(self, records: JobRecords | None = None) -> None:
+        self.records = records if records is not None else JobRecords()
 
     def set(self, uid: str, when: str | None) -> None:
-        with self._lock:
-            if when is None:
-                self._times.pop(uid, None)
-            else:
-                self._times[uid] = s.parse_timestamp(when).timestamp()
+        def keep(record: JobRecord) -> None:
+            record.maintenance = s.parse_timestamp(when).timestamp() if when is not None else None
+
+        if when is None:
+            self.records.read(uid, keep, None)
+        else:
+            self.records.update(uid, keep)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        with self._lock:
-            soonest = min(self._times.values(), default=0.0)
+        times = self.records.gather(lambda r: r.maintenance)
         yield GaugeMetricFamily(
             "tpujob_maintenance_next_timestamp_seconds",
             "Unix time of the soonest GKE host maintenance announced for a TPUJob's nodes; 0 when none.",
-            value=soonest,
+            value=min(times, default=0.0),
         )
 
 
-JOBS_BY_PHASE = JobsByPhase()
-NEXT_MAINTENANCE = NextMaintenance()
-CHIPS_HELD = ChipsHeld()
-
-
-def register(registry: CollectorRegistry = REGISTRY) -> None:
-    """Collectors and zeroed series: call once at start."""
-    registry.register(JOBS_BY_PHASE)
-    registry.register(CHIPS_HELD)
-    registry.register(NEXT_MAINTENANCE)
+def register(recorder: PassRecorder, registry: CollectorRegistry = REGISTRY) -> None:
+    """The recorder's scrape-time collectors and the zeroed series: call once at start."""
+    for collector in recorder.collectors():
+        registry.register(collector)
     BUILD_INFO.info({"version": __version__})
     for priority in PRIORITIES:
         API_RATE_LIMITER_WAIT.labels(priority)
@@ -335,12 +327,17 @@ def start_problem(status: TPUJobStatus) -> str | None:
 
 
 class PassRecorder:
-    """Turns one reconcile pass (status before -> after) into metric updates."""
+    """Turns one reconcile pass (status before -> after) into metric updates. What it keeps per job lives in
+    the job's record (tpujob.records), which its collectors read at scrape time."""
 
-    def __init__(self) -> None:
-        self._last_seen: dict[str, tuple[str, int]] = {}  # uid -> (when, as a status time; chips held then)
-        self._pool_created: dict[str, dt.datetime] = {}
-        self._lock = threading.Lock()
+    def __init__(self, records: JobRecords | None = None) -> None:
+        self.records = records if records is not None else JobRecords()
+        self.jobs_by_phase = JobsByPhase(self.records)
+        self.chips_held = ChipsHeld(self.records)
+        self.next_maintenance = NextMaintenance(self.records)
+
+    def collectors(self) -> tuple[Collector, ...]:
+        return (self.jobs_by_phase, self.chips_held, self.next_maintenance)
 
     def record(self, job: TPUJob, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
         uid = job.metadata.uid or ""
@@ -357,40 +354,46 @@ class PassRecorder:
             QUEUED_SECONDS.observe(queued)
         if (problem := start_problem(after)) and problem != start_problem(before):
             WORKER_START_PROBLEMS.labels(problem).inc()
-        self._pools(before, after, now)
+        self.records.update(uid, lambda record: self._pools(record, before, after, now))
         self._chips(uid, job, after, now)
         self._goodput(job, before, after)
-        JOBS_BY_PHASE.set(uid, after)
-        NEXT_MAINTENANCE.set(uid, after.maintenance_time)
+        self.jobs_by_phase.set(uid, after)
+        self.next_maintenance.set(uid, after.maintenance_time)
 
-    def _pools(self, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
+    @staticmethod
+    def _pools(record: JobRecord, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
+        """Each pool's time to provision, from this process' first sight of it being created (kept in the
+        job's record until the pool is ready, or the job is forgotten)."""
         previous = {p.name: p.state for p in before.node_pools}
-        with self._lock:
-            for pool in after.node_pools:
-                was = previous.get(pool.name)
-                if pool.state == "PROVISIONING" and was in (None, s.POOL_MISSING, s.POOL_DELETED):
-                    self._pool_created[pool.name] = now
-                if pool.state in s.POOL_READY_STATES and was not in s.POOL_READY_STATES:
-                    created = self._pool_created.pop(pool.name, None)
-                    if created is not None:
-                        POOL_PROVISIONING.observe((now - created).total_seconds())
-                # The usual stockout is not a refused call: the pool's creation goes to ERROR with GKE's
-                # condition code, GKE retrying meanwhile. The reason is the one the status gives.
-                if pool.state == "ERROR" and was != "ERROR":
-                    GKE_ERRORS.labels(s.pool_error_reason(pool.condition)).inc()
+        for pool in after.node_pools:
+            was = previous.get(pool.name)
+            if pool.state == "PROVISIONING" and was in (None, s.POOL_MISSING, s.POOL_DELETED):
+                record.pools_created = {**(record.pools_created or {}), pool.name: now}
+            if pool.state in s.POOL_READY_STATES and was not in s.POOL_READY_STATES and record.pools_created:
+                created = record.pools_created.pop(pool.name, None)
+                record.pools_created = record.pools_created or None
+                if created is not None:
+                    POOL_PROVISIONING.observe((now - created).total_seconds())
+            # The usual stockout is not a refused call: the pool's creation goes to ERROR with GKE's
+            # condition code, GKE retrying meanwhile. The reason is the one the status gives.
+            if pool.state == "ERROR" and was != "ERROR":
+                GKE_ERRORS.labels(s.pool_error_reason(pool.condition)).inc()
 
     def _chips(self, uid: str, job: TPUJob, after: TPUJobStatus, now: dt.datetime) -> None:
         """The chips held since this process' last pass for the job, as status.cost accounts them
         (status/cost.py): the same amounts, added every pass instead of at changes."""
         held = cost.chips_held(job, after)
-        with self._lock:
-            seen = self._last_seen.get(uid)
-            self._last_seen[uid] = (s.timestamp(now), held)
+
+        def keep(record: JobRecord) -> tuple[str, int] | None:
+            seen, record.last_seen = record.last_seen, (s.timestamp(now), held)
+            return seen
+
+        seen = self.records.update(uid, keep)
         if seen is not None and seen[1]:
             since, chips = seen
             added = cost.chip_seconds(chips, since, now)
             CHIP_SECONDS.labels(job.spec.tpu.type, job.spec.capacity.mode).inc(added)
-        CHIPS_HELD.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
+        self.chips_held.set(uid, job.spec.tpu.type, job.spec.capacity.mode, held)
 
     @staticmethod
     def _goodput(job: TPUJob, before: TPUJobStatus, after: TPUJobStatus) -> None:
@@ -410,15 +413,10 @@ class PassRecorder:
 
     def uids(self) -> set[str]:
         """The jobs whose gauges this process sets (every recorded pass sets its job's chips held)."""
-        with self._lock:
-            return set(self._last_seen)
+        return {uid for uid in self.records.uids() if self.records.read(uid, lambda r: r.last_seen, None)}
 
     def forget(self, uid: str) -> None:
-        with self._lock:
-            self._last_seen.pop(uid, None)
-        JOBS_BY_PHASE.set(uid, None)
-        NEXT_MAINTENANCE.set(uid, None)
-        CHIPS_HELD.forget(uid)
+        self.records.forget(uid)
 
 
 def record_api_wait(priority: Priority, seconds: float) -> None:

@@ -10,7 +10,6 @@ once: a trainer is never restarted as Stalled on a stale read."""
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from prometheus_client.parser import text_string_to_metric_families
 
 from tpujob import status as s
+from tpujob.records import JobRecord, JobRecords
 
 # The contract's series (tpujob_trainer_*: trainer-image/tpujob_trainer/metrics.py serves them).
 STEP = "tpujob_trainer_global_step"
@@ -72,31 +72,26 @@ class ProgressReader:
         timeout: float = READ_TIMEOUT_SECONDS,
         reads_per_second: float = DEFAULT_READS_PER_SECOND,
         clock: Callable[[], float] = time.monotonic,
+        records: JobRecords | None = None,
     ) -> None:
         self.timeout = timeout
         self.reads_per_second = reads_per_second
         self._clock = clock
-        self._lock = threading.Lock()
-        self._last_read: dict[str, float] = {}  # job uid -> when its progress was last read
+        # When each job's progress was last read: a field of its record, forgotten with it.
+        self.records = records if records is not None else JobRecords()
 
     def due(self, uid: str, urgent: bool) -> bool:
         """Whether the job's turn to be read has come; if so, it is counted as read now."""
         now = self._clock()
-        with self._lock:
-            if not read_due(
-                self._last_read.get(uid), now, len(self._last_read), self.reads_per_second, urgent
-            ):
+        jobs_read = self.records.count(lambda record: record.progress_read is not None)
+
+        def take(record: JobRecord) -> bool:
+            if not read_due(record.progress_read, now, jobs_read, self.reads_per_second, urgent):
                 return False
-            self._last_read[uid] = now
+            record.progress_read = now
             return True
 
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._last_read.pop(uid, None)
-
-    def uids(self) -> set[str]:
-        with self._lock:
-            return set(self._last_read)
+        return self.records.update(uid, take)
 
     def read(self, pod: s.PodView) -> tuple[s.ProgressSample | None, str]:
         """(the sample, "") or (None, why not) for a running worker pod."""

@@ -1,9 +1,8 @@
-"""The glue's pure parts: what the job index keeps, the one-requeue-per-job rule, the Events."""
+"""The glue's pure parts: what the job index keeps, the job locks, the Events (queue: test_workqueue.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import datetime as dt
 from typing import Any
 
@@ -15,10 +14,9 @@ from kopf._core.engines.peering import guess_selectors
 from tpujob import cli
 from tpujob.api import parse_tpujob
 from tpujob.config import from_environment
-from tpujob.handlers import workqueue
 from tpujob.handlers.indexes import IndexedJob, JobIndex, index_job
 from tpujob.handlers.startup import set_peering, watch_only_owned
-from tpujob.handlers.workqueue import KeyedLocks, Runtime, request_pass, schedule
+from tpujob.handlers.workqueue import KeyedLocks, Runtime
 from tpujob.reconciler import event_manifest
 from tpujob.status import Event
 
@@ -72,137 +70,6 @@ def test_the_jobs_map_takes_every_watch_event_and_drops_a_deleted_job() -> None:
     index_job(jobs, "DELETED", ("ns", "j"), body)
     index_job(jobs, "DELETED", ("ns", "gone-already"), body)
     assert jobs == {}
-
-
-def fake_passes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], asyncio.Event]:
-    """workqueue.reconcile replaced by one that records the job's name (and, as the real one does, takes
-    the job off the queued set when it begins)."""
-    fired: list[str] = []
-    done = asyncio.Event()
-
-    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
-        runtime.queued.discard((namespace, name))
-        fired.append(name)
-        done.set()
-
-    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
-    return fired, done
-
-
-def test_a_later_or_empty_requeue_leaves_the_sooner_one_standing(monkeypatch: pytest.MonkeyPatch) -> None:
-    fired, done = fake_passes(monkeypatch)
-
-    async def scenario() -> None:
-        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
-        schedule(runtime, "u", 0.2, "ns", "soon")
-        schedule(runtime, "u", 30.0, "ns", "late")  # does not replace the sooner one
-        schedule(runtime, "u", None, "ns", "none")  # nor does a pass that needs no look
-        await asyncio.wait_for(done.wait(), timeout=10)
-        done.clear()
-        schedule(runtime, "u", 0.1, "ns", "after")  # the fired one no longer counts
-        await asyncio.wait_for(done.wait(), timeout=10)
-        runtime.requeues["u"].cancel()
-
-    asyncio.run(scenario())
-    assert fired == ["soon", "after"]
-
-
-def test_a_burst_waits_as_keys_for_a_bounded_number_of_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """However many jobs ask at once, at most PASSES_PER_THREAD passes per worker thread run; each job is
-    queued once however often it asks before its pass begins; all run, oldest first, and no consumer is
-    left once the queue is empty."""
-    running, most, order = 0, 0, []
-    release, all_busy = asyncio.Event(), asyncio.Event()
-
-    async def slow_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
-        nonlocal running, most
-        runtime.queued.discard((namespace, name))
-        order.append(name)  # the order passes begin
-        running += 1
-        most = max(most, running)
-        if running == 3:
-            all_busy.set()
-        await release.wait()
-        running -= 1
-
-    monkeypatch.setattr(workqueue, "reconcile", slow_reconcile)
-    monkeypatch.setenv("TPUJOB_WORKERS", "1")
-    monkeypatch.setattr(workqueue, "PASSES_PER_THREAD", 3)
-
-    async def scenario() -> Runtime:
-        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
-        for i in range(20):
-            request_pass(runtime, "ns", f"j{i:02d}")
-            request_pass(runtime, "ns", f"j{i:02d}")  # a second event before the pass: no second pass
-        assert len(runtime.passes) == 3 and len(runtime.backlog) == 20
-        await asyncio.wait_for(all_busy.wait(), timeout=10)
-        assert len(runtime.backlog) == 17, "the others wait as keys"
-        release.set()
-        while runtime.passes:
-            await asyncio.wait(runtime.passes, timeout=10)
-        return runtime
-
-    runtime = asyncio.run(scenario())
-    assert most == 3
-    assert order == [f"j{i:02d}" for i in range(20)]
-    assert not runtime.backlog and not runtime.queued
-
-
-def test_a_job_asked_for_as_the_last_consumer_ends_gets_its_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With every consumer slot taken by one that is ending, a job asked for before the ending task's done
-    callbacks run must not be left waiting in the backlog."""
-    fired: list[str] = []
-    b_passed = asyncio.Event()
-
-    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
-        runtime.queued.discard((namespace, name))
-        fired.append(name)
-        if name == "a":
-            # Runs in the next loop turn: after a's consumer found the backlog empty and ended, before
-            # that task's done callbacks (scheduled when it ends, so queued behind this one).
-            asyncio.get_running_loop().call_soon(request_pass, runtime, namespace, "b")
-        else:
-            b_passed.set()
-
-    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
-    monkeypatch.setenv("TPUJOB_WORKERS", "1")
-    monkeypatch.setattr(workqueue, "PASSES_PER_THREAD", 1)
-
-    async def scenario() -> None:
-        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
-        request_pass(runtime, "ns", "a")
-        await asyncio.wait_for(b_passed.wait(), timeout=10)
-
-    asyncio.run(scenario())
-    assert fired == ["a", "b"]
-
-
-KOPF_CAUSE: contextvars.ContextVar[str] = contextvars.ContextVar("kopf_cause", default="")
-
-
-def test_passes_and_requeues_do_not_carry_the_kopf_handlers_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's context variables hold the event's body; a pass asked for in a handler, and the requeues it
-    schedules, must not keep them."""
-    seen: list[str] = []
-    done = asyncio.Event()
-
-    async def fake_reconcile(runtime: Runtime, namespace: str, name: str) -> None:
-        runtime.queued.discard((namespace, name))
-        seen.append(KOPF_CAUSE.get())
-        done.set()
-
-    async def scenario() -> None:
-        runtime = Runtime(from_environment(), reconciler=None)  # type: ignore[arg-type]
-        KOPF_CAUSE.set("the event's body")  # as kopf sets it around a handler
-        request_pass(runtime, "ns", "j")
-        await asyncio.wait_for(done.wait(), timeout=10)
-        done.clear()
-        schedule(runtime, "u", 0.1, "ns", "j")
-        await asyncio.wait_for(done.wait(), timeout=10)
-
-    monkeypatch.setattr(workqueue, "reconcile", fake_reconcile)
-    asyncio.run(scenario())
-    assert seen == ["", ""]
 
 
 def test_lowering_the_priority_keeps_the_loops_to_stop_at_cleanup() -> None:

@@ -128,10 +128,10 @@ def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
     held = TPUJobStatus(phase=Phase.RUNNING, node_pools=[NodePoolStatus(name="p", slice=0, state="RUNNING")])
 
     def chips():
-        return collected(metrics.CHIPS_HELD, "tpujob_tpu_chips", tpu_type="v6e", capacity_mode="onDemand")
+        return collected(recorder.chips_held, "tpujob_tpu_chips", tpu_type="v6e", capacity_mode="onDemand")
 
     def running():
-        return collected(metrics.JOBS_BY_PHASE, "tpujob_jobs", phase="Running")
+        return collected(recorder.jobs_by_phase, "tpujob_jobs", phase="Running")
 
     chips_before, running_before = chips(), running()
     for uid in ("gauge-1", "gauge-2"):
@@ -148,7 +148,8 @@ def test_a_replica_standing_by_stops_exporting_the_job_gauges_it_set():
 
 def test_every_phase_has_its_jobs_series_from_phase_itself():
     """The phase gauges iterate api.status.Phase: a new phase gets its series (0) with no second list."""
-    phases = {item.labels["phase"] for family in metrics.JOBS_BY_PHASE.collect() for item in family.samples}
+    collector = metrics.JobsByPhase()
+    phases = {item.labels["phase"] for family in collector.collect() for item in family.samples}
     assert phases == {phase.value for phase in Phase}
 
 

@@ -230,9 +230,9 @@ def test_the_reader_counts_the_jobs_it_reads_and_forgets_deleted_ones():
     assert reader.due("a", urgent=False) and reader.due("b", urgent=False)  # first reads: at once
     now[0] = 1.5
     assert not reader.due("a", urgent=False)  # two jobs at 1 read/s: every 2 s
-    reader.forget("b")
+    reader.records.forget("b")  # its job is gone: its record, and the read time in it, with it
     assert reader.due("a", urgent=False)  # one job: every 1 s
-    assert reader.uids() == {"a"}
+    assert reader.records.uids() == {"a"}
 
 
 def test_a_read_is_urgent_for_a_new_attempt_and_when_the_stall_deadline_comes():

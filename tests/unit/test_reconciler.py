@@ -259,9 +259,9 @@ def test_pods_in_flight_are_dropped_once_the_watch_shows_them() -> None:
     assert memory.pods_in_flight("u", []) == frozenset({"b"})
     both = [*seen, s.PodView(name="b", slice=0, worker=0, attempt=0, phase="Pending")]
     assert memory.pods_in_flight("u", both) == frozenset()
-    assert memory.uids() == set(), "nothing kept once every pod was seen"
+    assert memory.records.read("u", lambda r: r.pods_in_flight, None) == frozenset(), "none kept once seen"
     memory.pods_created("u", ["c"])
-    memory.forget("u")
+    memory.records.forget("u")
     assert memory.pods_in_flight("u", []) == frozenset()
 
 
@@ -275,9 +275,9 @@ def test_own_status_write_is_read_back_until_the_watch_has_it() -> None:
     assert memory.current_status(body) == {"phase": "Provisioning"}
     assert not memory.is_own_write(body)
     assert memory.is_own_write(job_body(resourceVersion="7"))
-    memory.forget("uid-1")
+    memory.records.forget("uid-1")
     memory.written("uid-1", "8")  # a write that was in flight when the job was deleted
-    assert memory.uids() == set()
+    assert memory.records.uids() == set()
 
 
 def test_a_decided_status_is_forgotten_once_the_watch_shows_it() -> None:
@@ -285,10 +285,10 @@ def test_a_decided_status_is_forgotten_once_the_watch_shows_it() -> None:
     memory.decided("uid-1", {"phase": "Provisioning"})
     memory.written("uid-1", "7")
     assert memory.current_status(job_body(status={"phase": "Pending"})) == {"phase": "Provisioning"}
-    assert memory.uids() == {"uid-1"}, "kept while the watch shows an older status"
+    assert memory.records.read("uid-1", lambda r: r.written, None), "kept while the watch shows an older one"
     shown = job_body(resourceVersion="7", status={"phase": "Provisioning"})
     assert memory.current_status(shown) == {"phase": "Provisioning"}
-    assert memory.uids() == set(), "the watched body holds it now"
+    assert memory.records.read("uid-1", lambda r: r.written, None) is None, "the watched body holds it now"
     assert memory.is_own_write(shown), "its echo is still known as ours"
 
 
@@ -347,7 +347,7 @@ def test_a_job_gone_at_its_status_write_is_forgotten() -> None:
     passes.reconcile(body, [], False)
 
     assert len(api.of("patch_tpujob_status")) == 1
-    assert passes.memory.uids() == set()  # nothing remembered for it
+    assert passes.records.uids() == set()  # nothing remembered for it
 
 
 def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
@@ -528,10 +528,10 @@ def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growi
         pools = RecordingPools()
         passes = reconciler(pools)
         passes.memory.refused("uid-1", {0: quota}, 1.0, 30.0)
-        passes.memory._gke_refused.clear()  # its backoff is over: the next pass asks again
+        passes.records.update("uid-1", lambda r: setattr(r, "gke_refused", None))  # its backoff is over
         passes.reconcile(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
         assert len(pools.created) == 1
-        assert ("uid-1" in passes.memory._rejections) is kept, reason
+        assert (passes.records.read("uid-1", lambda r: r.rejections, 0) > 0) is kept, reason
 
 
 def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_one_holds_them_back() -> None:

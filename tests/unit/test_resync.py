@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -100,9 +101,17 @@ def test_a_failed_pass_is_logged_and_the_others_go_on(caplog):
 
 
 class FakeReconciler:
-    def __init__(self, order: list[str], fail: bool = False) -> None:
+    def __init__(self, order: list[str], fail: bool = False, passed: dict[str, float] | None = None) -> None:
         self.order = order
         self.fail = fail
+        self.passed = passed or {}
+        self.retained: set[str] | None = None
+
+    def last_pass(self, uid: str) -> float:
+        return self.passed.get(uid, -math.inf)
+
+    def retain(self, live: set[str]) -> None:
+        self.retained = live
 
     def refresh_maintenance(self) -> None:
         self.order.append("maintenance")
@@ -120,9 +129,8 @@ def fake_runtime(
     now = time.monotonic()  # the event loop's clock
     return SimpleNamespace(
         config=SimpleNamespace(namespace=namespace, resync_seconds=30.0),
-        reconciler=FakeReconciler(order, fail),
+        reconciler=FakeReconciler(order, fail, {uid: now - ago for uid, ago in (passed or {}).items()}),
         indexes=SimpleNamespace(jobs={key: [IndexedJob(key[1], False, "{}")] for key in KEYS}),
-        passed={uid: now - ago for uid, ago in (passed or {}).items()},
     )
 
 
@@ -187,10 +195,8 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
         api=TakeoverApi({"uid-kept"}, index),
         config=SimpleNamespace(namespace=None),
         indexes=SimpleNamespace(jobs=index),
-        vanished=set(),
         sweep_requested=asyncio.Event(),
-        requeues={},
-        passed={},
+        queue=SimpleNamespace(drop=lambda key: None),
         reconciler=SimpleNamespace(forget=forgotten.append),
     )
     asked: list[tuple[str, str]] = []
@@ -205,8 +211,10 @@ def test_a_takeover_passes_the_jobs_the_api_server_has_and_forgets_the_cached_on
     assert asked == [("ns", "kept")]
     # The cached jobs the list lacks are gone; the one created again after the list is not judged by it
     # (its own watch event asks its pass).
-    assert runtime.vanished == {"uid-gone", "uid-recreated-old"}
     assert sorted(forgotten) == ["uid-gone", "uid-recreated-old"]
+    # The gone one leaves the index (no pass or resync sees it again); the name's new job stays.
+    assert ("ns", "deleted-while-standing-by") not in index
+    assert [job.uid for job in index[("ns", "recreated")]] == ["uid-recreated-new"]
     assert runtime.sweep_requested.is_set()  # the orphan sweep runs now, not at its next interval
 
 
@@ -216,3 +224,11 @@ def test_a_round_skips_the_jobs_that_had_a_pass_within_the_interval():
     run_round(fake_runtime(order, passed={"job-1": 5.0, "job-2": 5.0, "job-3": 31.0}), order, [0.0, 1.0])
     assert sorted(order[1:]) == sorted(name for _, name in KEYS if name not in ("job-1", "job-2"))
     assert gauge("tpujob_resync_round_jobs") == len(KEYS) - 2
+
+
+def test_a_round_forgets_every_record_whose_job_the_index_no_longer_has():
+    """The safety net under every forget: the round hands the reconciler the UIDs of the indexed jobs."""
+    order: list[str] = []
+    runtime = fake_runtime(order)
+    run_round(runtime, order, [0.0, 1.0])
+    assert runtime.reconciler.retained == {name for _, name in KEYS}

@@ -20,6 +20,10 @@ class Reconciler:
         self.passed: list[tuple[str, int, bool]] = []
         self.threads: set[int] = set()
         self.forgotten: list[str] = []
+        self.began: dict[str, float] = {}
+
+    def passing(self, uid: str, now: float) -> None:
+        self.began[uid] = now
 
     def reconcile(
         self, body: dict[str, Any], pods: list[Any], service_exists: bool, workloads: Any = None
@@ -65,9 +69,11 @@ def test_a_batch_passes_each_job_once_in_one_thread_and_schedules_what_they_ask(
     runtime = asyncio.run(scenario())
     assert reconciler.passed == [("a", 2, True), ("b", 0, False), ("c", 0, False)]  # d: being deleted
     assert len(reconciler.threads) == 1
-    assert set(runtime.requeues) == {"uid-a", "uid-b", "uid-c"}
-    assert set(runtime.passed) == {"uid-a", "uid-b", "uid-c", "uid-d"}
-    assert len(runtime.locks) == 0, "every lock released, and none kept for a job no pass holds"
+    assert set(runtime.queue.timers) == {("ns", "a"), ("ns", "b"), ("ns", "c")}
+    assert set(reconciler.began) == {"uid-a", "uid-b", "uid-c", "uid-d"}
+    assert len(runtime.queue.locks) == 0, "every lock released, and none kept for a job no pass holds"
+    for timer in runtime.queue.timers.values():
+        timer.cancel()
 
 
 def test_a_job_whose_pass_runs_now_is_left_to_it() -> None:
@@ -75,7 +81,7 @@ def test_a_job_whose_pass_runs_now_is_left_to_it() -> None:
 
     async def scenario() -> None:
         runtime = runtime_with(reconciler, {"a": job("a"), "b": job("b")})
-        async with runtime.locks.hold("uid-a"):  # a's event-driven pass holds its lock
+        async with runtime.queue.locks.hold("uid-a"):  # a's event-driven pass holds its lock
             await reconcile_batch(runtime, [("ns", "a"), ("ns", "b")])
 
     asyncio.run(scenario())
@@ -88,13 +94,15 @@ def test_a_failed_pass_is_retried_soon_a_vanished_job_forgotten_and_the_others_g
     async def scenario() -> tuple[Runtime, float]:
         runtime = runtime_with(reconciler, {"a": job("a"), "b": job("b"), "c": job("c")})
         await reconcile_batch(runtime, [("ns", "a"), ("ns", "b"), ("ns", "c")])
-        retry_in = runtime.requeues["uid-a"].when() - asyncio.get_running_loop().time()
-        for handle in runtime.requeues.values():
+        retry_in = runtime.queue.timers[("ns", "a")].when() - asyncio.get_running_loop().time()
+        for handle in runtime.queue.timers.values():
             handle.cancel()
         return runtime, retry_in
 
     runtime, retry_in = asyncio.run(scenario())
     assert 0 < retry_in <= RETRY_SECONDS
+    assert runtime.queue.failures == {("ns", "a"): 1}, "the next failure waits twice as long"
     assert [name for name, _, _ in reconciler.passed] == ["b", "c"]
-    assert runtime.vanished == {"uid-b"} and reconciler.forgotten == ["uid-b"]
-    assert set(runtime.requeues) == {"uid-a", "uid-c"}
+    # The vanished job leaves the index (no pass or resync sees it again) and is forgotten.
+    assert ("ns", "b") not in runtime.indexes.jobs and reconciler.forgotten == ["uid-b"]
+    assert set(runtime.queue.timers) == {("ns", "a"), ("ns", "c")}

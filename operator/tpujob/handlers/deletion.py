@@ -20,21 +20,22 @@ def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:
 # adds no finalizer of its own, so a job that never had pools is deleted at once, its pods and Service by
 # garbage collection. When the handler is done, kopf removes the finalizer.
 @kopf.on.delete(*JOBS, when=_holds_finalizer)
-async def on_delete(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def on_delete(
+    body: kopf.Body, uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
     """The finalizer: node pools go first; pods and the Service follow by garbage collection."""
     runtime: Runtime = memo.runtime
     if not runtime.active:  # kopf may retry a deletion on a replica that has just stood down
         raise kopf.TemporaryError("this replica stands by", delay=runtime.config.peering_lifetime_seconds)
-    handle = runtime.requeues.pop(uid, None)
-    if handle:
-        handle.cancel()
+    assert namespace is not None  # TPUJobs are namespaced
+    runtime.queue.drop((namespace, name))
     loop = asyncio.get_running_loop()
     # Under the job's lock: a pass that began before the deletion must not recreate a pool after it.
-    async with runtime.locks.hold(uid):
+    async with runtime.queue.locks.hold(uid):
         remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
     if remaining:
         raise kopf.TemporaryError(
             f"waiting for node pools to be deleted: {', '.join(remaining)}",
             delay=runtime.config.poll_provisioning_seconds,  # GKE deletes as slowly as it creates
         )
-    forget(runtime, uid)
+    forget(runtime, (namespace, name), uid)

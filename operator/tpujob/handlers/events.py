@@ -35,7 +35,7 @@ async def on_tpujob_event(
     assert namespace is not None  # TPUJobs are namespaced
     index_job(runtime.indexes.jobs, type, (namespace, name), body)  # every event, our own writes too
     if type == "DELETED":
-        forget(runtime, uid)
+        forget(runtime, (namespace, name), uid)
         return
     if runtime.reconciler.is_own_write(body):
         return  # the echo of the last pass' status write: that pass saw all the rest

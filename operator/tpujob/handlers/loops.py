@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tpujob import metrics, peering
-from tpujob.handlers.workqueue import Runtime, forget, passed_since, reconcile_batch, request_pass
+from tpujob.handlers.workqueue import Runtime, passed_since, reconcile_batch, request_pass, vanished
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ async def lead_forever(runtime: Runtime) -> None:
             runtime.active = lead.active
             metrics.OPERATOR_ACTIVE.set(1 if lead.active else 0)
             if lead.active:
+                runtime.queue.resume()
                 stood_down = False  # it leads again (no live peer outranked it): nobody to rejoin under
                 await take_over(runtime)
             else:
@@ -106,17 +107,15 @@ async def take_over(runtime: Runtime) -> None:
         live = None
     for namespace, job, uid in cached:
         if live is not None and uid not in live:
-            runtime.vanished.add(uid)
-            forget(runtime, uid)
+            vanished(runtime, (namespace, job), uid)
         else:
             request_pass(runtime, namespace, job)
 
 
 def stand_by(runtime: Runtime) -> None:
-    """Another replica works now: no requeue of ours fires, and what this one remembered goes stale."""
-    for handle in runtime.requeues.values():
-        handle.cancel()
-    runtime.requeues.clear()
+    """Another replica works now: nothing queued or timed of ours runs, and what this one remembered goes
+    stale."""
+    runtime.queue.pause()
     runtime.reconciler.forget_all()
 
 
@@ -151,6 +150,11 @@ async def resync_round(
             await loop.run_in_executor(None, runtime.reconciler.refresh_maintenance)
         except Exception:
             log.exception("reading maintenance notices failed; will retry")
+    # The safety net under every forget: a record whose job the index no longer has (a pass that raced its
+    # job's deletion may have made one after the job was forgotten) goes.
+    runtime.reconciler.retain(
+        {indexed.uid for entries in list(runtime.indexes.jobs.values()) for indexed in entries}
+    )
     keys = [key for key in list(runtime.indexes.jobs) if not passed_since(runtime, key, recent)]
     await pass_all(keys, lambda keys: pass_batch(runtime, keys), concurrency, batch)
     metrics.RESYNC_ROUND_SECONDS.set(clock() - started)

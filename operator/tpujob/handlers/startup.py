@@ -168,6 +168,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         tenancy=config.tenancy,
     )
     reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
+    if config.metrics_port:
+        metrics.register(reconciler.recorder)  # its collectors read the jobs' records at scrape time
+        start_http_server(config.metrics_port)
     if config.peering is not None:
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
         api.create_peering(peering.peering_object(config.peering, config.namespace))
@@ -196,9 +199,6 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
                 request_pass(runtime, *job)
         elif pods.listed and services.listed:  # the first listings: the jobs' own listing asks the passes
             runtime.owned_listed.set()
-
-    def pod_event(event_type: str, body: Any, job: tuple[str, str]) -> None:
-        pod_changed(runtime, event_type, body, job)
 
     namespace = runtime.config.namespace
     runtime.tasks = [
@@ -247,9 +247,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
 @kopf.on.cleanup()
 async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo.runtime
-    for task in [*runtime.tasks, *runtime.passes]:
+    for task in [*runtime.tasks, *runtime.queue.shut_down()]:
         task.cancel()
-    for handle in runtime.requeues.values():
-        handle.cancel()
     # Waiting status writes and Events are sent, a little while (in a thread: they wait for tokens).
     await asyncio.get_running_loop().run_in_executor(None, runtime.reconciler.close, DRAIN_SECONDS)

@@ -9,8 +9,7 @@ import collections
 import contextlib
 import contextvars
 import logging
-import math
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +17,14 @@ import kopf
 
 from tpujob import kube
 from tpujob.config import OperatorConfig
-from tpujob.handlers.indexes import JobIndex
+from tpujob.handlers.indexes import JobIndex, JobKey
 from tpujob.peering import NotLeading
 from tpujob.reconciler import Outcome, Reconciler
 
 log = logging.getLogger(__name__)
 
-RETRY_SECONDS = 2.0
+RETRY_SECONDS = 2.0  # a failed pass' first retry; doubled per failure in a row, up to RETRY_MAX_SECONDS
+RETRY_MAX_SECONDS = 60.0
 # Passes begun at once, per worker thread: enough that a thread finishing a pass finds the next one
 # already waiting for it (with one per thread, threads idled while the busy event loop came back to
 # begin the next pass: 70.8 jobs/s against 89.1 at 10,000 jobs), few enough that a burst waits as keys.
@@ -73,8 +73,154 @@ class KeyedLocks:
                 self._locks[uid] = (lock, users - 1)
 
 
+class WorkQueue:
+    """The jobs waiting for a pass, in client-go's work queue shape (k8s.io/client-go/util/workqueue):
+
+    - `add`: a key queued once however many events ask before its pass begins (deduplication);
+    - `add_after`: one timer per key, the soonest asked for (a delaying queue);
+    - `add_rate_limited` / `forget`: a retry after a delay that doubles per failure in a row, until the key
+      is forgotten (ItemExponentialFailureRateLimiter); `drop`: a gone job's timer and failures;
+    - `pause` / `resume`: a replica standing by drops its queue and timers and takes no key;
+    - `shut_down`: consumers and timers cancelled;
+    - the in-flight set (`processing`) and the per-job locks (`locks`), held by a pass or the finalizer.
+
+    Consumers take keys namespace by namespace in turn (one FIFO per namespace, round robin over the
+    namespaces with work, as Kueue's fair sharing or the API server's priority and fairness queue), so a
+    namespace with a thousand queued jobs delays another namespace's one job by one pass per namespace,
+    not by its backlog. At most `consumers` passes run or wait for a thread at once; the rest wait as keys.
+    The queue keeps a key only while it is queued, timed or in flight: nothing per job at rest."""
+
+    def __init__(
+        self,
+        process: Callable[[JobKey], Awaitable[None]],
+        consumers: int,
+        retry_base_seconds: float = RETRY_SECONDS,
+        retry_max_seconds: float = RETRY_MAX_SECONDS,
+    ) -> None:
+        self._process, self._max_consumers = process, consumers
+        self._retry_base, self._retry_max = retry_base_seconds, retry_max_seconds
+        self.queued: set[JobKey] = set()  # asked for, not begun: more events for them need no pass
+        self._fifos: dict[str, collections.deque[JobKey]] = {}  # the queued keys, by namespace
+        self._turns: collections.deque[str] = collections.deque()  # namespaces with work, in turn
+        self.processing: set[JobKey] = set()
+        self.timers: dict[JobKey, asyncio.TimerHandle] = {}
+        self.failures: dict[JobKey, int] = {}
+        self.consumers: set[asyncio.Task[None]] = set()
+        self.locks = KeyedLocks()
+        self.paused = False
+        self._shut_down = False
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+    def add(self, key: JobKey) -> None:
+        if key in self.queued or self.paused or self._shut_down:
+            return
+        self.queued.add(key)
+        namespace = key[0]
+        if namespace not in self._fifos:
+            self._fifos[namespace] = collections.deque()
+            self._turns.append(namespace)
+        self._fifos[namespace].append(key)
+        if len(self.consumers) < self._max_consumers:
+            self.consumers.add(_start(self._consume()))
+
+    def add_after(self, key: JobKey, delay: float | None) -> None:
+        """One pending timer per key: the soonest asked for. A pass that needs no look, or a later one,
+        leaves an earlier request standing (the first poll of a pool just requested, a backoff's end)."""
+        if delay is None or self.paused or self._shut_down:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(delay, 0.1)
+        pending = self.timers.get(key)
+        if pending is not None and loop.time() < pending.when() <= when:
+            return
+        if pending is not None:
+            pending.cancel()
+        self.timers[key] = loop.call_at(when, self._due, key)
+
+    def add_rate_limited(self, key: JobKey) -> None:
+        """Again after a delay that doubles with each failure in a row (until `forget`)."""
+        failures = self.failures.get(key, 0)
+        self.failures[key] = failures + 1
+        self.add_after(key, min(self._retry_base * 2**failures, self._retry_max))
+
+    def forget(self, key: JobKey) -> None:
+        """The key's pass went through: its failures start over (its timer stands)."""
+        self.failures.pop(key, None)
+
+    def drop(self, key: JobKey) -> None:
+        """The key's job is gone: its failures and its timer too."""
+        self.forget(key)
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def begun(self, key: JobKey) -> None:
+        """A pass for the key begins, with the newest state: an event from now on needs a pass of its own."""
+        self.queued.discard(key)
+
+    def pause(self) -> None:
+        """Stand by: nothing queued or timed survives, and nothing is taken until `resume`."""
+        self.paused = True
+        for timer in self.timers.values():
+            timer.cancel()
+        self.timers.clear()
+        self.failures.clear()
+        self.queued.clear()
+        self._fifos.clear()
+        self._turns.clear()
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def shut_down(self) -> list[asyncio.Task[None]]:
+        """No key taken from now on; the consumers cancelled (returned, to be awaited if wanted)."""
+        self._shut_down = True
+        self.pause()
+        consumers = list(self.consumers)
+        for task in consumers:
+            task.cancel()
+        return consumers
+
+    def _due(self, key: JobKey) -> None:
+        self.timers.pop(key, None)
+        self.add(key)
+
+    def _take(self) -> JobKey | None:
+        """The next key: the first of the namespace whose turn it is."""
+        if not self._turns:
+            return None
+        namespace = self._turns.popleft()
+        fifo = self._fifos[namespace]
+        key = fifo.popleft()
+        if fifo:
+            self._turns.append(namespace)
+        else:
+            del self._fifos[namespace]
+        return key
+
+    async def _consume(self) -> None:
+        """One consumer: a pass a key until none waits. It leaves `consumers` in the same step as it finds
+        the queue empty (not in a done callback, a loop turn later), so a key added meanwhile always finds a
+        consumer or room for a new one."""
+        try:
+            while (key := self._take()) is not None:
+                self.processing.add(key)
+                try:
+                    await self._process(key)
+                except Exception:  # a bug in the pass' bookkeeping must not stop the queue
+                    log.exception("%s/%s: pass failed", *key)
+                    self.queued.discard(key)
+                finally:
+                    self.processing.discard(key)
+        finally:
+            self.consumers.discard(asyncio.current_task())
+
+
 class Runtime:
-    """Per-process state shared by the handlers (kopf's memo)."""
+    """Per-process state shared by the handlers (kopf's memo). Nothing per job: the queue holds a job only
+    while it waits or runs, and everything kept about a job lives in its record (reconciler.records)."""
 
     def __init__(
         self,
@@ -92,18 +238,9 @@ class Runtime:
         self.identity = identity
         self.priority = priority
         self.active = config.peering is None
-        self.locks = KeyedLocks()
-        # Jobs with a pass requested but not yet begun: more events for them need no pass of their own.
-        self.queued: set[tuple[str, str]] = set()
-        # The same keys in the order asked, for the consumers in `passes` (PASSES_PER_THREAD per thread).
-        self.backlog: collections.deque[tuple[str, str]] = collections.deque()
-        self.passes: set[asyncio.Task[None]] = set()
-        self.requeues: dict[str, asyncio.TimerHandle] = {}
-        # When each job's last pass began (the loop's clock), by UID: the resync skips a job looked at since.
-        self.passed: dict[str, float] = {}
-        # Jobs the watch's cache still holds but the API server no longer has (deleted while this replica
-        # stood by with its watches paused): no pass acts on them again.
-        self.vanished: set[str] = set()
+        self.queue = WorkQueue(
+            lambda key: reconcile(self, *key), consumers=config.workers * PASSES_PER_THREAD
+        )
         # Set to sweep orphaned pools now rather than at the next sweep interval (a takeover).
         self.sweep_requested = asyncio.Event()
         # Set once the operator's pods and Services have been listed whole (handlers/owned.py): no pass
@@ -134,21 +271,21 @@ def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
 PassState = tuple[Any, list[Any], bool, list[Any] | None]
 
 
-def _job_uid(runtime: Runtime, key: tuple[str, str]) -> str | None:
-    """The UID of the job at `key` if this replica should pass it: it is indexed, not vanished, and this
-    replica is the active one (a standby leaves every job to the active one)."""
+def _job_uid(runtime: Runtime, key: JobKey) -> str | None:
+    """The UID of the job at `key` if this replica should pass it: it is indexed, and this replica is the
+    active one (a standby leaves every job to the active one)."""
     indexed = list(_values(runtime.indexes.jobs, key))
     if not indexed or not runtime.active:
         return None
     uid: str = indexed[0].uid
-    return None if uid in runtime.vanished else uid
+    return uid
 
 
-def _begin(runtime: Runtime, key: tuple[str, str], uid: str) -> PassState | None:
+def _begin(runtime: Runtime, key: JobKey, uid: str) -> PassState | None:
     """Under the job's lock: the pass reads the state from here (a newer event needs a new pass), the
     newest the indexes have; None for a job being deleted (the finalizer's handler has it)."""
-    runtime.queued.discard(key)
-    runtime.passed[uid] = asyncio.get_running_loop().time()
+    runtime.queue.begun(key)
+    runtime.reconciler.passing(uid, asyncio.get_running_loop().time())
     indexed = list(_values(runtime.indexes.jobs, key))
     if not indexed or indexed[0].deleting:
         return None
@@ -162,7 +299,7 @@ def _begin(runtime: Runtime, key: tuple[str, str], uid: str) -> PassState | None
     )
 
 
-def _run_pass(reconciler: Reconciler, key: tuple[str, str], state: PassState) -> Outcome | None:
+def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome | None:
     """One pass, in a worker thread. None: this replica stood down mid-pass (the one that leads now
     takes it from here). The job's body is decoded here, not while the pass waits for a thread (in a
     burst, thousands wait)."""
@@ -174,21 +311,24 @@ def _run_pass(reconciler: Reconciler, key: tuple[str, str], state: PassState) ->
     except Exception:
         # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
         log.exception("%s/%s: reconcile failed; retrying", *key)
-        return Outcome(requeue_after=RETRY_SECONDS)
+        return Outcome(failed=True)
 
 
-def _run_passes(reconciler: Reconciler, begun: list[tuple[tuple[str, str], str, PassState]]) -> list[Any]:
+def _run_passes(reconciler: Reconciler, begun: list[tuple[JobKey, str, PassState]]) -> list[Any]:
     return [_run_pass(reconciler, key, state) for key, _, state in begun]
 
 
-def _finish(runtime: Runtime, key: tuple[str, str], uid: str, outcome: Outcome | None) -> None:
+def _finish(runtime: Runtime, key: JobKey, uid: str, outcome: Outcome | None) -> None:
     if outcome is None:
         return
     if outcome.vanished:
-        runtime.vanished.add(uid)
-        forget(runtime, uid)
+        vanished(runtime, key, uid)
         return
-    schedule(runtime, uid, outcome.requeue_after, *key)
+    if outcome.failed:
+        runtime.queue.add_rate_limited(key)
+        return
+    runtime.queue.forget(key)
+    runtime.queue.add_after(key, outcome.requeue_after)
 
 
 async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
@@ -196,9 +336,11 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     await runtime.owned_listed.wait()
     uid = _job_uid(runtime, key)
     if uid is None:
-        runtime.queued.discard(key)
+        runtime.queue.begun(key)
+        if key not in runtime.indexes.jobs:  # gone: a retry or timer that outlived its job ends here
+            runtime.queue.drop(key)
         return
-    async with runtime.locks.hold(uid):
+    async with runtime.queue.locks.hold(uid):
         state = _begin(runtime, key, uid)
         if state is None:
             return
@@ -207,19 +349,19 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
     _finish(runtime, key, uid, outcome)
 
 
-async def reconcile_batch(runtime: Runtime, keys: list[tuple[str, str]]) -> None:
+async def reconcile_batch(runtime: Runtime, keys: list[JobKey]) -> None:
     """Passes for `keys`, one after another in one worker thread: the resync round's, most of which find
     nothing to do, and a hand-off to a thread and back costs more than such a pass (at 3,000 idle jobs
     the hand-offs took half the operator's CPU: bench/profile.md). A job whose pass runs now, or waits
     for its lock, is left to that pass."""
-    begun: list[tuple[tuple[str, str], str, PassState]] = []
+    begun: list[tuple[JobKey, str, PassState]] = []
     await runtime.owned_listed.wait()
     async with contextlib.AsyncExitStack() as held:
         for key in keys:
             uid = _job_uid(runtime, key)
-            if uid is None or runtime.locks.busy(uid):
+            if uid is None or runtime.queue.locks.busy(uid):
                 continue
-            await held.enter_async_context(runtime.locks.hold(uid))  # free: taken without waiting
+            await held.enter_async_context(runtime.queue.locks.hold(uid))  # free: taken without waiting
             if (state := _begin(runtime, key, uid)) is not None:
                 begun.append((key, uid, state))
         loop = asyncio.get_running_loop()
@@ -228,53 +370,14 @@ async def reconcile_batch(runtime: Runtime, keys: list[tuple[str, str]]) -> None
         _finish(runtime, key, uid, outcome)
 
 
-def schedule(runtime: Runtime, uid: str, delay: float | None, namespace: str, name: str) -> None:
-    """One pending requeue per job: the soonest asked for. A pass that needs no look, or a later one,
-    leaves an earlier pass' request standing (the first poll of a pool just requested, a backoff's end).
-    When it is due, the job joins the queue as an event's job does."""
-    if delay is None:
-        return
-    loop = asyncio.get_running_loop()
-    when = loop.time() + max(delay, 0.1)
-    pending = runtime.requeues.get(uid)
-    if pending is not None and loop.time() < pending.when() <= when:
-        return
-    if pending is not None:
-        pending.cancel()
-    # The timer's own arguments, not a closure: a job at rest holds its pending requeue.
-    runtime.requeues[uid] = loop.call_at(when, request_pass, runtime, namespace, name)
-
-
 def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
-    """A pass for the job soon, as client-go's work queue would: however many events arrive before it
-    begins (a job's pods come in a burst), the job is queued once, and at most PASSES_PER_THREAD passes
-    per worker thread run or wait for a thread at once: a burst of thousands of new jobs waits as keys,
-    not as thousands of tasks each holding its state and its thread's work item (the 10,000-job burst
-    peaked at 281 MiB that way, 181 this way). The kopf handler returns at once, so kopf drops the
-    event's body instead of holding it while the pass waits."""
-    key = (namespace, name)
-    if key in runtime.queued:
-        return
-    runtime.queued.add(key)
-    runtime.backlog.append(key)
-    if len(runtime.passes) < runtime.config.workers * PASSES_PER_THREAD:
-        runtime.passes.add(_start(_work(runtime)))
-
-
-async def _work(runtime: Runtime) -> None:
-    """One consumer of the backlog: a pass a job, oldest first, until no job waits. It leaves `passes`
-    in the same step as it finds the backlog empty (not in a done callback, a loop turn later), so a job
-    asked for meanwhile always finds a consumer or room for a new one."""
-    try:
-        while runtime.backlog:
-            namespace, name = runtime.backlog.popleft()
-            try:
-                await reconcile(runtime, namespace, name)
-            except Exception:  # a bug in the pass' bookkeeping must not stop the queue
-                log.exception("%s/%s: pass failed", namespace, name)
-                runtime.queued.discard((namespace, name))
-    finally:
-        runtime.passes.discard(asyncio.current_task())
+    """A pass for the job soon (WorkQueue.add): however many events arrive before it begins (a job's pods
+    come in a burst), the job is queued once, and at most PASSES_PER_THREAD passes per worker thread run or
+    wait for a thread at once: a burst of thousands of new jobs waits as keys, not as thousands of tasks
+    each holding its state and its thread's work item (the 10,000-job burst peaked at 281 MiB that way,
+    181 this way). The kopf handler returns at once, so kopf drops the event's body instead of holding it
+    while the pass waits."""
+    runtime.queue.add((namespace, name))
 
 
 def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -284,15 +387,23 @@ def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(coroutine, context=contextvars.Context())
 
 
-def passed_since(runtime: Runtime, key: tuple[str, str], since: float) -> bool:
+def passed_since(runtime: Runtime, key: JobKey, since: float) -> bool:
     """Whether the job at `key` had a pass begin at or after `since` (the loop's clock)."""
     indexed = list(_values(runtime.indexes.jobs, key))
-    return bool(indexed) and runtime.passed.get(indexed[0].uid, -math.inf) >= since
+    return bool(indexed) and runtime.reconciler.last_pass(indexed[0].uid) >= since
 
 
-def forget(runtime: Runtime, uid: str) -> None:
-    handle = runtime.requeues.pop(uid, None)
-    if handle:
-        handle.cancel()
-    runtime.passed.pop(uid, None)
+def forget(runtime: Runtime, key: JobKey, uid: str) -> None:
+    """The job is gone: its place in the queue, and its record (one pop, plus a status write waiting)."""
+    runtime.queue.drop(key)
     runtime.reconciler.forget(uid)
+
+
+def vanished(runtime: Runtime, key: JobKey, uid: str) -> None:
+    """The watch's cache holds a job the API server no longer has (deleted while this replica stood by with
+    its watches paused, and a relist deletes nothing): it leaves the index, so no pass or resync sees it,
+    and is forgotten."""
+    indexed = list(_values(runtime.indexes.jobs, key))
+    if indexed and indexed[0].uid == uid:
+        runtime.indexes.jobs.pop(key, None)
+    forget(runtime, key, uid)

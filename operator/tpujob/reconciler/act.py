@@ -75,6 +75,10 @@ def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, insta
     }
 
 
+class JobGone(Exception):
+    """The job is no longer on the API server: the pass ends, and the job is forgotten."""
+
+
 class Actions:
     def __init__(self, api: kube.Kube, pools: NodePools | None, memory: JobMemory) -> None:
         self.api = api
@@ -289,7 +293,12 @@ class Actions:
         patch = {
             "metadata": {"finalizers": [*finalizers, c.FINALIZER], "resourceVersion": meta["resourceVersion"]}
         }
-        self.api.patch_tpujob(meta["namespace"], meta["name"], patch)
+        try:
+            self.api.patch_tpujob(meta["namespace"], meta["name"], patch)
+        except kube.ApiError as error:
+            if error.status == 404:  # deleted after the watch showed it: no pool is asked for
+                raise JobGone(f"{meta['namespace']}/{meta['name']}") from error
+            raise
 
     def post_events(self, meta: dict[str, Any], events: list[s.Event], now: dt.datetime) -> None:
         """Queued for the background poster (poster.py), through the operator's own bounded connection pool

@@ -206,7 +206,9 @@ class Observer:
         self.api = api
         self.pools = pools
         self.policies = policies
-        self.progress = ProgressReader(reads_per_second=settings.progress_reads_per_second)
+        self.progress = ProgressReader(
+            reads_per_second=settings.progress_reads_per_second, records=memory.records
+        )
         self.memory = memory
         self.settings = settings
         # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.

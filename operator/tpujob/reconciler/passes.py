@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +15,12 @@ from tpujob import status as s
 from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.status import Reason, TPUJobStatus
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
-from tpujob.reconciler.act import Actions
+from tpujob.reconciler.act import Actions, JobGone
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.observe import Observer, Settings, pod_view
 from tpujob.reconciler.release import Releaser
 from tpujob.reconciler.status_writer import StatusWriter
+from tpujob.records import JobRecord, JobRecords
 from tpujob.render import Cluster
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class Outcome:
 
     requeue_after: float | None = None
     vanished: bool = False
+    failed: bool = False  # the pass raised: run it again after a growing delay (the work queue's)
 
 
 class Reconciler:
@@ -54,29 +57,53 @@ class Reconciler:
         pools: NodePools | None,
         settings: Settings | None = None,
         policies: WorkloadPolicies | None = None,
+        records: JobRecords | None = None,
     ) -> None:
-        self.memory = JobMemory()
+        # Everything kept about a job between passes, one record per job: what the watch has not shown
+        # (memory), the metrics' per-job values (recorder), when its progress was last read (observer).
+        self.records = records if records is not None else JobRecords()
+        self.memory = JobMemory(self.records)
         self.settings = settings or Settings()
         self.observer = Observer(cluster, api, pools, self.memory, self.settings, policies)
         self.actions = Actions(api, pools, self.memory)
         self.releaser = Releaser(pools, self.observer, self.actions, self.forget)
-        self.recorder = metrics.PassRecorder()
+        self.recorder = metrics.PassRecorder(self.records)
         self.status_writer = StatusWriter(self._write_status, self.memory, self.forget)
 
     def forget(self, uid: str) -> None:
-        self.memory.forget(uid)
+        """The job is gone: its record, its namespace's chip count (tenancy.py, kept apart for now), and its
+        status write if one waits."""
+        self.records.forget(uid)
         self.observer.chips.forget(uid)
-        self.recorder.forget(uid)
-        self.observer.progress.forget(uid)
         self.status_writer.forget(uid)
+
+    def retain(self, live: set[str]) -> None:
+        """Forget every job whose UID is not in `live`."""
+        for uid in self.records.retain(live):
+            self.observer.chips.forget(uid)
+            self.status_writer.forget(uid)
 
     def forget_all(self) -> None:
         """A replica standing by: what it remembers (its own status writes, pods in flight) goes stale
         while another one works, and the job gauges it exports are the active replica's to export."""
-        for uid in self.memory.uids() | self.recorder.uids() | self.observer.progress.uids():
-            self.forget(uid)
+        for uid in self.records.uids():
+            self.observer.chips.forget(uid)
+        self.records.forget_all()
         self.status_writer.discard()
         self.actions.events.discard()
+
+    def passing(self, uid: str, now: float) -> None:
+        """A pass for the job begins at `now` (the event loop's clock): the resync skips it until later."""
+
+        def keep(record: JobRecord) -> None:
+            record.last_pass = now
+
+        self.records.update(uid, keep)
+
+    def last_pass(self, uid: str) -> float:
+        """When the job's last pass began (the event loop's clock); -inf if none did."""
+        when = self.records.read(uid, lambda record: record.last_pass, None)
+        return -math.inf if when is None else when
 
     def close(self, timeout: float) -> None:
         """At shutdown: the waiting status writes and queued Events sent, for up to `timeout` seconds each."""
@@ -160,7 +187,10 @@ class Reconciler:
             # The body came from the watch's cache, which a replica that stood by may still hold for a job
             # deleted meanwhile: nothing is created for a job the API server no longer has.
             return self._vanished(meta)
-        applied = self.actions.apply(meta, job, decision, self.observer.render_cluster, now)
+        try:
+            applied = self.actions.apply(meta, job, decision, self.observer.render_cluster, now)
+        except JobGone:  # deleted before its finalizer was added: a normal race, not a failed pass
+            return self._vanished(meta)
         if refusals := {**decision.refused, **applied.refused}:
             applied.retry_refused_after = self.memory.refused(
                 meta["uid"],

@@ -1,0 +1,424 @@
+"""A day of churn in half an hour: does the operator give back what it kept about a job once the job is gone?
+
+    .venv/bin/python bench/soak_bench.py --minutes 30 --jobs 20000 --json bench/results/soak.json
+
+One fresh test bed (real kube-apiserver, etcd, scheduler and kube-controller-manager; the simulated GKE at
+`--time-scale` of GKE's durations; the simulated kubelet), one operator, cluster-wide, with the test bed's
+settings (tpujob_sandbox.operator_env), run by bench/soak_probe.py: the operator itself, plus a probe that
+writes the length of every container the operator keeps (found by walking its objects, not by name).
+
+The bench keeps `--live` jobs alive in `--namespaces` namespaces, each job one single-host v5e 2x2 slice
+(policy create: a node pool, provisioned and deleted by the simulated GKE), and replaces each job that ends
+with a new one until both `--minutes` of wall time and `--jobs` jobs are reached (capped at
+`--max-minutes`). Job i ends as its index says, so every end comes round:
+
+  i % 10 == 0  its pod fails (exit 1, maxRestarts 0): the job fails, then is deleted
+  i % 10 == 1  deleted while it runs
+  i % 10 == 2  deleted as soon as it is created (provisioning)
+  i % 10 == 3  suspended while it runs, then deleted
+  otherwise    its pod succeeds; the job is deleted once Succeeded
+
+Ending a pod goes through the simulated kubelet's exit annotation (what kubelet.succeed/fail do), without
+waiting. Every `--sample` seconds the bench records the operator's RSS, the live jobs (created and not yet
+seen gone) and the probe's sizes. At the end it stops creating, lets every job end, waits two resync
+intervals with no job at all, and samples again.
+
+Figures: jobs done, jobs/s; RSS (mean of the samples) in each quarter of the churn; growth from the
+second quarter to the last (goal: <= 2 %); each structure's peak and its size at the end against the live
+jobs then (goal: no structure above the live count, which is 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+
+from tpujob.api import constants as c
+from tpujob_sandbox import find_binaries, install_crd, operator_env, start_sandbox, wait_for
+from tpujob_sandbox.kubelet.podstatus import EXIT_CODE_ANNOTATION
+from tpujob_sandbox.operators import operator_python
+
+PROBE = Path(__file__).resolve().parent / "soak_probe.py"
+IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet runs no process for it
+RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
+# Fixed-size structures of the runtime, not kept per job: the loops' tasks, and the cluster's facts.
+NOT_PER_JOB = ("runtime.tasks",)
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the churn began
+    rss_mib: float
+    live: int
+    done: int
+    sizes: dict[str, int]
+
+
+@dataclass
+class SoakResult:
+    minutes: float = 0.0
+    jobs_created: int = 0
+    jobs_done: int = 0
+    jobs_per_second: float = 0.0
+    rss_quarters_mib: list[float] = field(default_factory=list)
+    rss_growth_q2_to_q4_percent: float | None = None
+    live_at_end: int = 0
+    peak: dict[str, int] = field(default_factory=dict)
+    at_end: dict[str, int] = field(default_factory=dict)
+    above_live_at_end: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+
+
+def job_manifest(name: str, index: int) -> dict[str, Any]:
+    run_policy: dict[str, Any] = {"maxRestarts": 0} if index % 10 == 0 else {}
+    return {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}",
+        "kind": "TPUJob",
+        "metadata": {"name": name, "labels": {"soak-index": str(index)}},
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "2x2"},
+            "trainer": {"image": IMAGE},
+            "runPolicy": run_policy,
+        },
+    }
+
+
+class Churn:
+    """Keeps `live` jobs alive, each driven to its end by watch events of its pods and of itself."""
+
+    def __init__(self, api: k8s.ApiClient, namespaces: list[str], live: int) -> None:
+        self.core, self.custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+        self.namespaces, self.target = namespaces, live
+        self.lock = threading.Condition()
+        self.live: dict[tuple[str, str], int] = {}  # (namespace, name) -> index
+        self.acted: set[tuple[str, str]] = set()  # jobs whose end was set in motion
+        self.created = self.done = 0
+        self.creating = True
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="soak")
+
+    # --- what the bench does ---------------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Create jobs while fewer than the target are alive (one thread)."""
+        while not self.stop.is_set():
+            with self.lock:
+                self.lock.wait_for(lambda: len(self.live) < self.target or not self.creating, 1.0)
+                if not self.creating or len(self.live) >= self.target:
+                    continue
+                index = self.created
+                self.created += 1
+                namespace = self.namespaces[index % len(self.namespaces)]
+                key = (namespace, f"soak-{index}")
+                self.live[key] = index
+            try:
+                self.custom.create_namespaced_custom_object(
+                    c.GROUP, c.VERSION, namespace, c.PLURAL, job_manifest(key[1], index)
+                )
+            except k8s.ApiException as error:
+                self._error(f"create {key}: {error.status} {error.reason}")
+                self._gone(key)
+                time.sleep(1)  # the API server refuses: not a tight loop
+                continue
+            if index % 10 == 2:
+                self._act(key, self._delete)
+
+    def _act(self, key: tuple[str, str], action: Any, *args: Any) -> None:
+        with self.lock:
+            if key in self.acted:
+                return
+            self.acted.add(key)
+        self.pool.submit(self._safely, action, key, *args)
+
+    def _safely(self, action: Any, key: tuple[str, str], *args: Any) -> None:
+        try:
+            action(key, *args)
+        except k8s.ApiException as error:
+            if error.status != 404:
+                self._error(f"{action.__name__} {key}: {error.status} {error.reason}")
+                with self.lock:
+                    self.acted.discard(key)
+
+    def _delete(self, key: tuple[str, str]) -> None:
+        self.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, key[0], c.PLURAL, key[1])
+
+    def _exit_pod(self, key: tuple[str, str], pod: str, code: int) -> None:
+        annotations = {EXIT_CODE_ANNOTATION: str(code)}
+        self.core.patch_namespaced_pod(pod, key[0], {"metadata": {"annotations": annotations}})
+
+    def _suspend_then_delete(self, key: tuple[str, str]) -> None:
+        patch = {"spec": {"runPolicy": {"suspend": True}}}
+        self.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, key[0], c.PLURAL, key[1], patch)
+        wait_for(
+            lambda: (
+                not self.core.list_namespaced_pod(key[0], label_selector=f"{c.LABEL_JOB_NAME}={key[1]}").items
+            ),
+            timeout=120,
+            what=f"{key} suspended",
+            interval=0.5,
+        )
+        self._delete(key)
+
+    # --- what the watches show -------------------------------------------------------------------
+
+    def on_pod(self, pod: Any) -> None:
+        job = (pod.metadata.labels or {}).get(c.LABEL_JOB_NAME)
+        if job is None or pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
+            return
+        key = (pod.metadata.namespace, job)
+        with self.lock:
+            index = self.live.get(key)
+        if index is None:
+            return
+        end = index % 10
+        if end == 0:
+            self._act(key, self._exit_pod, pod.metadata.name, 1)
+        elif end == 1:
+            self._act(key, self._delete)
+        elif end == 3:
+            self._act(key, self._suspend_then_delete)
+        elif end != 2:
+            self._act(key, self._exit_pod, pod.metadata.name, 0)
+
+    def on_job(self, event_type: str, job: dict[str, Any]) -> None:
+        key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        if event_type == "DELETED":
+            self._gone(key)
+            return
+        phase = (job.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed") and not job["metadata"].get("deletionTimestamp"):
+            with self.lock:
+                self.acted.discard(key)  # its pod's end was the first act; the delete is the last
+            self._act(key, self._delete)
+
+    def _gone(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            if self.live.pop(key, None) is not None:
+                self.done += 1
+            self.acted.discard(key)
+            self.lock.notify_all()
+
+    def _error(self, text: str) -> None:
+        with self.lock:
+            if len(self.errors) < 50:
+                self.errors.append(text)
+
+    # --- watches, restarted when they end; a relist catches what a gap missed --------------------
+
+    def watch_pods(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for event in k8s_watch.Watch().stream(
+                    self.core.list_pod_for_all_namespaces,
+                    label_selector=c.LABEL_JOB_NAME,
+                    timeout_seconds=30,
+                ):
+                    self.on_pod(event["object"])
+            except Exception as error:  # a watch that broke is started again
+                self._error(f"pod watch: {error!r}")
+                time.sleep(1)
+
+    def watch_jobs(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for event in k8s_watch.Watch().stream(
+                    self.custom.list_cluster_custom_object, c.GROUP, c.VERSION, c.PLURAL, timeout_seconds=30
+                ):
+                    self.on_job(event["type"], event["object"])
+            except Exception as error:
+                self._error(f"job watch: {error!r}")
+                time.sleep(1)
+            self.relist()
+
+    def relist(self) -> None:
+        """Jobs the bench holds alive that the API server no longer has (a DELETED between two watches)."""
+        listed = self.custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)["items"]
+        existing = {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in listed}
+        with self.lock:
+            created_before = set(self.live)
+        for key in created_before - existing:
+            self._gone(key)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def read_probe(path: Path) -> dict[str, int]:
+    try:
+        sizes: dict[str, int] = json.loads(path.read_text())["sizes"]
+        return sizes
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def figures(result: SoakResult, churn_samples: list[Sample], final: Sample) -> None:
+    if len(churn_samples) >= 8:
+        quarter = len(churn_samples) // 4
+        quarters = [churn_samples[i * quarter : (i + 1) * quarter] for i in range(3)]
+        quarters.append(churn_samples[3 * quarter :])
+        means = [statistics.mean(s.rss_mib for s in q) for q in quarters]
+        result.rss_quarters_mib = [round(m, 1) for m in means]
+        result.rss_growth_q2_to_q4_percent = round(100 * (means[3] - means[1]) / means[1], 2)
+    for sample in [*churn_samples, final]:
+        for name, size in sample.sizes.items():
+            result.peak[name] = max(result.peak.get(name, 0), size)
+    result.at_end = dict(sorted(final.sizes.items()))
+    result.live_at_end = final.live
+    result.above_live_at_end = {
+        name: size
+        for name, size in result.at_end.items()
+        if size > final.live and not name.startswith(NOT_PER_JOB)
+    }
+
+
+def run(args: argparse.Namespace) -> SoakResult:
+    result = SoakResult()
+    with tempfile.TemporaryDirectory(prefix="tpujob-soak-") as tmp:
+        folder = Path(tmp)
+        bed = start_sandbox(folder / "sandbox", binaries=find_binaries(), time_scale=args.time_scale)
+        operator: subprocess.Popen[bytes] | None = None
+        try:
+            install_crd(bed)
+            namespaces = [f"soak-{i}" for i in range(args.namespaces)]
+            core = k8s.CoreV1Api(bed.api_client)
+            for namespace in namespaces:
+                core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+            probe = folder / "sizes.json"
+            env = {**operator_env(bed, folder), "TPUJOB_SOAK_PROBE": str(probe), "TPUJOB_KUEUE": "false"}
+            with (folder / "operator.log").open("ab") as log:
+                operator = subprocess.Popen(
+                    [operator_python(), str(PROBE)], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            pid = operator.pid
+            wait_for(lambda: probe.exists(), timeout=120, what="the operator's probe", interval=0.5)
+            churn = Churn(bed.api_client, namespaces, args.live)
+            threads = [
+                threading.Thread(target=target, daemon=True)
+                for target in (churn.fill, churn.watch_pods, churn.watch_jobs)
+            ]
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            samples: list[Sample] = []
+
+            def sample() -> Sample:
+                with churn.lock:
+                    live, done = len(churn.live), churn.done
+                taken = Sample(
+                    round(time.monotonic() - started, 1),
+                    round(rss_mib(pid), 1),
+                    live,
+                    done,
+                    read_probe(probe),
+                )
+                biggest = sorted(taken.sizes.items(), key=lambda kv: -kv[1])[:4]
+                print(
+                    f"[soak] {taken.at:7.0f} s rss {taken.rss_mib:7.1f} MiB live {live:4d} done {done:6d} "
+                    f"biggest {biggest}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return taken
+
+            while True:
+                time.sleep(args.sample)
+                if operator.poll() is not None:
+                    result.notes.append(f"the operator exited with {operator.returncode}")
+                    break
+                samples.append(sample())
+                elapsed = time.monotonic() - started
+                if elapsed >= args.max_minutes * 60:
+                    result.notes.append(f"stopped at --max-minutes with {churn.done} jobs done")
+                    break
+                if elapsed >= args.minutes * 60 and churn.done >= args.jobs:
+                    break
+            churn_seconds = time.monotonic() - started
+            with churn.lock:
+                churn.creating = False
+                churn.lock.notify_all()
+            wait_for(
+                lambda: not churn.live,
+                timeout=600,
+                what="every job to end",
+                interval=1.0,
+            )
+            # Two resync intervals with no job: every structure has had its chance to let go.
+            time.sleep(2 * RESYNC_SECONDS + 2 * float(env.get("TPUJOB_SOAK_PROBE_SECONDS", "5")))
+            final = sample()
+            churn.stop.set()
+            result.minutes = round(churn_seconds / 60, 1)
+            result.jobs_created, result.jobs_done = churn.created, churn.done
+            result.jobs_per_second = round(churn.done / churn_seconds, 2)
+            figures(result, samples, final)
+            result.notes.extend(churn.errors[:20])
+            result.samples = [*samples, final]
+        finally:
+            if operator is not None:
+                operator.terminate()
+                try:
+                    operator.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    operator.kill()
+                    operator.wait()
+            if args.keep_log is not None:
+                args.keep_log.write_bytes((folder / "operator.log").read_bytes())
+            bed.stop()
+    return result
+
+
+def report(result: SoakResult) -> str:
+    lines = [
+        f"churn: {result.minutes} min, {result.jobs_done} jobs done of {result.jobs_created} created, "
+        f"{result.jobs_per_second} jobs/s",
+        f"RSS by quarter (MiB, mean of samples): {result.rss_quarters_mib}; "
+        f"growth Q2 -> Q4: {result.rss_growth_q2_to_q4_percent} % (goal <= 2 %)",
+        f"live jobs at the end: {result.live_at_end}; structures above it: "
+        f"{result.above_live_at_end or 'none'}",
+        "structure: peak -> at end",
+    ]
+    lines += [f"  {name}: {result.peak.get(name, 0)} -> {size}" for name, size in result.at_end.items()]
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="at least this much wall time of churn")
+    parser.add_argument("--jobs", type=int, default=20000, help="and at least this many jobs done")
+    parser.add_argument("--max-minutes", type=float, default=90.0, help="stop here regardless")
+    parser.add_argument("--live", type=int, default=60, help="jobs alive at once")
+    parser.add_argument("--namespaces", type=int, default=3)
+    parser.add_argument("--time-scale", type=float, default=0.002, help="of GKE's durations")
+    parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
+    parser.add_argument("--json", type=Path, help="write the figures and samples here")
+    parser.add_argument("--keep-log", type=Path, help="copy the operator's log here")
+    args = parser.parse_args(argv)
+    result = run(args)
+    print(report(result))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(asdict(result), indent=1))
+    return 0 if result.rss_growth_q2_to_q4_percent is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Everything the operator keeps about one job between passes, in one record, and the one map of them.
+
+A job's facts used to sit in a dozen maps across the reconciler's memory, the status writer, the progress
+reader and the metrics' collectors, kept consistent by a chain of `forget` calls; a fact that missed its
+line outlived its job. Here a job is one `JobRecord` in `JobRecords`, by UID: forgetting it is one pop.
+What is not here is not kept per job beyond a pass: the work queue's state (a job queued, in flight, its
+timer, its lock) lasts only while the job waits or runs, and the watch-fed indexes mirror the API server.
+
+Thread-safe through one lock: passes run in worker threads, the collectors read at scrape time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """Containers are immutable or None until used: a job at rest holds no empty set or dict."""
+
+    # --- what the watch has not shown yet (reconciler/memory.py) ---
+    # The status this operator last decided, written or on its way: the watch may not have delivered it.
+    written: dict[str, Any] | None = None
+    # The resourceVersion of its last status write (the watch's echo of it is skipped).
+    written_version: str | None = None
+    pods_in_flight: frozenset[str] = frozenset()  # created, maybe not yet seen by the watch
+    service_in_flight: bool = False
+    # GKE's refusals of pool creates, not asked again before the monotonic time; permanent ones in a row.
+    gke_refused: tuple[float, dict[int, Any]] | None = None
+    rejections: int = 0
+    pods_refused: str = ""  # the API server's refusal of the last pod creates ("" once one passed)
+    # Deleted workers' last state (the newest attempt's), for the pass that quotes their last words.
+    departed: dict[str, Any] | None = None
+    # --- metrics (metrics.py: the pass recorder and the collectors that read the records) ---
+    last_seen: tuple[str, int] | None = None  # the last pass: when (a status time), chips held then
+    pools_created: dict[str, dt.datetime] | None = None  # pool -> when asked for; until it is ready
+    phase: str | None = None
+    waiting_since: float | None = None  # Unix time the phase's wait began (status/waiting.py)
+    chips: tuple[str, str, int] | None = None  # (tpu type, capacity mode, chips held)
+    maintenance: float | None = None  # Unix time of the next host maintenance announced
+    # --- the progress reader (trainer_metrics.py) and the resync ---
+    progress_read: float | None = None  # when worker 0's step counter was last read (monotonic)
+    last_pass: float | None = None  # when the last pass began (the event loop's clock)
+
+
+class JobRecords:
+    """One record per job UID. `update` and `read` run a function on a job's record under the lock;
+    `forget` drops the whole record."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._records: dict[str, JobRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def uids(self) -> set[str]:
+        with self._lock:
+            return set(self._records)
+
+    def update(self, uid: str, change: Callable[[JobRecord], T]) -> T:
+        """`change` applied to the job's record, made if the job has none."""
+        with self._lock:
+            record = self._records.get(uid)
+            if record is None:
+                record = self._records[uid] = JobRecord()
+            return change(record)
+
+    def read(self, uid: str, look: Callable[[JobRecord], T], default: T) -> T:
+        """`look` at the job's record; `default` for a job with none (none is made)."""
+        with self._lock:
+            record = self._records.get(uid)
+            return default if record is None else look(record)
+
+    def count(self, which: Callable[[JobRecord], bool]) -> int:
+        with self._lock:
+            return sum(1 for record in self._records.values() if which(record))
+
+    def gather(self, look: Callable[[JobRecord], T | None]) -> list[T]:
+        """`look` at every record (a collector's scrape), the values that are not None."""
+        with self._lock:
+            values = [look(record) for record in self._records.values()]
+        return [value for value in values if value is not None]
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._records.pop(uid, None)
+
+    def retain(self, live: set[str]) -> list[str]:
+        """Forget every job not in `live` (the resync's safety net: a pass racing its job's deletion may
+        have made a record after the job was forgotten); the UIDs forgotten."""
+        with self._lock:
+            gone = [uid for uid in self._records if uid not in live]
+            for uid in gone:
+                del self._records[uid]
+        return gone
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._records.clear()
