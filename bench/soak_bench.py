@@ -4,8 +4,9 @@
 
 One fresh test bed (real kube-apiserver, etcd, scheduler and kube-controller-manager; the simulated GKE at
 `--time-scale` of GKE's durations; the simulated kubelet), one operator, cluster-wide, with the test bed's
-settings (tpujob_sandbox.operator_env), run by bench/soak_probe.py: the operator itself, plus a probe that
-writes the length of every container the operator keeps (found by walking its objects, not by name).
+settings (tpujob_sandbox.operator_env), run under the test bed's probe (tpujob_sandbox/probe.py): the operator
+itself, plus a probe that writes the length of every container the operator keeps (found by walking its
+objects, not by name).
 
 The bench keeps `--live` jobs alive in `--namespaces` namespaces, each job one single-host v5e 2x2 slice
 (policy create: a node pool, provisioned and deleted by the simulated GKE), and replaces each job that ends
@@ -34,7 +35,6 @@ import argparse
 import concurrent.futures
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,11 +49,11 @@ from kubernetes import watch as k8s_watch
 from tpujob.api import constants as c
 from tpujob_sandbox import find_binaries, install_crd, operator_env, start_sandbox, wait_for
 from tpujob_sandbox.kubelet.podstatus import EXIT_CODE_ANNOTATION
-from tpujob_sandbox.operators import operator_python
+from tpujob_sandbox.operators import OperatorProcess
 
-PROBE = Path(__file__).resolve().parent / "soak_probe.py"
 IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet runs no process for it
 RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
+PROBE_SECONDS = 5.0  # the probe's default period
 # Fixed-size structures of the runtime, not kept per job: the loops' tasks, and the cluster's facts.
 NOT_PER_JOB = ("runtime.tasks",)
 
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace) -> SoakResult:
     with tempfile.TemporaryDirectory(prefix="tpujob-soak-") as tmp:
         folder = Path(tmp)
         bed = start_sandbox(folder / "sandbox", binaries=find_binaries(), time_scale=args.time_scale)
-        operator: subprocess.Popen[bytes] | None = None
+        operator: OperatorProcess | None = None
         try:
             install_crd(bed)
             namespaces = [f"soak-{i}" for i in range(args.namespaces)]
@@ -303,12 +303,10 @@ def run(args: argparse.Namespace) -> SoakResult:
             for namespace in namespaces:
                 core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
             probe = folder / "sizes.json"
-            env = {**operator_env(bed, folder), "TPUJOB_SOAK_PROBE": str(probe), "TPUJOB_KUEUE": "false"}
-            with (folder / "operator.log").open("ab") as log:
-                operator = subprocess.Popen(
-                    [operator_python(), str(PROBE)], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
-            pid = operator.pid
+            env = {**operator_env(bed, folder), "TPUJOB_KUEUE": "false"}
+            operator = OperatorProcess(env, folder / "operator.log", probe=probe).start()
+            assert operator.process is not None
+            pid = operator.process.pid
             wait_for(lambda: probe.exists(), timeout=120, what="the operator's probe", interval=0.5)
             churn = Churn(bed.api_client, namespaces, args.live)
             threads = [
@@ -341,8 +339,8 @@ def run(args: argparse.Namespace) -> SoakResult:
 
             while True:
                 time.sleep(args.sample)
-                if operator.poll() is not None:
-                    result.notes.append(f"the operator exited with {operator.returncode}")
+                if operator.process.poll() is not None:
+                    result.notes.append(f"the operator exited with {operator.process.returncode}")
                     break
                 samples.append(sample())
                 elapsed = time.monotonic() - started
@@ -362,7 +360,7 @@ def run(args: argparse.Namespace) -> SoakResult:
                 interval=1.0,
             )
             # Two resync intervals with no job: every structure has had its chance to let go.
-            time.sleep(2 * RESYNC_SECONDS + 2 * float(env.get("TPUJOB_SOAK_PROBE_SECONDS", "5")))
+            time.sleep(2 * RESYNC_SECONDS + 2 * PROBE_SECONDS)
             final = sample()
             churn.stop.set()
             result.minutes = round(churn_seconds / 60, 1)
@@ -373,12 +371,7 @@ def run(args: argparse.Namespace) -> SoakResult:
             result.samples = [*samples, final]
         finally:
             if operator is not None:
-                operator.terminate()
-                try:
-                    operator.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
-                    operator.wait()
+                operator.stop()
             if args.keep_log is not None:
                 args.keep_log.write_bytes((folder / "operator.log").read_bytes())
             bed.stop()

@@ -26,6 +26,9 @@ from tpujob_sandbox.processes import free_port
 from tpujob_sandbox.timescale import poll_provisioning_seconds
 from tpujob_sandbox.waiting import wait_for
 
+# The operator with a probe into what it keeps (probe.py, run as a script by the operator's Python).
+PROBE_SCRIPT = str(Path(__file__).with_name("probe.py"))
+PROBE_ENV = "TPUJOB_PROBE"
 OPERATOR_NAMESPACE = "tpujob-system"
 OPERATOR_ACCOUNT = "tpujob-operator"
 
@@ -267,15 +270,18 @@ class OperatorProcess:
 
     running: ClassVar[set[OperatorProcess]] = set()
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
+    def __init__(self, env: dict[str, str], log_path: Path, probe: Path | None = None) -> None:
+        """`probe`: run the operator under probe.py, which writes what the operator keeps to that file."""
+        self.env = env if probe is None else {**env, PROBE_ENV: str(probe)}
         self.log_path = log_path
+        self.probe = probe
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         log = self.log_path.open("ab")
+        command = [PROBE_SCRIPT] if self.probe is not None else ["-m", "tpujob.cli", "operator"]
         self.process = subprocess.Popen(
-            [operator_python(), "-m", "tpujob.cli", "operator"],
+            [operator_python(), *command],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
