@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from tpujob import status as s
-from tpujob.trainer_metrics import DEFAULT_READS_PER_SECOND, ProgressReader
+from tpujob.trainer_metrics import ProgressReader
 
 RESYNC_SECONDS = 30.0
 
@@ -89,8 +89,8 @@ def main() -> None:
         for pace, rate in (
             ("every job each 30 s resync (before)", jobs / RESYNC_SECONDS),
             (
-                f"{DEFAULT_READS_PER_SECOND:g} reads/s in all (now)",
-                min(jobs / RESYNC_SECONDS, DEFAULT_READS_PER_SECOND),
+                f"{s.DEFAULT_PROGRESS_READS_PER_SECOND:g} reads/s in all (now)",
+                min(jobs / RESYNC_SECONDS, s.DEFAULT_PROGRESS_READS_PER_SECOND),
             ),
         ):
             print(f"| {jobs:,} | {pace} | {rate:.1f} | {rate * cpu_ms / 10:.1f} | {rate:.1f} |")

@@ -380,6 +380,13 @@ class Values(Section):
         max_length=63,
         description="Watch only this namespace (TPUJOB_NAMESPACE); empty: every namespace.",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description=(
+            "The operator's log lines (TPUJOB_LOG_FORMAT): text, or json with Cloud Logging's fields "
+            "(severity, message, time, the job's namespace and name as labels)."
+        ),
+    )
     operator: Operator = Field(default_factory=Operator, description="How the operator works (TPUJOB_*).")
     kueue: Kueue = Field(default_factory=Kueue, description="Kueue: queued TPUJobs admitted by its queues.")
     network_policy: NetworkPolicy = Field(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -77,7 +76,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator in the foreground (kopf), configured by TPUJOB_* environment variables."""
-    from tpujob import memreport
+    from tpujob import logs, memreport
     from tpujob.config import from_environment
     from tpujob.peering import ensure_identity
 
@@ -89,9 +88,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     import tpujob.handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=args.verbose)
-    if not args.verbose:
-        # kopf logs every handler call: thousands of lines in a burst of jobs. Its failures still show.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logs.configure(args.verbose, config.log_format)
     # No standalone=, peering_name= or priority=: kopf's startup handlers run after kopf.run has copied those
     # into its settings and before kopf reads them, so the peering mode is set there, in one place
     # (handlers/startup.py, set_peering).

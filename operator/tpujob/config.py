@@ -11,10 +11,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tpujob import status as s
 from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPE_PATTERN
 from tpujob.api.tenancy import TenancyPolicy
 from tpujob.render import Cluster
-from tpujob.status import DEFAULT_POLL_PROVISIONING_SECONDS
 
 ENV_PREFIX = "TPUJOB_"
 # A Google service account's email, or a Workload Identity Federation pool (PROJECT.svc.id.goog: what the
@@ -140,6 +140,11 @@ class OperatorConfig(BaseSettings):
         "startup timeout); `defaults`, and `namespaces.<name>` overriding them field by field; empty: the "
         "defaults (the README's tenancy settings)",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text: one readable line per record; json: one JSON object per line with Cloud "
+        "Logging's fields (severity, message, time, the job's namespace and name as labels)",
+    )
     metrics_port: int = Field(8000, ge=0, le=65535, description="port of /metrics; 0 disables it")
     metrics_auth: bool = Field(
         False,
@@ -156,34 +161,36 @@ class OperatorConfig(BaseSettings):
     sweep_seconds: float = Field(300, gt=0, description="delete node pools whose TPUJob is gone this often")
     workers: int = Field(16, ge=1, description="threads for Kubernetes and GKE calls")
     restart_backoff_seconds: float = Field(
-        10, gt=0, description="first wait before an application restart; doubles, max 6 min"
+        s.DEFAULT_RESTART_BACKOFF_SECONDS,
+        gt=0,
+        description="first wait before an application restart; doubles, max 6 min",
     )
     poll_provisioning_seconds: float = Field(
-        DEFAULT_POLL_PROVISIONING_SECONDS,
+        s.DEFAULT_POLL_PROVISIONING_SECONDS,
         gt=0,
         description="look at a node pool GKE is still creating or deleting this often (and ask again for "
         "one GKE refused for now)",
     )
     refused_backoff_seconds: float = Field(
-        30,
+        s.REJECTED_BACKOFF_BASE_SECONDS,
         gt=0,
         description="first wait before asking GKE again for a pool it refused in a way asking soon cannot "
         "fix (quota, an invalid request); doubles, at most 20 times this",
     )
     unschedulable_grace_seconds: float = Field(
-        30,
+        s.DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
         ge=0,
         description="a pod unschedulable this long shows the scheduler's reason as the job's "
         "(reason Unschedulable)",
     )
     startup_grace_seconds: float = Field(
-        30,
+        s.DEFAULT_STARTUP_GRACE_SECONDS,
         ge=0,
         description="a worker whose container cannot start this long (an image pull that fails, a missing "
         "Secret) shows the kubelet's reason as the job's (ErrImagePull, CreateContainerConfigError, ...)",
     )
     progress_reads_per_second: float = Field(
-        10,
+        s.DEFAULT_PROGRESS_READS_PER_SECOND,
         gt=0,
         description="read running trainers' step counters (status.progress) at most this often in all: each "
         "job every (running jobs / this) seconds, at once when its progressDeadlineSeconds comes",

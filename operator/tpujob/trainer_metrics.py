@@ -52,10 +52,6 @@ def parse(text: str, attempt: int) -> s.ProgressSample | None:
     )
 
 
-# Default of TPUJOB_PROGRESS_READS_PER_SECOND.
-DEFAULT_READS_PER_SECOND = 10.0
-
-
 def read_due(
     last_read: float | None, now: float, jobs_read: int, reads_per_second: float, urgent: bool
 ) -> bool:
@@ -70,7 +66,7 @@ class ProgressReader:
     def __init__(
         self,
         timeout: float = READ_TIMEOUT_SECONDS,
-        reads_per_second: float = DEFAULT_READS_PER_SECOND,
+        reads_per_second: float = s.DEFAULT_PROGRESS_READS_PER_SECOND,
         clock: Callable[[], float] = time.monotonic,
         records: JobRecords | None = None,
     ) -> None:

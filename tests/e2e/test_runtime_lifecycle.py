@@ -30,6 +30,7 @@ def probed(operator: OperatorProcess, tmp_path: Path):
     probe = tmp_path / "probe.json"
     env = {**operator.env, HELD_ENV: "1", PERIOD_ENV: "1"}
     process = OperatorProcess(env, tmp_path / "operator.log", probe=probe).start()
+    wait_for(probe.exists, timeout=60, what="the operator's probe to write")
     yield probe
     process.stop()
     operator.start()
@@ -104,3 +105,23 @@ def test_every_end_of_a_job_leaves_nothing_of_it_in_the_operator(jobs, gke, kube
         wait_for(lambda: not kept(), timeout=30, what="the operator to let go of every ended job")
     except Timeout:
         pytest.fail(f"the operator still holds, per ended job: {kept()}")
+
+
+def test_a_jobs_whole_life_writes_a_few_lines_at_the_default_level_and_no_error(jobs, gke, kubelet, probed):
+    """Create, provision, run, succeed, delete: the operator's log says what it decided (the pool asked for,
+    then deleted; the deletion's wait, once), with no line per HTTP request and no ERROR for the wait."""
+    log_path = probed.parent / "operator.log"
+    before = len(log_path.read_text().splitlines())
+    jobs.create(plain_job("quiet", tpu=V5E))
+    (pod,) = jobs.wait_pods_running("quiet", 1, timeout=90)
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("quiet", "Succeeded")
+    jobs.delete("quiet")
+    wait_for(lambda: jobs.gone("quiet"), timeout=120, what="the job to be deleted")
+    lines = log_path.read_text().splitlines()[before:]
+    own = [line for line in lines if "quiet" in line]  # the job's name, or its pool's (tj-quiet-...)
+    print(f"one job's life at the default level: {len(own)} lines of {len(lines)}", *lines, sep="\n")
+    assert not [line for line in lines if "[ERROR" in line], "a wait is not an error"
+    assert not [line for line in lines if "HTTP Request" in line], "no line per HTTP request"
+    # The pool asked for, the pool's delete asked for, the deletion's wait: once each.
+    assert len(own) == 3, own

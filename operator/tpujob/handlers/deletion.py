@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import kopf
 
+from tpujob import logs
 from tpujob.api import constants as c
 from tpujob.handlers.events import JOBS
 from tpujob.handlers.workqueue import Runtime, forget
+
+log = logging.getLogger(__name__)
 
 
 def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:
@@ -21,7 +25,7 @@ def _holds_finalizer(body: kopf.Body, **_: Any) -> bool:
 # garbage collection. When the handler is done, kopf removes the finalizer.
 @kopf.on.delete(*JOBS, when=_holds_finalizer)
 async def on_delete(
-    body: kopf.Body, uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    body: kopf.Body, uid: str, namespace: str | None, name: str, memo: kopf.Memo, retry: int, **_: Any
 ) -> None:
     """The finalizer: node pools go first; pods and the Service follow by garbage collection."""
     runtime: Runtime = memo.runtime
@@ -34,8 +38,17 @@ async def on_delete(
     async with runtime.queue.locks.hold(uid):
         remaining = await loop.run_in_executor(None, runtime.reconciler.release_pools, dict(body))
     if remaining:
+        if retry == 0:  # kopf's line for each retry is dropped (logs.QuietWaits): the wait is said once
+            log.info(
+                "%s/%s deleted: %s: %s",
+                namespace,
+                name,
+                logs.WAITING_FOR_POOLS,
+                ", ".join(remaining),
+                extra=logs.job(namespace, name),
+            )
         raise kopf.TemporaryError(
-            f"waiting for node pools to be deleted: {', '.join(remaining)}",
+            f"{logs.WAITING_FOR_POOLS}: {', '.join(remaining)}",
             delay=runtime.config.poll_provisioning_seconds,  # GKE deletes as slowly as it creates
         )
     forget(runtime, (namespace, name), uid)

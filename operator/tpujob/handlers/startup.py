@@ -149,28 +149,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         limiter=limiter,
         timeout=(config.api_connect_timeout_seconds, config.api_read_timeout_seconds),
     )
+    pass_settings = Settings.of(config)
+    reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
     if config.metrics_port:
-        metrics.register()
+        metrics.register(reconciler.recorder)  # its collectors read the jobs' records at scrape time
         if config.metrics_auth:
             metrics_auth.serve(config.metrics_port, api)
         else:
             start_http_server(config.metrics_port)
-    pass_settings = Settings(
-        restart_backoff_seconds=config.restart_backoff_seconds,
-        unschedulable_grace_seconds=config.unschedulable_grace_seconds,
-        startup_grace_seconds=config.startup_grace_seconds,
-        poll_provisioning_seconds=config.poll_provisioning_seconds,
-        refused_backoff_seconds=config.refused_backoff_seconds,
-        progress_reads_per_second=config.progress_reads_per_second,
-        confirm_before_create=config.peering is not None,
-        flex_start_zone_fallback=config.gke_flex_start_zone_fallback,
-        kueue=config.kueue,
-        tenancy=config.tenancy,
-    )
-    reconciler = Reconciler(config.cluster, api, pools, pass_settings, policies)
-    if config.metrics_port:
-        metrics.register(reconciler.recorder)  # its collectors read the jobs' records at scrape time
-        start_http_server(config.metrics_port)
     if config.peering is not None:
         # Where the replicas meet; kopf's peering starts after the startup handlers, and needs it.
         api.create_peering(peering.peering_object(config.peering, config.namespace))

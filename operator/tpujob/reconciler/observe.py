@@ -17,6 +17,7 @@ from tpujob.api import constants as c
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.api.tenancy import TenancyPolicy
+from tpujob.config import OperatorConfig
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
@@ -24,7 +25,7 @@ from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 from tpujob.status.placement import tpu7x_problem
-from tpujob.trainer_metrics import DEFAULT_READS_PER_SECOND, ProgressReader
+from tpujob.trainer_metrics import ProgressReader
 
 log = logging.getLogger(__name__)
 
@@ -171,15 +172,16 @@ def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The operator's settings a decision takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS,
-    ..._POLL_PROVISIONING_SECONDS)."""
+    """The operator's settings a pass takes (TPUJOB_RESTART_BACKOFF_SECONDS, ..._GRACE_SECONDS,
+    ..._POLL_PROVISIONING_SECONDS, ...): each named as its OperatorConfig field, so `of` maps them without a
+    line per setting; the defaults are status/model.py's, as config.py's are."""
 
-    restart_backoff_seconds: float = 10.0
-    unschedulable_grace_seconds: float = 30.0
-    startup_grace_seconds: float = 30.0
+    restart_backoff_seconds: float = s.DEFAULT_RESTART_BACKOFF_SECONDS
+    unschedulable_grace_seconds: float = s.DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
+    startup_grace_seconds: float = s.DEFAULT_STARTUP_GRACE_SECONDS
     poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
     refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
-    progress_reads_per_second: float = DEFAULT_READS_PER_SECOND
+    progress_reads_per_second: float = s.DEFAULT_PROGRESS_READS_PER_SECOND
     # Read each job from the API server before creating for it. A replica that stood by (peering) needs it:
     # its watch's cache may hold a job deleted meanwhile. A standalone operator's watch began with its
     # process, and the read would cost a token per job on the way to its pods.
@@ -190,6 +192,22 @@ class Settings:
     kueue: bool = False
     # TPUJOB_TENANCY_POLICY: what each namespace's jobs may do (api/tenancy.py).
     tenancy: TenancyPolicy = dataclasses.field(default_factory=TenancyPolicy)
+
+    @classmethod
+    def of(cls, config: OperatorConfig) -> Settings:
+        """The operator's settings: each field from the OperatorConfig field of its name, and the three
+        whose names differ."""
+        same = {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(cls)
+            if f.name in type(config).model_fields
+        }
+        same.update(
+            confirm_before_create=config.peering is not None,
+            flex_start_zone_fallback=config.gke_flex_start_zone_fallback,
+            tenancy=config.tenancy,
+        )
+        return cls(**same)
 
 
 class Observer:

@@ -100,6 +100,12 @@ POOL_ERROR_GRACE = dt.timedelta(seconds=60)
 # How often a pool GKE is still creating or deleting is looked at, by default (the setting
 # TPUJOB_POLL_PROVISIONING_SECONDS, passed in as Observed.poll_provisioning_seconds).
 DEFAULT_POLL_PROVISIONING_SECONDS = 5.0
+# The other pass settings' defaults (TPUJOB_RESTART_BACKOFF_SECONDS, ..._UNSCHEDULABLE_GRACE_SECONDS,
+# ..._STARTUP_GRACE_SECONDS), written here once: config.py, reconciler.Settings and Observed read them.
+DEFAULT_RESTART_BACKOFF_SECONDS = 10.0
+DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 30.0
+DEFAULT_STARTUP_GRACE_SECONDS = 30.0
+DEFAULT_PROGRESS_READS_PER_SECOND = 10.0  # TPUJOB_PROGRESS_READS_PER_SECOND: trainers' step counters read
 
 # A refusal that asking again soon cannot fix (an invalid request, quota) is asked again after 30 s, 60 s,
 # ... up to 20 times that, 10 minutes (someone may fix the job, the cluster or the quota meanwhile:
@@ -279,13 +285,13 @@ class Observed:
     pods_in_flight: frozenset[str] = frozenset()
     # Why the API server refused the last pod creates ("" when it took them): a reason to show, and ask again.
     pods_refused: str = ""
-    restart_backoff_seconds: float = 10.0
+    restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
     # Pools GKE is creating or deleting are looked at again this often (and refused creates asked again).
     poll_provisioning_seconds: float = DEFAULT_POLL_PROVISIONING_SECONDS
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.
-    unschedulable_grace_seconds: float = 30.0
+    unschedulable_grace_seconds: float = DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
     # Pods whose container cannot start (CONTAINER_START_PROBLEMS) for this long show the kubelet's reason.
-    startup_grace_seconds: float = 30.0
+    startup_grace_seconds: float = DEFAULT_STARTUP_GRACE_SECONDS
     # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
     zones: tuple[str, ...] = ()
     # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
@@ -421,6 +427,10 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
 __all__ = [
     "CONTAINER_START_PROBLEMS",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
+    "DEFAULT_PROGRESS_READS_PER_SECOND",
+    "DEFAULT_RESTART_BACKOFF_SECONDS",
+    "DEFAULT_STARTUP_GRACE_SECONDS",
+    "DEFAULT_UNSCHEDULABLE_GRACE_SECONDS",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
     "POOL_DELETED",
