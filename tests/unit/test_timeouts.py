@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
 import pytest
+import requests
 from lightkube.config.kubeconfig import KubeConfig
 
 from tpujob import gke, kube
+from tpujob.api.status import Reason
 from tpujob.render import Cluster
 
 # Far above the timeouts under test (and their client's retries), far below "for good".
@@ -75,7 +78,16 @@ def test_a_peering_read_ends_at_its_own_shorter_timeout(black_hole: str) -> None
 def test_a_gke_call_to_a_black_hole_ends_at_its_timeout(black_hole: str) -> None:
     cluster = Cluster(project="p", location="us-central1", cluster="c", zone="us-central1-a")
     pools = gke.NodePools(cluster, gke.make_client(f"http://{black_hole}"), timeout=0.5)
+    started = time.monotonic()
 
     error = outcome_of(lambda: pools.state(0, "pool"))
 
-    assert error is not None
+    # The REST transport's own read timeout, at the call's timeout, not a retry loop's deadline, nor an
+    # error of some other kind (a refused connection would say "Connection refused").
+    assert isinstance(error, requests.exceptions.ReadTimeout), repr(error)
+    assert "read timeout=0.5" in str(error)
+    assert time.monotonic() - started < 5 * 0.5
+    # What the pass makes of it: GKE unavailable, asked again at the polling interval (not permanent).
+    refusal = gke.classify_error(error)
+    assert (refusal.reason, refusal.permanent) == (Reason.GKE_UNAVAILABLE, False)
+    assert "Read timed out" in refusal.message
