@@ -131,7 +131,7 @@ def test_every_operator_setting_is_a_value(helm):
     documents = render(
         helm,
         "--set", "gke.project=p-123456,gke.location=europe-west4,gke.cluster=c1,gke.zone=europe-west4-a",
-        "--set", "gke.endpoint=http://gke.local,watchNamespace=ml",
+        "--set", "gke.endpoint=http://gke.local,watchNamespace=ml,logFormat=json",
         "--set", "gke.upgradeShield=false,gke.flexStartZoneFallback=true",
         "--set", "kueue.enabled=true",
         "--set", "metrics.port=9100,health.port=9101",
@@ -163,6 +163,7 @@ def test_every_operator_setting_is_a_value(helm):
     # kopf's identity of the replica in the peering object: the pod's name.
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container_env
     assert env == {
+        "TPUJOB_LOG_FORMAT": "json",
         "TPUJOB_GKE_PROJECT": "p-123456",
         "TPUJOB_GKE_LOCATION": "europe-west4",
         "TPUJOB_GKE_CLUSTER": "c1",

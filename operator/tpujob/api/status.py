@@ -81,6 +81,31 @@ class Reason(enum.StrEnum):
     CHIP_LIMIT = "ChipLimit"  # its namespace's TPUJobs hold the chips its tenancy policy allows (maxChips)
 
 
+class ConditionType(enum.StrEnum):
+    """status.conditions[].type: the conditions the operator sets."""
+
+    NODE_POOLS_READY = "NodePoolsReady"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class TransitionReason(enum.StrEnum):
+    """The reasons of a job's normal transitions, in status.reason and its conditions (a problem's reason
+    is a Reason)."""
+
+    CREATED = "Created"
+    EXISTING_NODE_POOLS = "ExistingNodePools"
+    NODE_POOLS_RUNNING = "NodePoolsRunning"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    ALL_WORKERS_RUNNING = "AllWorkersRunning"
+    SUCCEEDED = "Succeeded"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+
+
 def _one_of(values: list[str]) -> str:
     """The values of an enum as "A, B or C" in a description, so the list is written once."""
     return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else "".join(values)
@@ -97,7 +122,7 @@ class Condition(ApiModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    type: str = Field(description="Ready, Provisioned, Running, Succeeded, Failed, Suspended, ...")
+    type: str = Field(description=f"{_one_of([t.value for t in ConditionType])}.")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="CamelCase reason for the last transition.")
     message: str = Field(default="", description="Human-readable details.")

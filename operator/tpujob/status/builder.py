@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tpujob.api.status import NodePoolStatus, Phase, Reason, WorkerCounts
+from tpujob.api.status import ConditionType, NodePoolStatus, Phase, Reason, WorkerCounts
 from tpujob.status import cost, goodput
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
@@ -53,7 +53,7 @@ class Builder:
             self._phase_event = Event("Warning" if warning else "Normal", reason or phase, message)
             self.decision.events.append(self._phase_event)
 
-    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+    def condition(self, type_: ConditionType, status: bool, reason: str, message: str) -> None:
         self.status.conditions = set_condition(
             self.status.conditions, type_, status, reason, message, self.now
         )
@@ -134,8 +134,8 @@ def record_pools(b: Builder, pools: list[PoolView]) -> None:
 def fail(b: Builder, reason: str, message: str) -> None:
     b.status.completion_time = timestamp(b.now)
     b.set_phase(Phase.FAILED, reason, message)
-    b.condition("Failed", True, reason, message)
-    b.condition("Running", False, reason, "the job failed")
+    b.condition(ConditionType.FAILED, True, reason, message)
+    b.condition(ConditionType.RUNNING, False, reason, "the job failed")
     release(b, keep_finished_pods=True)
     if b.decision.delete_pools:
         b.decision.requeue(b.observed.poll_provisioning_seconds)
@@ -189,6 +189,6 @@ def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) ->
     b.set_phase(
         Phase.RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
     )
-    b.condition("Running", False, reason, detail)
+    b.condition(ConditionType.RUNNING, False, reason, detail)
     # The next pass re-checks the pools (a lost node may have broken the slice) before new pods.
     b.decision.requeue(1.0)

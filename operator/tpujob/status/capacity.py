@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpujob.api.spec import FLEX_START_MAX_RUN_SECONDS, CapacityMode
-from tpujob.api.status import Phase, Reason
+from tpujob.api.status import ConditionType, Phase, Reason
 from tpujob.status.builder import Builder, begin_restart, known_pools, limit_reached, provisioning_timed_out
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
@@ -146,6 +146,6 @@ def waiting_for_flex_capacity(b: Builder, pods: list[PodView]) -> bool:
             "its place in the queue (the operator's TPUJOB_GKE_FLEX_START_ZONE_FALLBACK allows it)"
         )
     b.set_phase(Phase.PROVISIONING, Reason.WAITING_FOR_CAPACITY, message)
-    b.condition("Running", False, Reason.WAITING_FOR_CAPACITY, message)
+    b.condition(ConditionType.RUNNING, False, Reason.WAITING_FOR_CAPACITY, message)
     b.decision.requeue(b.observed.poll_provisioning_seconds)
     return True

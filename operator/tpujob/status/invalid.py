@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.api.status import ConditionType, Phase, Reason, TPUJobStatus
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
     Decision,
@@ -37,7 +37,7 @@ def decide_invalid(observed: InvalidObserved) -> Decision:
     message = observed.problems
     status.phase, status.reason, status.message = Phase.FAILED, Reason.INVALID_SPEC, message
     status.conditions = set_condition(
-        status.conditions, "Failed", True, Reason.INVALID_SPEC, message, observed.now
+        status.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, observed.now
     )
     status.observed_generation = observed.generation
     if previous.reason != Reason.INVALID_SPEC or previous.message != message:

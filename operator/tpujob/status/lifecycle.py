@@ -6,7 +6,7 @@ import dataclasses
 import datetime as dt
 
 from tpujob.api.spec import CapacityMode
-from tpujob.api.status import Phase, Reason, WorkerCounts
+from tpujob.api.status import ConditionType, Phase, Reason, TransitionReason, WorkerCounts
 from tpujob.render import naming
 from tpujob.status import failures, progress, queue, tenancy
 from tpujob.status.builder import (
@@ -57,14 +57,14 @@ def _decide(b: Builder) -> None:
         return
     if status.reason == Reason.INVALID_SPEC:  # the spec was fixed: start over
         status.phase, status.reason, status.message = Phase.PENDING, "", ""
-        status.conditions = [c for c in status.conditions if c.type != "Failed"]
+        status.conditions = [c for c in status.conditions if c.type != ConditionType.FAILED]
     if b.job.spec.run_policy.suspend:
         _suspend(b)
         return
     if status.phase == Phase.SUSPENDED:  # resumed: fresh pods, fresh deadline clock (as Job does)
         status.attempt += 1
         status.start_time = None
-        b.condition("Suspended", False, "Resumed", "the job was resumed")
+        b.condition(ConditionType.SUSPENDED, False, TransitionReason.RESUMED, "the job was resumed")
     if not queue.admitted(b):
         # Kueue has not admitted the job: nothing of it runs, and its clocks (activeDeadlineSeconds) start
         # when it is admitted, as a suspended Job's do when it resumes.
@@ -75,7 +75,7 @@ def _decide(b: Builder) -> None:
     if status.start_time is None:
         status.start_time = timestamp(b.now)
         if status.phase is None:
-            b.set_phase(Phase.PENDING, "Created", "the operator accepted the job")
+            b.set_phase(Phase.PENDING, TransitionReason.CREATED, "the operator accepted the job")
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b, status.attempt))
     if _deadline_passed(b):
         return
@@ -113,9 +113,13 @@ def _finished(b: Builder) -> None:
 def _suspend(b: Builder) -> None:
     release(b, keep_finished_pods=False)
     b.status.starting_since = None
-    b.set_phase(Phase.SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: pods and node pools removed")
-    b.condition("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
-    b.condition("Running", False, "Suspended", "the job is suspended")
+    b.set_phase(
+        Phase.SUSPENDED,
+        TransitionReason.SUSPENDED,
+        "spec.runPolicy.suspend is true: pods and node pools removed",
+    )
+    b.condition(ConditionType.SUSPENDED, True, TransitionReason.SUSPENDED, "spec.runPolicy.suspend is true")
+    b.condition(ConditionType.RUNNING, False, TransitionReason.SUSPENDED, "the job is suspended")
     if b.observed.pools is not None:
         record_pools(
             b,
@@ -189,9 +193,11 @@ def _run_workers(b: Builder) -> None:
     if workers.succeeded == len(wanted):
         status.starting_since = None
         status.completion_time = timestamp(b.now)
-        b.set_phase(Phase.SUCCEEDED, "Succeeded", f"all {len(wanted)} workers succeeded")
-        b.condition("Succeeded", True, "Succeeded", f"all {len(wanted)} workers succeeded")
-        b.condition("Running", False, "Succeeded", "the job finished")
+        b.set_phase(Phase.SUCCEEDED, TransitionReason.SUCCEEDED, f"all {len(wanted)} workers succeeded")
+        b.condition(
+            ConditionType.SUCCEEDED, True, TransitionReason.SUCCEEDED, f"all {len(wanted)} workers succeeded"
+        )
+        b.condition(ConditionType.RUNNING, False, TransitionReason.SUCCEEDED, "the job finished")
         release(b, keep_finished_pods=True)
         if b.decision.delete_pools:
             b.decision.requeue(b.observed.poll_provisioning_seconds)
@@ -203,8 +209,13 @@ def _run_workers(b: Builder) -> None:
         if b.job.spec.capacity.mode == CapacityMode.flex_start:
             status.provisioning_since = None
             message += f"; the flex-start slice runs until {start_run_clock(b)}"
-        b.set_phase(Phase.RUNNING, "Running", message)
-        b.condition("Running", True, "AllWorkersRunning", f"{len(wanted)} workers running")
+        b.set_phase(Phase.RUNNING, TransitionReason.RUNNING, message)
+        b.condition(
+            ConditionType.RUNNING,
+            True,
+            TransitionReason.ALL_WORKERS_RUNNING,
+            f"{len(wanted)} workers running",
+        )
         progress.track(b)
     elif waiting_for_flex_capacity(b, list(current.values())):
         # Queued for capacity holds no slice: the startup clock starts when the slice comes.
@@ -214,10 +225,14 @@ def _run_workers(b: Builder) -> None:
         if startup_timed_out(b, why):
             return
         if why is None:
-            b.set_phase(Phase.STARTING, "Starting", f"{workers.running} of {len(wanted)} workers running")
+            b.set_phase(
+                Phase.STARTING,
+                TransitionReason.STARTING,
+                f"{workers.running} of {len(wanted)} workers running",
+            )
         else:
             b.set_phase(Phase.STARTING, *why)
-            b.condition("Running", False, *why)
+            b.condition(ConditionType.RUNNING, False, *why)
 
 
 def _restart_backoff_left(b: Builder) -> float:

@@ -6,7 +6,7 @@ import dataclasses
 
 from tpujob import tpu
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
-from tpujob.api.status import ConditionStatus, Phase, Reason
+from tpujob.api.status import ConditionStatus, ConditionType, Phase, Reason, TransitionReason
 from tpujob.render import naming
 from tpujob.status.builder import Builder, known_pools, provisioning_timed_out, record_pools
 from tpujob.status.capacity import fall_back_if_due
@@ -42,7 +42,10 @@ def pools_ready(b: Builder) -> bool:
     job = b.job
     if job.spec.node_pool.policy != NodePoolPolicy.create:
         b.condition(
-            "NodePoolsReady", True, "ExistingNodePools", "policy existing: pods use pools made elsewhere"
+            ConditionType.NODE_POOLS_READY,
+            True,
+            TransitionReason.EXISTING_NODE_POOLS,
+            "policy existing: pods use pools made elsewhere",
         )
         return True
     pools = {p.slice: p for p in known_pools(b)}
@@ -68,7 +71,12 @@ def pools_ready(b: Builder) -> bool:
     if ready:
         if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
             b.status.provisioning_since = None
-        b.condition("NodePoolsReady", True, "NodePoolsRunning", f"{len(views)} node pool(s) running")
+        b.condition(
+            ConditionType.NODE_POOLS_READY,
+            True,
+            TransitionReason.NODE_POOLS_RUNNING,
+            f"{len(views)} node pool(s) running",
+        )
         return True
     # Permanent refusals first: they need someone to act, the rest only time.
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
@@ -87,7 +95,7 @@ def pools_ready(b: Builder) -> bool:
         b.status.provisioning_since = timestamp(b.now)  # the wait shows (and alerts) as any other
     if reason in (Reason.NODE_UPGRADE, Reason.NODE_REPAIR):
         # GKE brings the slice back itself, however long it takes: no provisioning timeout, no zone fallback.
-        b.condition("NodePoolsReady", False, reason, message)
+        b.condition(ConditionType.NODE_POOLS_READY, False, reason, message)
         b.set_phase(Phase.PROVISIONING, reason, message)
         b.decision.requeue(b.observed.poll_provisioning_seconds)
         return False
@@ -95,7 +103,7 @@ def pools_ready(b: Builder) -> bool:
         return False
     if moved := fall_back_if_due(b, reason):
         reason, message = Reason.ZONE_FALLBACK, moved
-    b.condition("NodePoolsReady", False, reason, message)
+    b.condition(ConditionType.NODE_POOLS_READY, False, reason, message)
     b.set_phase(Phase.PROVISIONING, reason, message)
     b.decision.requeue(b.observed.poll_provisioning_seconds)
     return False
@@ -156,7 +164,7 @@ def _slice_pool(
 
 def _pool_removal_cause(b: Builder) -> tuple[str, str] | None:
     """A pool deleted because of a stockout or a lasting ERROR: that reason, while GKE removes it."""
-    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    condition = next((c for c in b.status.conditions if c.type == ConditionType.NODE_POOLS_READY), None)
     if condition is None or condition.status != ConditionStatus.false:
         return None
     if condition.reason not in (Reason.STOCKOUT, Reason.QUOTA, Reason.POOL_LOST):
@@ -171,7 +179,7 @@ def _pools_message(views: list[PoolView]) -> str:
 def _error_outlived_grace(b: Builder, pool: PoolView) -> bool:
     """ERROR seen in the previous status too, for longer than the grace period."""
     before = next((p for p in b.status.node_pools if p.slice == pool.slice), None)
-    condition = next((c for c in b.status.conditions if c.type == "NodePoolsReady"), None)
+    condition = next((c for c in b.status.conditions if c.type == ConditionType.NODE_POOLS_READY), None)
     if before is None or before.state != "ERROR" or condition is None or not condition.last_transition_time:
         return False
     return b.now - parse_timestamp(condition.last_transition_time) >= POOL_ERROR_GRACE

@@ -20,7 +20,7 @@ import datetime as dt
 from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER
-from tpujob.api.status import Phase, QueueStatus, Reason, WorkerCounts
+from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
 from tpujob.render.workload import MAX_POD_SETS, pod_set_name
 from tpujob.status.builder import Builder, fail, known_pools, release
@@ -147,7 +147,7 @@ def _hold(b: Builder, reason: str, message: str) -> None:
     if b.status.queue is not None and b.status.queue.queued_since is None:
         b.status.queue.queued_since = timestamp(b.now)
     b.set_phase(Phase.QUEUED, reason, message)
-    b.condition("Running", False, reason, message)
+    b.condition(ConditionType.RUNNING, False, reason, message)
     if b.decision.delete_pools:
         b.decision.requeue(b.observed.poll_provisioning_seconds)
 
