@@ -50,6 +50,7 @@ from tpujob.api import constants as c
 from tpujob_sandbox import find_binaries, install_crd, operator_env, start_sandbox, wait_for
 from tpujob_sandbox.kubelet.podstatus import EXIT_CODE_ANNOTATION
 from tpujob_sandbox.operators import OperatorProcess
+from tpujob_sandbox.waiting import Timeout
 
 IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet runs no process for it
 RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
@@ -343,6 +344,11 @@ def run(args: argparse.Namespace) -> SoakResult:
                     result.notes.append(f"the operator exited with {operator.process.returncode}")
                     break
                 samples.append(sample())
+                if args.json is not None:  # what the run reached so far, should it be cut short
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.with_suffix(".partial.json").write_text(
+                        json.dumps([asdict(x) for x in samples])
+                    )
                 elapsed = time.monotonic() - started
                 if elapsed >= args.max_minutes * 60:
                     result.notes.append(f"stopped at --max-minutes with {churn.done} jobs done")
@@ -353,13 +359,11 @@ def run(args: argparse.Namespace) -> SoakResult:
             with churn.lock:
                 churn.creating = False
                 churn.lock.notify_all()
-            wait_for(
-                lambda: not churn.live,
-                timeout=600,
-                what="every job to end",
-                interval=1.0,
-            )
-            # Two resync intervals with no job: every structure has had its chance to let go.
+            try:
+                wait_for(lambda: not churn.live, timeout=args.drain_minutes * 60, what="every job to end")
+            except Timeout:
+                result.notes.append(f"{len(churn.live)} jobs still live after --drain-minutes")
+            # Two resync intervals and two probe periods more: every structure has had its chance to let go.
             time.sleep(2 * RESYNC_SECONDS + 2 * PROBE_SECONDS)
             final = sample()
             churn.stop.set()
@@ -399,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20000, help="and at least this many jobs done")
     parser.add_argument("--max-minutes", type=float, default=90.0, help="stop here regardless")
     parser.add_argument("--live", type=int, default=60, help="jobs alive at once")
+    parser.add_argument(
+        "--drain-minutes", type=float, default=10.0, help="at most this long for the last jobs"
+    )
     parser.add_argument("--namespaces", type=int, default=3)
     parser.add_argument("--time-scale", type=float, default=0.002, help="of GKE's durations")
     parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
