@@ -55,8 +55,8 @@ from tpujob_sandbox.waiting import Timeout
 IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet runs no process for it
 RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
 PROBE_SECONDS = 5.0  # the probe's default period
-# Fixed-size structures of the runtime, not kept per job: the loops' tasks, and the cluster's facts.
-NOT_PER_JOB = ("runtime.tasks",)
+# Fixed-size structures of the runtime, not kept per job: the loops' tasks, the status writer's threads.
+NOT_PER_JOB = ("runtime.tasks", "runtime.reconciler.status_writer._threads")
 
 
 @dataclass
