@@ -30,6 +30,9 @@ REQUIRED = ("etcd", "kube-apiserver")
 OPTIONAL = ("kube-scheduler", "kube-controller-manager")
 ALL_BINARIES = REQUIRED + OPTIONAL
 BUILD_TARGETS = ("cmd/kube-apiserver", "cmd/kube-scheduler", "cmd/kube-controller-manager")
+# No in-tree cloud providers (the test bed has no cloud) and no symbol tables: 510 CPU-seconds instead of 608
+# for the three programs (measured once, cold Go cache), and kube-apiserver 61 MB instead of 110 MB.
+MAKE_FLAGS = ("GOFLAGS=-tags=providerless", "GOLDFLAGS=-s -w")
 APT_PACKAGES = (
     "golang-go",
     "rsync",
@@ -135,7 +138,7 @@ def compile_targets(source: Path, progress: Progress) -> None:
     # The Go build cache goes with the work folder: ~1 GB nobody needs once the binaries are cached.
     env = {**os.environ, "GOPATH": str(gopath), "GOCACHE": str(source / ".gocache"), "CGO_ENABLED": "0"}
     progress(f"compiling {', '.join(BUILD_TARGETS)} (the long part)")
-    run_step(["make", f"WHAT={' '.join(BUILD_TARGETS)}"], progress, cwd=source, env=env)
+    run_step(["make", f"WHAT={' '.join(BUILD_TARGETS)}", *MAKE_FLAGS], progress, cwd=source, env=env)
 
 
 def install_into_cache(source: Path, cache: Path) -> None:
