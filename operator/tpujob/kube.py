@@ -180,6 +180,31 @@ class Kube:
         status: dict[str, Any] = answer.get("status") or {}
         return status
 
+    def list_pod_events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
+        """The Events about one pod (a field selector on involvedObject). WORKLOAD: a pass' read."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        path = f"/api/v1/namespaces/{namespace}/events"
+        answer = self._json("GET", path, Priority.WORKLOAD, params={"fieldSelector": selector})
+        return list(answer.get("items") or [])
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> bool:
+        """A JSON merge patch of the pod's annotations; False when the pod is gone. WORKLOAD: it restarts a
+        kept worker's trainer in place."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            self._json(
+                "PATCH",
+                path,
+                Priority.WORKLOAD,
+                body={"metadata": {"annotations": annotations}},
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
         """WORKLOAD: a pass' read."""
         answer = self._json(

@@ -47,7 +47,7 @@ GKE_ERROR_REASONS = (
 # The kubelet's reasons a worker cannot start (one per problem: a pull's retries count once), and the
 # startup timeout that ends the wait.
 START_PROBLEMS = (
-    *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS}),
+    *sorted({s.SAME_PROBLEM.get(r, r) for r in s.CONTAINER_START_PROBLEMS | s.VOLUME_START_PROBLEMS}),
     Reason.POD_REJECTED,
     Reason.STARTUP_TIMEOUT,
 )

@@ -1,7 +1,8 @@
 """The operator's Kubernetes permissions, in one place: the Helm chart and the tests use these rules.
 
 Least privilege: no wildcards, no secrets; only what the handlers call. Nodes are only read, and only by a
-cluster-wide operator (a Role cannot grant a cluster-scoped resource): their maintenance notices.
+cluster-wide operator (a Role cannot grant a cluster-scoped resource): their maintenance notices and the TPU
+device plugin's hardware conditions.
 """
 
 from __future__ import annotations
@@ -20,24 +21,31 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [c.GROUP], "resources": [c.PLURAL], "verbs": ["get", "list", "watch", "patch", "delete"]},
     # Write status through the status subresource only.
     {"apiGroups": [c.GROUP], "resources": [f"{c.PLURAL}/status"], "verbs": ["get", "patch"]},
-    # One pod per TPU host: created, watched, deleted on restart/suspend.
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    # One pod per TPU host: created, watched, deleted on restart/suspend; a kept worker's annotation
+    # tpujob.dev/restart-attempt patched (restartStrategy RecreateSlice: its trainer restarts in place).
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
     # The headless Service that gives workers their hostnames.
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     # Each job's NetworkPolicy (render/network.py), made before its pods, deleted with the job by garbage
     # collection (its owner reference): create only.
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
-    # Events for every transition a user sees in `kubectl describe`.
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # Events for every transition a user sees in `kubectl describe`; a worker's own read for the kubelet's
+    # FailedMount and FailedAttachVolume (the only place the kubelet says why a volume does not mount).
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "create", "patch"]},
     # Active and standby replicas (kopf peering): a namespace-scoped operator's KopfPeering.
     {"apiGroups": [peering.GROUP], "resources": [peering.NAMESPACED_PLURAL], "verbs": PEERING_VERBS},
 ]
 
 
 # Cluster-wide operators only: list TPU nodes for `cloud.google.com/scheduled-maintenance-time` (GKE's
-# maintenance notice), to checkpoint and restart a slice before its hosts go.
+# maintenance notice), to checkpoint and restart a slice before its hosts go; watch them for the TPU device
+# plugin's MegascaleHangDetected and SliceErrorDetected conditions, to restart a hung slice within seconds.
 CLUSTER_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
     # A cluster-wide operator's replicas meet in a ClusterKopfPeering.
     {"apiGroups": [peering.GROUP], "resources": [peering.CLUSTER_PLURAL], "verbs": PEERING_VERBS},
 ]

@@ -100,7 +100,8 @@ class ProgressReader:
         except (urllib.error.URLError, OSError, ValueError) as error:
             return None, f"GET {url}: {error}"
         try:
-            sample = parse(text, pod.attempt)
+            # A pod kept through a narrow restart serves the attempt its trainer was told (restart in place).
+            sample = parse(text, max(pod.attempt, pod.restart_attempt))
         except ValueError as error:
             return None, f"GET {url}: not Prometheus text ({error})"
         return (sample, "") if sample is not None else (None, f"GET {url}: no {STEP}")

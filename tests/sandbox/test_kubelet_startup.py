@@ -12,7 +12,12 @@ from kubernetes import client as k8s
 
 from tests.sandbox.test_kubelet_sim import node, pod_manifest, wait_phase  # noqa: F401  (node: a fixture)
 from tpujob_sandbox import wait_for
-from tpujob_sandbox.kubelet.config import ContainerConfigError, missing_volume, referenced_env
+from tpujob_sandbox.kubelet.config import (
+    ContainerConfigError,
+    downward_api_files,
+    missing_volume,
+    referenced_env,
+)
 from tpujob_sandbox.kubelet.images import (
     PullBackOff,
     Registry,
@@ -21,6 +26,7 @@ from tpujob_sandbox.kubelet.images import (
     is_valid_reference,
     normalized,
 )
+from tpujob_sandbox.kubelet.startup import StartChecks
 
 PRIVATE = "us-docker.pkg.dev/team-project/models/trainer:v3"
 
@@ -278,3 +284,36 @@ def test_a_secret_volume_that_cannot_mount_keeps_the_pod_creating_with_a_failed_
         timeout=10,
         what="the FailedMount event",
     )
+
+
+def test_a_downward_api_volume_is_written_from_the_pods_metadata_and_rewritten_when_it_changes(tmp_path):
+    """The files a downwardAPI volume's items name (one annotation, the labels, the name), and the rewrite on
+    the pod's update: the way a kept worker learns its new attempt (restartStrategy RecreateSlice)."""
+    volume = {
+        "name": "info",
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": "attempt",
+                    "fieldRef": {"fieldPath": "metadata.annotations['tpujob.dev/restart-attempt']"},
+                },
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+            ]
+        },
+    }
+    pod = {
+        "metadata": {
+            "namespace": "ml",
+            "name": "w0",
+            "labels": {"b": "2", "a": "1"},
+            "annotations": {"tpujob.dev/restart-attempt": "0"},
+        },
+        "spec": {"volumes": [volume], "containers": []},
+    }
+    assert downward_api_files(volume, pod) == {"attempt": "0", "labels": 'a="1"\nb="2"', "name": "w0"}
+    assert downward_api_files({"name": "x", "emptyDir": {}}, pod) is None
+    checks = StartChecks(None, tmp_path, Registry(), PullBackOff())  # type: ignore[arg-type]
+    pod["metadata"]["annotations"]["tpujob.dev/restart-attempt"] = "3"
+    checks.refresh_downward_api(pod)
+    assert (tmp_path / "volumes" / "ml_w0" / "info" / "attempt").read_text() == "3"

@@ -234,3 +234,46 @@ def test_a_pod_that_runs_no_program_has_no_runtime_series(gke, core, namespace, 
         what="the plain pod's chips in the host series",
     )
     assert not of_pod(scrape(gke, node), "duty_cycle", "plain")
+
+
+class _NodeStatusWrites:
+    """The two node writes the plugin's condition checks make (a status patch; a read and UpdateStatus)."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict]] = []
+        self.replaced: list[tuple[str, list[str]]] = []
+
+    def patch_node_status(self, name: str, body: dict) -> None:
+        self.patches.append((name, body))
+
+    def read_node(self, name: str):
+        from kubernetes import client as k8s
+
+        conditions = [k8s.V1NodeCondition(type=t, status="True") for t in ("Ready", dp.HANG_CONDITION)]
+        return k8s.V1Node(status=k8s.V1NodeStatus(conditions=conditions))
+
+    def replace_node_status(self, name: str, body) -> None:
+        self.replaced.append((name, [cond.type for cond in body.status.conditions]))
+
+
+def test_libtpu_hang_and_slice_error_become_node_conditions_renewed_then_expired():
+    """updateNodeCondition: True with lastTransitionTime the first time, lastHeartbeatTime only after; no
+    reason; the slice error's message is libtpu's. removeExpiredNodeCondition: gone 30 min (GKE time) after
+    the last heartbeat. A pod whose libtpu reports nothing sets nothing."""
+    writes = _NodeStatusWrites()
+    plugin = dp.TpuDevicePlugin(writes, owner="true", time_scale=1.0)  # type: ignore[arg-type]
+    plugin._update_conditions("node-a", {("ml", "quiet")})
+    assert writes.patches == []
+    plugin.report_megascale_hang("ml", "w0")
+    plugin.report_slice_error("ml", "w1", "ICI link down")
+    plugin._update_conditions("node-a", {("ml", "w0")})
+    plugin._update_conditions("node-a", {("ml", "w0")})
+    plugin._update_conditions("node-b", {("ml", "w1")})
+    (first,), (second,), (other,) = (body["status"]["conditions"] for _, body in writes.patches)
+    assert first["type"] == dp.HANG_CONDITION and first["status"] == "True" and first["message"] == ""
+    assert "lastTransitionTime" in first and "reason" not in first
+    assert "lastTransitionTime" not in second and second["lastHeartbeatTime"]
+    assert (other["type"], other["message"]) == (dp.SLICE_ERROR_CONDITION, "ICI link down")
+    plugin._heartbeats[("node-a", dp.HANG_CONDITION)] -= dp.CONDITION_EXPIRY_SECONDS + 1  # 30 min pass
+    plugin._update_conditions("node-a", set())
+    assert writes.replaced == [("node-a", ["Ready"])]

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from tpujob_trainer import constants as c
+from tpujob_trainer import inplace
 from tpujob_trainer.config import ConfigError, add_settings_arguments, config_from, worker_env_from
 from tpujob_trainer.termination import (
     PeriodicProgress,
@@ -36,6 +37,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # The operator may pass only flags (or nothing, everything in env): training is the default.
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["train", *argv]
+    if argv[0] == "train" and inplace.wanted(env):  # the operator may restart training in place
+        return inplace.supervise(argv, env)
     try:
         args = _parser().parse_args(argv)
     except SystemExit as stop:

@@ -43,3 +43,7 @@ ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"
 ENV_EXPORT_DIR: Final = "TPUJOB_EXPORT_DIR"
 # Which attempt of the job this worker belongs to (0 first; the operator counts restarts).
 ENV_ATTEMPT: Final = "TPUJOB_ATTEMPT"
+# restartStrategy RecreateSlice: the file whose attempt number rises when training is to restart in place
+# (inplace.py); the supervisor marks its child so the child trains instead of supervising.
+ENV_RESTART_ATTEMPT_FILE: Final = "TPUJOB_RESTART_ATTEMPT_FILE"
+ENV_SUPERVISED: Final = "TPUJOB_SUPERVISED"

@@ -33,6 +33,9 @@ FINALIZER: Final = f"{GROUP}/cleanup"
 ANNOTATION_PREFIX: Final = f"kopf.{GROUP}"
 # The attempt a pod belongs to: a restart recreates every pod with the next attempt.
 LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
+# The attempt a worker's trainer is to run (restartStrategy RecreateSlice): the attempt that created the pod,
+# then each later one its pod is kept through; a downward API volume shows it to the trainer as a file.
+ANNOTATION_RESTART_ATTEMPT: Final = f"{GROUP}/restart-attempt"
 
 # GKE / TPU names on nodes and pods.
 NODE_LABEL_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"

@@ -120,6 +120,11 @@ class FailurePolicy(ApiModel):
         return DEFAULT_FAILURE_RULES if self.rules is None else tuple(self.rules)
 
 
+class RestartStrategy(enum.StrEnum):
+    recreate = "Recreate"
+    recreate_slice = "RecreateSlice"
+
+
 class RunPolicy(ApiModel):
     """How the job behaves on failure, over time and when it ends."""
 
@@ -168,6 +173,19 @@ class RunPolicy(ApiModel):
             "slice is held by a trainer that does not progress. Read from worker 0's metrics endpoint; a "
             "trainer that serves no step counter there counts as not progressing. Leave room for a slow "
             "step, a checkpoint save and the first steps' compilation (minutes on a TPU). Unset: no limit."
+        ),
+    )
+    restart_strategy: RestartStrategy = Field(
+        default=RestartStrategy.recreate,
+        description=(
+            "Recreate: every restart recreates every worker pod of every slice. RecreateSlice: in a "
+            "Multislice job, a failure confined to one slice (its workers failed, or its node was lost) "
+            "recreates only that slice's pods (and its pool, when its node is gone); the other slices' pods "
+            "stay, with their IPs and volumes, and their trainers restart in place: the pods' annotation "
+            "tpujob.dev/restart-attempt takes the new attempt, which the trainer reads from the file "
+            "TPUJOB_RESTART_ATTEMPT_FILE (a downward API volume) and restarts its training process on. "
+            "Needs a trainer that does so (the default trainer and the JAX example do); failures of more "
+            "than one slice, hang signals and the trainer's stall restart the whole job."
         ),
     )
     ttl_seconds_after_finished: int | None = Field(

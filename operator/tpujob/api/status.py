@@ -70,6 +70,10 @@ class Reason(enum.StrEnum):
     STARTUP_TIMEOUT = "StartupTimeout"  # workers scheduled on the slice did not all run in time
     POD_REJECTED = "PodCreateRejected"  # the API server refused the worker pods (400, 403, 422)
     STALLED = "Stalled"  # the trainer's step did not move for spec.runPolicy.progressDeadlineSeconds
+    # GKE's TPU device plugin set a node condition of a running slice from libtpu's signals (the condition
+    # types, as ai-on-gke/tpu-device-plugin pkg/metrics/metrics.go names them): infrastructure, not counted.
+    MEGASCALE_HANG = "MegascaleHangDetected"
+    SLICE_ERROR = "SliceErrorDetected"
     # Kueue: the job's Workload is created and waits; Kueue's own reasons (Pending, Inadmissible, Preempted,
     # PodsReadyTimeout, ...) are quoted as Kueue writes them.
     WORKLOAD_CREATED = "WorkloadCreated"
@@ -315,6 +319,13 @@ class TPUJobStatus(ApiModel):
     )
     workers: WorkerCounts = Field(default_factory=WorkerCounts, description="Pods of the current attempt.")
     attempt: int = Field(default=0, description="Current attempt; each restart recreates all pods.")
+    slice_attempts: list[int] = Field(
+        default_factory=list,
+        max_length=MAX_STATUS_POOLS,
+        description="restartStrategy RecreateSlice: per slice, the attempt that created the pods serving it "
+        "(a slice kept through a narrow restart keeps its pods, which restart their trainer in place); "
+        "empty: every slice runs pods of the current attempt.",
+    )
     restarts: int = Field(default=0, description="All restarts, whatever the cause.")
     application_restarts: int = Field(
         default=0, description="Restarts caused by the application; these count against maxRestarts."

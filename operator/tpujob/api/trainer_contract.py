@@ -30,6 +30,12 @@ ENV_NUM_SLICES: Final = "TPUJOB_NUM_SLICES"
 ENV_CHECKPOINT_DIR: Final = "TPUJOB_CHECKPOINT_DIR"  # when spec.trainer.checkpointDir is set
 ENV_EXPORT_DIR: Final = "TPUJOB_EXPORT_DIR"  # when exportDir or checkpointDir is set
 ENV_METRICS_PORT: Final = "TPUJOB_METRICS_PORT"
+# restartStrategy RecreateSlice: the file (a downward API volume of the pod's annotation
+# tpujob.dev/restart-attempt) whose number rises when the trainer is to restart its training process in
+# place, as that attempt (TPUJOB_ATTEMPT of the new process).
+ENV_RESTART_ATTEMPT_FILE: Final = "TPUJOB_RESTART_ATTEMPT_FILE"
+RESTART_ATTEMPT_DIR: Final = "/etc/tpujob/restart"
+RESTART_ATTEMPT_FILE_NAME: Final = "attempt"
 OPERATOR_TPUJOB_ENV: Final = frozenset(
     {
         ENV_JOB_NAME,
@@ -39,6 +45,7 @@ OPERATOR_TPUJOB_ENV: Final = frozenset(
         ENV_CHECKPOINT_DIR,
         ENV_EXPORT_DIR,
         ENV_METRICS_PORT,
+        ENV_RESTART_ATTEMPT_FILE,
     }
 )
 

@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 from tpujob import gke, kube, kubelogin, metrics, metrics_auth, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
-from tpujob.handlers import owned
+from tpujob.handlers import nodes, owned
 from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
 from tpujob.handlers.indexes import namespace_jobs
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
@@ -205,6 +205,9 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
             owned.watch_owned(settings, owned.SERVICE_RESOURCE, namespace, services, lambda *_: None, listed)
         ),
     ]
+    if namespace is None:  # nodes are cluster-scoped: a namespaced operator cannot watch them
+        nodes.watch_selector(settings)
+        runtime.tasks.append(asyncio.create_task(nodes.watch_node_faults(runtime, settings)))
     if workloads is not None:
         observer = runtime.reconciler.observer
 

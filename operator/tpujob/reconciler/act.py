@@ -142,6 +142,9 @@ class Actions:
                     applied.operations[slice_index] = operation
         for name in decision.delete_pods:
             self.delete_pod(meta["namespace"], name)
+        told = {c.ANNOTATION_RESTART_ATTEMPT: str(decision.status.attempt)}
+        for name in decision.restart_in_place:  # kept pods' trainers restart in place, as the new attempt
+            self.api.annotate_pod(meta["namespace"], name, told)
         for name in decision.delete_pools if self.pools is not None else ():
             if self.delete_pool(name):
                 applied.stopping.add(name)

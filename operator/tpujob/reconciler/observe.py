@@ -83,7 +83,13 @@ def pod_view(pod: Any) -> s.PodView:
         started_at=(status.get("startTime") or "") if waiting[1] else "",
         ip=status.get("podIP") or "" if phase == "Running" else "",
         metrics_port=_metrics_port(pod.get("spec") or {}) if phase == "Running" else 0,
+        restart_attempt=_int(meta.get("annotations") or {}, c.ANNOTATION_RESTART_ATTEMPT),
     )
+
+
+def _int(values: dict[str, str], key: str) -> int:
+    value = values.get(key, "")
+    return int(value) if value.isdigit() else 0
 
 
 def _metrics_port(spec: dict[str, Any]) -> int:
@@ -143,7 +149,7 @@ def needs_gke_look(
 def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str]) -> bool:
     """A worker of the current attempt failed, is being deleted (evicted by a drain), or is gone since the
     status counted it (pods created but not yet seen by the watch are not gone)."""
-    current = [p for p in pods if p.attempt == status.attempt]
+    current = [p for p in pods if s.is_current(status, p)]
     if any(p.phase == "Failed" or p.deleting for p in current):
         return True
     counted = status.workers.pending + status.workers.running + status.workers.succeeded
@@ -155,7 +161,7 @@ def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
     status = job.status or TPUJobStatus()
     if job.spec.capacity.mode != CapacityMode.flex_start or status.run_deadline is not None:
         return False
-    return any(p.node and p.attempt == status.attempt and not p.deleting for p in pods)
+    return any(p.node and s.is_current(status, p) and not p.deleting for p in pods)
 
 
 def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
@@ -165,7 +171,7 @@ def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
     if status.phase not in (Phase.STARTING, Phase.RUNNING):
         return None
     for pod in pods:
-        if (pod.slice, pod.worker, pod.attempt) == (0, 0, status.attempt) and pod.phase == "Running":
+        if (pod.slice, pod.worker) == (0, 0) and s.is_current(status, pod) and pod.phase == "Running":
             return None if pod.deleting else pod
     return None
 
@@ -234,6 +240,8 @@ class Observer:
         # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
         self.maintenance: dict[str, int] = {}
         self.maintenance_forbidden = False
+        # The TPU device plugin's hardware conditions, node -> faults (fed by handlers/nodes.py's watch).
+        self.node_faults: dict[str, tuple[s.NodeFault, ...]] = {}
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
@@ -249,6 +257,7 @@ class Observer:
     ) -> s.Observed:
         """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them)."""
         uid = job.metadata.uid or ""
+        pods = self.volume_problems(job, pods, now)
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
         in_flight = self.memory.pods_in_flight(uid, pods)
         looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus(), pods, in_flight)
@@ -270,6 +279,7 @@ class Observer:
             flex_start_zone_fallback=self.settings.flex_start_zone_fallback,
             zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
+            node_faults={p.node: self.node_faults[p.node] for p in pods if p.node in self.node_faults},
             cluster_version=check.version if check is not None else "",
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).
@@ -297,6 +307,50 @@ class Observer:
         if limit is None or not s.needs_admission(job):
             return None
         return self.chips.admit(job, limit)
+
+    def volume_problems(self, job: TPUJob, pods: list[s.PodView], now: dt.datetime) -> list[s.PodView]:
+        """The first worker of a starting job still creating its container past the startup grace, with the
+        kubelet's FailedMount or FailedAttachVolume Event (its latest) as its waiting reason and message:
+        the container status says only ContainerCreating. One list of one pod's Events per pass at most."""
+        status = job.status or TPUJobStatus()
+        if status.phase not in (Phase.STARTING, Phase.RESTARTING):
+            return pods
+        grace = dt.timedelta(seconds=self.settings.startup_grace_seconds)
+        creating = sorted(
+            (
+                p
+                for p in pods
+                if s.is_current(status, p)
+                and p.phase == "Pending"
+                and p.waiting_reason in ("ContainerCreating", "PodInitializing")
+                and p.started_at
+                and now - s.parse_timestamp(p.started_at) >= grace
+            ),
+            key=lambda p: (p.slice, p.worker),
+        )
+        if not creating:
+            return pods
+        first = creating[0]
+        events = [
+            e
+            for e in self.api.list_pod_events(job.metadata.namespace, first.name)
+            if e.get("reason") in s.VOLUME_START_PROBLEMS
+        ]
+        if not events:
+            return pods
+        # The volume's own words ("MountVolume.SetUp failed for volume ...") over the pod worker's summary
+        # that follows them after its 2-minute wait ("Unable to attach or mount volumes: ...").
+        events.sort(
+            key=lambda e: (not (e.get("message") or "").startswith("Unable to"), e.get("lastTimestamp") or "")
+        )
+        latest = events[-1]
+        told = dataclasses.replace(
+            first,
+            waiting_container="",
+            waiting_reason=latest["reason"],
+            waiting_message=latest.get("message") or "",
+        )
+        return [told if p is first else p for p in pods]
 
     def observe_invalid(
         self,

@@ -15,9 +15,11 @@ from tpujob import tpu
 from tpujob.api import constants as c
 from tpujob.api import trainer_contract as contract
 from tpujob.api.job import TPUJob
+from tpujob.api.run_policy import RestartStrategy
 from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, CapacityMode, NodePoolPolicy
 from tpujob.api.validation import is_default_trainer_image
 from tpujob.render import naming
+from tpujob.render.inplace import restart_in_place
 from tpujob.render.meta import job_labels, owned_metadata
 from tpujob.render.network import network_policy
 from tpujob.render.placement import Placement, gke_taint
@@ -450,6 +452,8 @@ def pod(
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     metadata = owned_metadata(job, naming.pod_name(job, slice_index, worker_index, attempt), labels)
+    if job.spec.run_policy.restart_strategy == RestartStrategy.recreate_slice:
+        restart_in_place(spec, metadata, attempt)
     merge_pod(spec, metadata, job.spec.pod)  # sidecars, volumes, pull secrets, ...: after the operator's part
     if placement is not None:
         # Kueue's flavor assignment only picks flavors whose labels agree with the pod's own selectors.

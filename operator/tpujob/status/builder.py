@@ -17,7 +17,9 @@ from tpujob.status.model import (
     PodView,
     PoolView,
     expected_workers,
+    is_current,
     parse_timestamp,
+    serving_attempt,
     set_condition,
     timestamp,
 )
@@ -78,10 +80,11 @@ def is_finished(pod: PodView) -> bool:
     return pod.phase in ("Succeeded", "Failed") and not pod.lingering
 
 
-def count_workers(b: Builder, attempt: int) -> dict[str, int]:
+def count_workers(b: Builder) -> dict[str, int]:
+    """The pods serving the current attempt, by phase."""
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
     for pod in b.observed.pods:
-        if pod.attempt == attempt and not pod.deleting:
+        if is_current(b.status, pod) and not pod.deleting:
             key = pod.phase.lower() if pod.phase.lower() in counts else "pending"
             counts[key] += 1
     return counts
@@ -166,29 +169,47 @@ def provisioning_timed_out(b: Builder, reason: str, message: str) -> bool:
     return True
 
 
-def begin_restart(b: Builder, reason: str, detail: str, infrastructure: bool) -> None:
-    """A new attempt: every pod of the job goes (a slice is all or nothing), counted by reason."""
+def begin_restart(
+    b: Builder, reason: str, detail: str, infrastructure: bool, only_slice: int | None = None
+) -> None:
+    """A new attempt, counted by reason: every pod of the job goes (a slice is all or nothing), or with
+    `only_slice` (restartStrategy RecreateSlice) only that slice's; the other slices' pods stay and serve
+    the new attempt, their trainers restarting in place."""
     status = b.status
+    slices = b.job.spec.tpu.slices
+    kept = {
+        i: serving_attempt(status, i) for i in range(slices) if only_slice is not None and i != only_slice
+    }
     budget = b.job.spec.run_policy.max_restarts
     status.restarts += 1
     status.restarts_by_reason[reason] = status.restarts_by_reason.get(reason, 0) + 1
     if not infrastructure:
         status.application_restarts += 1
     status.attempt += 1
+    status.slice_attempts = [kept.get(i, status.attempt) for i in range(slices)] if kept else []
     status.last_restart_time = timestamp(b.now)
     status.starting_since = None  # the next attempt's startup clock starts when its pods do
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
     # Live pods go now; the failed attempt's finished pods stay for `kubectl logs` until the next restart.
     for pod in b.observed.pods:
-        if pod.deleting or pod.name in b.decision.delete_pods:
+        if pod.deleting or pod.name in b.decision.delete_pods or is_current(status, pod):
             continue
         if is_finished(pod) and pod.attempt == status.attempt - 1:
             continue
         b.decision.delete_pods.append(pod.name)
+    if kept:  # the kept slices' trainers are told now (restart in place), not after the new pods' backoff
+        b.decision.restart_in_place = [
+            p.name
+            for p in b.observed.pods
+            if is_current(status, p) and not p.deleting and p.phase in ("Pending", "Running")
+        ]
     counted = f"{status.application_restarts}/{budget} application restarts used"
-    b.set_phase(
-        Phase.RESTARTING, reason, f"{detail}; restarting all workers as attempt {status.attempt} ({counted})"
+    what = (
+        "restarting all workers"
+        if not kept
+        else f"recreating slice {only_slice}'s workers, the other slices' trainers restarting in place,"
     )
+    b.set_phase(Phase.RESTARTING, reason, f"{detail}; {what} as attempt {status.attempt} ({counted})")
     b.condition(ConditionType.RUNNING, False, reason, detail)
     # The next pass re-checks the pools (a lost node may have broken the slice) before new pods.
     b.decision.requeue(1.0)

@@ -10,6 +10,7 @@ from tpujob.status.builder import Builder, begin_restart, known_pools, limit_rea
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
     PodView,
+    is_current,
     parse_timestamp,
     timestamp,
 )
@@ -92,11 +93,10 @@ def maintenance_due(b: Builder) -> bool:
     shown in the status with an event, and maintenanceLeadSeconds before it the workers checkpoint (SIGTERM)
     and the job restarts. New pods avoid nodes under notice (render.pod), so they wait for the hosts to come
     back. Not the application's fault: not counted."""
-    attempt = b.status.attempt
     times = [
         b.observed.maintenance[p.node]
         for p in b.observed.pods
-        if p.attempt == attempt and not p.deleting and p.node in b.observed.maintenance
+        if is_current(b.status, p) and not p.deleting and p.node in b.observed.maintenance
     ]
     if not times:
         b.status.maintenance_time = None

@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import ConditionType, Phase, Reason, TransitionReason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress, queue, tenancy
+from tpujob.status import failures, progress, queue, recovery, tenancy
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -35,7 +35,9 @@ from tpujob.status.model import (
     Observed,
     PodView,
     expected_workers,
+    is_current,
     parse_timestamp,
+    serving_attempt,
     timestamp,
 )
 from tpujob.status.pools import place, pools_ready
@@ -76,7 +78,7 @@ def _decide(b: Builder) -> None:
         status.start_time = timestamp(b.now)
         if status.phase is None:
             b.set_phase(Phase.PENDING, TransitionReason.CREATED, "the operator accepted the job")
-    status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b, status.attempt))
+    status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b))
     if _deadline_passed(b):
         return
     place(b)
@@ -149,25 +151,28 @@ def _run_workers(b: Builder) -> None:
     # A crash after creating a new attempt's pods but before recording it: adopt that attempt.
     newest = max((p.attempt for p in b.observed.pods), default=status.attempt)
     if newest > status.attempt:
-        status.attempt = newest
+        status.attempt, status.slice_attempts = newest, []
     for pod in b.observed.pods:
         keep_for_logs = is_finished(pod) and pod.attempt == status.attempt - 1
-        if pod.attempt < status.attempt and not pod.deleting and not keep_for_logs:
+        stale = pod.attempt < status.attempt and not is_current(status, pod)
+        if stale and not pod.deleting and not keep_for_logs:
             b.decision.delete_pods.append(pod.name)
-    current = {
-        (p.slice, p.worker): p for p in b.observed.pods if p.attempt == status.attempt and not p.deleting
-    }
+    current = {(p.slice, p.worker): p for p in b.observed.pods if is_current(status, p) and not p.deleting}
     wanted = expected_workers(b.job)
     failed = [p for p in current.values() if p.phase == "Failed"]
     missing = [
         key
         for key in wanted
         if key not in current
-        and naming.pod_name(b.job, key[0], key[1], status.attempt) not in b.observed.pods_in_flight
+        and naming.pod_name(b.job, key[0], key[1], serving_attempt(status, key[0]))
+        not in b.observed.pods_in_flight
     ]
     if failed:
         _restart(b, failed, lost=[])
         return
+    if recovery.hardware_restart(b, list(current.values())):
+        return
+    recovery.restart_in_place(b, list(current.values()))
     if b.observed.slice_created is not None and status.run_deadline is None:
         start_run_clock(b)  # the slice's VMs count from their creation, even while its workers start
     if run_duration_ends(b) or maintenance_due(b):
@@ -185,7 +190,7 @@ def _run_workers(b: Builder) -> None:
     b.decision.create_pods = missing
     # Pods created now or not yet seen by the watch are Pending: counting them so means their first
     # watch events change nothing, and the status is not written again for each of them.
-    counts = count_workers(b, status.attempt)
+    counts = count_workers(b)
     if not b.observed.pods_refused:  # refused pods do not exist: the next pass must not find them "lost"
         counts["pending"] += sum(1 for key in wanted if key not in current)
     status.workers = WorkerCounts(expected=len(wanted), **counts)
@@ -255,9 +260,9 @@ def _restart_backoff_left(b: Builder) -> float:
 
 
 def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> None:
-    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job, unless the
-    failurePolicy fails the job at once (failures.judge: its rules over preemption and application
-    failures)."""
+    """TPU slices are all-or-nothing: any worker lost or failed restarts every pod of the job (or of its one
+    slice, recovery.narrow_slice), unless the failurePolicy fails the job at once (failures.judge: its rules
+    over preemption and application failures)."""
     status = b.status
     if lost:
         reason, counted = Reason.NODE_LOST, False
@@ -272,4 +277,6 @@ def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> 
     if counted and status.application_restarts >= budget:
         fail(b, Reason.BACKOFF_LIMIT, f"{detail}; maxRestarts ({budget}) spent")
         return
-    begin_restart(b, reason, detail, infrastructure=not counted)
+    begin_restart(
+        b, reason, detail, infrastructure=not counted, only_slice=recovery.narrow_slice(b, failed, lost)
+    )

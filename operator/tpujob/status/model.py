@@ -40,6 +40,11 @@ CONTAINER_START_PROBLEMS = frozenset(
         "CrashLoopBackOff",
     }
 )
+# Why a pod's volumes cannot be set up, in the kubelet's own words: the reasons of the Events the kubelet
+# posts while the pod waits in ContainerCreating (pkg/kubelet/events/event.go: FailedMountVolume =
+# "FailedMount", FailedAttachVolume = "FailedAttachVolume"). The observer reads them off the pod's Events for
+# a worker still creating past the grace period (the container status says only ContainerCreating).
+VOLUME_START_PROBLEMS = frozenset({"FailedMount", "FailedAttachVolume"})
 # The kubelet alternates these two while it retries a pull (ErrImagePull, then ImagePullBackOff until the
 # back-off ends): one problem, one Warning event.
 SAME_PROBLEM = {"ImagePullBackOff": "ErrImagePull"}
@@ -53,6 +58,8 @@ INFRASTRUCTURE_REASONS = frozenset(
         Reason.MAINTENANCE,
         Reason.NODE_UPGRADE,
         Reason.NODE_REPAIR,
+        Reason.MEGASCALE_HANG,
+        Reason.SLICE_ERROR,
     }
 )
 # Waiting for these is worth a Warning event: someone may have to act (or at least know).
@@ -73,6 +80,7 @@ WARNING_REASONS = frozenset(
         Reason.KUEUE_NOT_ENABLED,
         Reason.KUEUE_UNAVAILABLE,
         *CONTAINER_START_PROBLEMS,
+        *VOLUME_START_PROBLEMS,
     }
 )
 
@@ -152,6 +160,20 @@ class PodView:
     # when not known): worker 0's step counter is read there while the job runs.
     ip: str = ""
     metrics_port: int = 0
+    # The attempt the pod's trainer was told to run (annotation tpujob.dev/restart-attempt): the attempt that
+    # created the pod, or a later one its trainer restarts in place for (restartStrategy RecreateSlice).
+    restart_attempt: int = 0
+
+
+@dataclass(frozen=True)
+class NodeFault:
+    """A node condition GKE's TPU device plugin sets from libtpu's signals (MegascaleHangDetected,
+    SliceErrorDetected), True, with its lastHeartbeatTime (RFC 3339: the plugin renews it every collection
+    while libtpu still reports the error, and removes the condition 30 minutes after the last) and message."""
+
+    type: str
+    heartbeat: str
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -320,6 +342,9 @@ class Observed:
     # admitted (None: no limit, queued through Kueue, or admitted already): status/tenancy.py.
     chips: ChipBudget | None = None
 
+    # The TPU device plugin's hardware conditions on the nodes of the job's pods (node -> its faults).
+    node_faults: dict[str, tuple[NodeFault, ...]] = field(default_factory=dict)
+
     @property
     def status(self) -> TPUJobStatus:
         return self.job.status or TPUJobStatus()
@@ -363,6 +388,9 @@ class Decision:
     create_service: bool = False
     create_pods: list[tuple[int, int]] = field(default_factory=list)  # (slice, worker) of status.attempt
     delete_pods: list[str] = field(default_factory=list)
+    # Pods kept through a narrow restart whose trainer is told the new attempt (their annotation
+    # tpujob.dev/restart-attempt set to status.attempt): they restart training in place.
+    restart_in_place: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
@@ -414,6 +442,19 @@ def expected_workers(job: TPUJob) -> list[tuple[int, int]]:
     return [(s, w) for s in range(job.spec.tpu.slices) for w in range(hosts)]
 
 
+def serving_attempt(status: TPUJobStatus, slice_index: int) -> int:
+    """The attempt whose pods serve a slice: status.attempt, unless a narrow restart kept the slice's pods
+    of an earlier one (status.sliceAttempts)."""
+    if slice_index < len(status.slice_attempts):
+        return status.slice_attempts[slice_index]
+    return status.attempt
+
+
+def is_current(status: TPUJobStatus, pod: PodView) -> bool:
+    """The pod serves the current attempt (made by it, or kept through a narrow restart)."""
+    return pod.attempt == serving_attempt(status, pod.slice)
+
+
 def is_infrastructure_failure(pod: PodView) -> bool:
     """Preemption, maintenance or node loss, as opposed to the application failing."""
     return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
@@ -445,12 +486,14 @@ __all__ = [
     "RESTART_BACKOFF_CAP_SECONDS",
     "SAME_PROBLEM",
     "TERMINAL_PHASES",
+    "VOLUME_START_PROBLEMS",
     "WARNING_REASONS",
     "ChipBudget",
     "Decision",
     "Event",
     "FlavorView",
     "GKEError",
+    "NodeFault",
     "Observed",
     "Placement",
     "PodView",
@@ -462,9 +505,11 @@ __all__ = [
     "WorkloadView",
     "WorkloadWrites",
     "expected_workers",
+    "is_current",
     "is_infrastructure_failure",
     "parse_timestamp",
     "rejected_backoff_seconds",
+    "serving_attempt",
     "set_condition",
     "timestamp",
 ]

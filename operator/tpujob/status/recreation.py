@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tpujob.api.status import Phase, Reason
 from tpujob.status.builder import Builder, begin_restart
-from tpujob.status.model import PoolView, is_infrastructure_failure
+from tpujob.status.model import PoolView, is_current, is_infrastructure_failure
 from tpujob.status.pool_conditions import node_recreation
 
 _DOING: dict[str, str] = {
@@ -46,8 +46,7 @@ def slice_disrupted(b: Builder, *, failed_counts: bool = True) -> bool:
     """A worker of the current attempt evicted or being deleted, gone since the last status counted it (pods
     created but not yet seen by the watch are not gone), or (`failed_counts`) failed for its node's sake
     (node shutdown, eviction: is_infrastructure_failure, or a DisruptionTarget condition)."""
-    attempt = b.status.attempt
-    current = [p for p in b.observed.pods if p.attempt == attempt]
+    current = [p for p in b.observed.pods if is_current(b.status, p)]
     for pod in current:
         if pod.deleting:
             return True

@@ -15,6 +15,7 @@ from tpujob.api.status import Reason
 from tpujob.status.builder import Builder, fail, limit_reached
 from tpujob.status.model import (
     CONTAINER_START_PROBLEMS,
+    VOLUME_START_PROBLEMS,
     PodView,
     parse_timestamp,
     timestamp,
@@ -51,14 +52,16 @@ def startup_timed_out(b: Builder, why: tuple[str, str] | None) -> bool:
 
 
 def _cannot_start(b: Builder, pods: list[PodView]) -> tuple[str, str] | None:
-    stuck = [
-        p for p in _in_order(pods) if p.phase == "Pending" and p.waiting_reason in CONTAINER_START_PROBLEMS
-    ]
+    problems = CONTAINER_START_PROBLEMS | VOLUME_START_PROBLEMS
+    stuck = [p for p in _in_order(pods) if p.phase == "Pending" and p.waiting_reason in problems]
     shown = [p for p in stuck if _past_grace(b, p.started_at or b.status.starting_since, _startup_grace(b))]
     if not shown:
         return None
     first = shown[0]
-    message = f"pod {first.name} cannot start container {first.waiting_container}: "
+    if first.waiting_reason in VOLUME_START_PROBLEMS:  # the pod's volumes, before any container
+        message = f"pod {first.name} cannot set up its volumes: "
+    else:
+        message = f"pod {first.name} cannot start container {first.waiting_container}: "
     message += first.waiting_message or first.waiting_reason
     if len(stuck) > 1:
         message += f" ({len(stuck) - 1} more worker pod(s) cannot start)"

@@ -34,6 +34,20 @@ What the test bed makes of it (README, "The simulated GKE"):
   activity signal here; 0 on an idle chip); `memory_total` is the generation's HBM per chip;
 - not served: `memory_bandwidth_utilization(_node)` (no signal for HBM bandwidth here), the runtime's
   megascale, gRPC and TCP series, `accelerator_request`.
+
+Node conditions (pkg/metrics/metrics.go, collectMetrics -> updateNodeCondition, removeExpiredNodeCondition):
+after each container's runtime answered, the plugin looks at two of libtpu's runtime metrics and patches its
+node's status (a strategic merge patch of status.conditions, merged by type):
+- `megascale.error.detected.gauge` with an entry whose attribute error_type is HANG_DETECTED and whose value
+  is not 0 -> condition `MegascaleHangDetected`, status True, message "" (hangDetected);
+- `slice.error.detected.gauge` with an entry carrying error_message, session_id, type and topology and a
+  value not 0 -> `SliceErrorDetected`, True, the entry's error_message as message (sliceErrorDetected);
+- the first time, lastHeartbeatTime and lastTransitionTime are now; while the signal stays, every collection
+  renews lastHeartbeatTime only; 30 minutes after the last heartbeat (hangExpirePeriod,
+  sliceErrorConditionExpirePeriod) the condition is removed. No `reason` is set.
+libtpu's signals cannot happen here (no TPU runtime): a test says a pod's runtime reports one
+(`report_megascale_hang`, `report_slice_error`), which then answers the plugin as libtpu would while the pod
+runs.
 """
 
 from __future__ import annotations
@@ -42,11 +56,13 @@ import hashlib
 import http.server
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -65,6 +81,9 @@ MAKE = "cloud-tpu"  # pkg/metrics/metrics.go `brand`
 COLLECTION_SECONDS = 10.0  # runtime- and host-metrics-collection-interval (GKE time)
 MIN_COLLECTION_REAL_SECONDS = 1.0  # at the tests' time scale, not faster than this
 STALE_COLLECTIONS = 6  # CleanupStaleMetrics(lastActiveCIs, 6)
+HANG_CONDITION = "MegascaleHangDetected"  # metrics.go hangConditionType
+SLICE_ERROR_CONDITION = "SliceErrorDetected"  # metrics.go sliceErrorConditionType
+CONDITION_EXPIRY_SECONDS = 30 * 60.0  # hangExpirePeriod, sliceErrorConditionExpirePeriod
 # What promhttp (client_golang, the plugin's handler) answers a scraper that takes the text format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -351,6 +370,11 @@ class TpuDevicePlugin:
         # The TPU runtime of a pod, as the plugin reaches it on the pod's port 8431; set by the test bed (the
         # simulated kubelet measures the pod's process). Default: no runtime answers.
         self.runtime: Runtime = lambda namespace, pod: None
+        # libtpu's error signals a test made a pod's runtime report: (namespace, pod) -> (condition, message).
+        self._signals: dict[tuple[str, str], tuple[str, str]] = {}
+        # Per node and condition: the last heartbeat written (monotonic seconds), for the 30-minute expiry.
+        self._heartbeats: dict[tuple[str, str], float] = {}
+        self._expiry = CONDITION_EXPIRY_SECONDS * time_scale
         self._endpoints: dict[str, _Endpoint] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -369,6 +393,15 @@ class TpuDevicePlugin:
             for endpoint in self._endpoints.values():
                 endpoint.stop()
             self._endpoints.clear()
+
+    def report_megascale_hang(self, namespace: str, pod: str) -> None:
+        """The pod's libtpu reports a Megascale hang (megascale.error.detected.gauge, error_type
+        HANG_DETECTED, value 1) from now on."""
+        self._signals[(namespace, pod)] = (HANG_CONDITION, "")
+
+    def report_slice_error(self, namespace: str, pod: str, message: str) -> None:
+        """The pod's libtpu reports a slice error (slice.error.detected.gauge, error_message `message`)."""
+        self._signals[(namespace, pod)] = (SLICE_ERROR_CONDITION, message)
 
     def endpoints(self) -> dict[str, str]:
         """Node name -> the address its plugin's /metrics is served on (in place of <node IP>:2112)."""
@@ -413,3 +446,35 @@ class TpuDevicePlugin:
             answers = {h.key: by_pod[(h.namespace, h.pod)] for h in found}
             with endpoint.lock:
                 endpoint.metrics.collect(found, answers)
+            try:
+                self._update_conditions(name, {(h.namespace, h.pod) for h in found})
+            except ApiException as error:  # the node went, or a write raced: the next collection tries again
+                log.warning("tpu-device-plugin: node %s conditions not updated: %s", name, error.reason)
+        running = {
+            (p["metadata"]["namespace"], p["metadata"]["name"]) for n in pods_by_node.values() for p in n
+        }
+        for key in set(self._signals) - running:  # the pod is gone (or ended): its libtpu with it
+            del self._signals[key]
+
+    def _update_conditions(self, node: str, pods: set[tuple[str, str]]) -> None:
+        """The plugin's node condition checks after a collection: set or renew a condition while a running
+        TPU container's libtpu reports its signal, remove it 30 minutes after its last heartbeat."""
+        now, wall = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        reported = {self._signals[key] for key in pods if key in self._signals}
+        for condition, message in reported:
+            fresh = (node, condition) not in self._heartbeats
+            entry = {"type": condition, "status": "True", "lastHeartbeatTime": wall, "message": message}
+            if fresh:
+                entry["lastTransitionTime"] = wall
+            self.core.patch_node_status(node, {"status": {"conditions": [entry]}})
+            self._heartbeats[(node, condition)] = now
+        for (where, condition), last in list(self._heartbeats.items()):
+            if where == node and now - last > self._expiry:
+                self._remove_condition(node, condition)
+                del self._heartbeats[(where, condition)]
+
+    def _remove_condition(self, node: str, condition: str) -> None:
+        """removeExpiredNodeCondition: read the node, drop the condition, UpdateStatus."""
+        body = self.core.read_node(node)
+        body.status.conditions = [c for c in body.status.conditions or [] if c.type != condition]
+        self.core.replace_node_status(node, body)

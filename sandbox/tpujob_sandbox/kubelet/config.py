@@ -100,3 +100,27 @@ def volume_files(volume: dict[str, Any], read: Read) -> dict[str, str] | None:
             return dict(data)
         return {item["path"]: data[item["key"]] for item in items if item["key"] in data}
     return None
+
+
+def downward_api_files(volume: dict[str, Any], pod: dict[str, Any]) -> dict[str, str] | None:
+    """The files of a downward API volume (path -> text) from the pod's metadata fields its items name
+    (metadata.name, .namespace, .uid, .labels, .annotations and one label or annotation by key, the fields
+    a downwardAPI volume may take); None for other volume kinds. The kubelet writes them when the volume is
+    set up and again when the pod's labels or annotations change (kubernetes.io/docs/concepts/workloads/
+    pods/downward-api/, "Information available via fieldRef")."""
+    source = volume.get("downwardAPI")
+    if source is None:
+        return None
+    meta = pod["metadata"]
+    files: dict[str, str] = {}
+    for item in source.get("items") or []:
+        path = (item.get("fieldRef") or {}).get("fieldPath", "")
+        for kind in ("labels", "annotations"):
+            values = meta.get(kind) or {}
+            if path == f"metadata.{kind}":
+                files[item["path"]] = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+            elif path.startswith(f"metadata.{kind}['") and path.endswith("']"):
+                files[item["path"]] = values.get(path[len(f"metadata.{kind}['") : -2], "")
+        if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
+            files[item["path"]] = str(meta.get(path.split(".")[1], ""))
+    return files

@@ -240,6 +240,7 @@ class KubeletSimulator:
             if time.monotonic() >= self._blocked.get(key, 0.0):
                 self._start(pod)
         elif not run.finished:
+            self.starts.refresh_downward_api(pod)  # a changed annotation reaches the container's files
             self._check_exit(pod, run)
 
     def _forget(self, key: tuple[str, str]) -> None:

@@ -20,6 +20,7 @@ from tpujob_sandbox.kubelet.config import (
     CONFIG_MAP,
     SECRET,
     ContainerConfigError,
+    downward_api_files,
     missing_volume,
     referenced_env,
     volume_files,
@@ -116,7 +117,7 @@ class StartChecks:
                 folders[name] = self.gcs_root / (csi.get("volumeAttributes") or {}).get("bucketName", "_")
             elif claim := volume.get("persistentVolumeClaim"):
                 folders[name] = self.state_dir / "claims" / meta["namespace"] / claim["claimName"]
-            elif (files := volume_files(volume, read)) is not None or "emptyDir" in volume:
+            elif (files := _files(volume, pod, read)) is not None or "emptyDir" in volume:
                 folders[name] = base / name
                 for path, text in (files or {}).items():
                     (base / name / path).parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +133,22 @@ class StartChecks:
             )
             for container in [*(spec.get("initContainers") or []), *spec["containers"]]
         }
+
+    def refresh_downward_api(self, pod: dict[str, Any]) -> None:
+        """Rewrite a running pod's downward API files from its metadata as it is now (the kubelet's sync of
+        a pod whose labels or annotations changed). Each file is replaced whole (rename), as the kubelet's
+        atomic writer swaps its data directory, so a reader never sees half a file."""
+        meta = pod["metadata"]
+        base = self.state_dir / "volumes" / f"{meta['namespace']}_{meta['name']}"
+        for volume in pod["spec"].get("volumes") or []:
+            for path, text in (downward_api_files(volume, pod) or {}).items():
+                target = base / volume["name"] / path
+                if target.exists() and target.read_text() == text:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                staged = target.with_name(f".{target.name}.tmp")
+                staged.write_text(text)
+                staged.replace(target)
 
     def _credentials(self, pod: dict[str, Any], read: Any) -> list[tuple[str, str, str]]:
         found: list[tuple[str, str, str]] = []
@@ -187,6 +204,12 @@ class StartChecks:
         )
         with contextlib.suppress(ApiException):  # the kubelet's events are best effort too
             self.core.create_namespaced_event(meta["namespace"], event)
+
+
+def _files(volume: dict[str, Any], pod: dict[str, Any], read: Any) -> dict[str, str] | None:
+    """A Secret, ConfigMap or downward API volume's files; None for other kinds."""
+    files = volume_files(volume, read)
+    return files if files is not None else downward_api_files(volume, pod)
 
 
 def waiting_status(pod: dict[str, Any], host_ip: str, waiting: dict[str, tuple[str, str]]) -> dict[str, Any]:

@@ -1,0 +1,178 @@
+"""Recovery on the test bed: a failure confined to one slice of a Multislice job recreates only that slice
+(restartStrategy RecreateSlice) while the other slices' pods stay and are told the new attempt; the TPU
+device plugin's MegascaleHangDetected restarts a running job at once, uncounted; a Secret volume that
+cannot mount shows the kubelet's FailedMount words, then the startup timeout gives the slice back."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import yaml
+
+from tests.manifests import plain_job
+from tests.trainer.conftest import REPO
+from tpujob.api import constants as c
+from tpujob_sandbox import free_port, wait_for
+
+MULTISLICE = {"type": "v5p", "topology": "2x2x2", "slices": 2}  # 2 slices x 2 hosts
+STARTUP_TIMEOUT = 10
+JAX_STEPS = 6000
+
+
+def by_slice(pods):
+    return {
+        (int(p.metadata.labels[c.LABEL_SLICE]), int(p.metadata.labels[c.LABEL_WORKER])): p
+        for p in pods
+        if p.metadata.deletion_timestamp is None
+    }
+
+
+def test_a_failure_in_one_slice_recreates_that_slice_and_keeps_the_others_pods(jobs, kubelet):
+    jobs.create(plain_job("narrow", tpu=MULTISLICE, runPolicy={"restartStrategy": "RecreateSlice"}))
+    first = by_slice(jobs.wait_pods_running("narrow", 4, timeout=120))
+    jobs.wait_phase("narrow", "Running")
+    kept = {key: pod.metadata.uid for key, pod in first.items() if key[0] == 0}
+    kubelet.fail(jobs.namespace, first[(1, 0)].metadata.name, exit_code=1, message="boom")
+    jobs.wait_pods_running("narrow", 2, attempt=1, timeout=90)  # slice 1's pods, made again
+
+    def all_running_again():
+        status = jobs.status("narrow")
+        return status if status.get("phase") == "Running" and status.get("attempt") == 1 else None
+
+    status = wait_for(all_running_again, timeout=60, what="the job Running again as attempt 1")
+    assert status["sliceAttempts"] == [0, 1]
+    assert (status["restarts"], status["applicationRestarts"]) == (1, 1)
+    now = by_slice(jobs.pods("narrow"))
+    assert {key: now[key].metadata.uid for key in kept} == kept  # the healthy slice's pods are the same pods
+    for key in kept:  # ... and their trainers were told the new attempt (a downward API file shows them it)
+        assert now[key].metadata.annotations[c.ANNOTATION_RESTART_ATTEMPT] == "1"
+        assert now[key].status.pod_ip == first[key].status.pod_ip
+    assert all(now[(1, w)].metadata.labels[c.LABEL_ATTEMPT] == "1" for w in (0, 1))
+    for pod in now.values():
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    done = jobs.wait_phase("narrow", "Succeeded", timeout=60)
+    assert done["workers"]["succeeded"] == 4
+
+
+def test_a_megascale_hang_on_a_running_node_restarts_the_job_at_once_and_uncounted(jobs, gke, kubelet):
+    jobs.create(plain_job("hang", tpu=MULTISLICE, runPolicy={"maxRestarts": 0}))
+    pods = by_slice(jobs.wait_pods_running("hang", 4, timeout=120))
+    jobs.wait_phase("hang", "Running")
+    hung = pods[(1, 1)]
+    gke.device_plugin.report_megascale_hang(jobs.namespace, hung.metadata.name)
+    condition = wait_for(
+        lambda: next(
+            (
+                cond
+                for cond in jobs.core.read_node(hung.spec.node_name).status.conditions or []
+                if cond.type == "MegascaleHangDetected"
+            ),
+            None,
+        ),
+        timeout=30,
+        what="the device plugin's node condition",
+    )
+    assert (condition.status, condition.message or "") == ("True", "")
+
+    def restarted():
+        status = jobs.status("hang")
+        return status if status.get("restartsByReason", {}).get("MegascaleHangDetected") else None
+
+    status = wait_for(restarted, timeout=30, what="the restart for the hang")
+    when = dt.datetime.strptime(status["lastRestartTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    assert when - condition.last_transition_time <= dt.timedelta(seconds=5)  # within seconds of the signal
+    said = wait_for(
+        lambda: [
+            e for e in jobs.events("hang") if e.type == "Warning" and e.reason == "MegascaleHangDetected"
+        ],
+        timeout=10,
+        what="the restart's Warning event",
+    )
+    assert f"node {hung.spec.node_name}" in said[0].message
+    started = jobs.wait_pods_running("hang", 4, attempt=1, timeout=90)
+    status = jobs.wait_phase("hang", "Running", timeout=60)
+    assert status["restartsByReason"] == {"MegascaleHangDetected": 1}
+    assert status["applicationRestarts"] == 0  # maxRestarts 0, and the job runs on
+    # The condition stays on the node (30 minutes of GKE time), but its heartbeat predates this attempt: no
+    # restart for it. A second hang, in the new attempt, restarts the job again.
+    again = by_slice(started)[(0, 1)]
+    gke.device_plugin.report_megascale_hang(jobs.namespace, again.metadata.name)
+
+    def restarted_twice():
+        status = jobs.status("hang")
+        return status if status.get("restartsByReason", {}).get("MegascaleHangDetected") == 2 else None
+
+    wait_for(restarted_twice, timeout=30, what="the restart for the second hang")
+    for pod in jobs.wait_pods_running("hang", 4, attempt=2, timeout=90):
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+    assert jobs.wait_phase("hang", "Succeeded", timeout=60)["restarts"] == 2
+
+
+def test_a_secret_volume_that_cannot_mount_shows_failed_mount_then_the_startup_timeout_frees_the_pools(
+    jobs, gke, kubelet
+):
+    trainer = {
+        "image": "registry.example/sleeper:1",
+        "volumeMounts": [{"name": "token", "mountPath": "/etc/token", "readOnly": True}],
+    }
+    pod = {"volumes": [{"name": "token", "secret": {"secretName": "hf-token"}}]}
+    jobs.create(
+        plain_job("mount", trainer=trainer, pod=pod, runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT})
+    )
+
+    def failed_mount():
+        status = jobs.status("mount")
+        return status if status.get("reason") == "FailedMount" else None
+
+    status = wait_for(failed_mount, timeout=90, what="FailedMount in the status")
+    assert status["phase"] == "Starting"
+    assert 'MountVolume.SetUp failed for volume "token" : secret "hf-token" not found' in status["message"]
+    failed = jobs.wait_phase("mount", "Failed", timeout=STARTUP_TIMEOUT + 60)
+    assert failed["reason"] == "StartupTimeout"
+    assert "FailedMount" in failed["message"]
+    wait_for(lambda: not gke.node_pools(), timeout=60, what="the job's node pool to be deleted")
+
+
+@pytest.mark.trainer  # the JAX example's processes (jax.distributed on CPU) rejoin after the restart
+def test_the_jax_example_rejoins_after_its_healthy_slice_restarts_in_place(jobs, kubelet):
+    """2 slices x 2 hosts of the JAX example under restart_in_place.py: a crash of slice 1's worker 0
+    recreates slice 1, slice 0's processes run again in place as attempt 1, and all four processes meet
+    again in jax.distributed (process_count=4, the allgather [0, 1, 2, 3]) and train to the end."""
+    manifest = yaml.safe_load((REPO / "examples" / "jax" / "tpujob.yaml").read_text())
+    name = manifest["metadata"]["name"]
+    port = str(free_port())
+    manifest["spec"]["tpu"]["slices"] = 2
+    manifest["spec"]["nodePool"] = {"policy": "create"}
+    manifest["spec"]["runPolicy"] = {"restartStrategy": "RecreateSlice", "maxRestarts": 3}
+    manifest["spec"]["trainer"].update(
+        command=["python", "/app/restart_in_place.py", "python", "/app/train.py"],
+        args=["--steps", str(JAX_STEPS)],
+        env=[{"name": "JAX_COORDINATOR_PORT", "value": port}],
+    )
+    jobs.create(manifest)
+    jobs.wait_phase(name, "Running", timeout=240)
+    first = by_slice(jobs.wait_pods_running(name, 4, timeout=60))
+    log = {key: kubelet.log_path(jobs.namespace, pod.metadata.name) for key, pod in first.items()}
+    wait_for(
+        lambda: (
+            all("step 50 " in path.read_text() for path in log.values() if path.exists())
+            and all(path.exists() for path in log.values())
+        ),
+        timeout=180,
+        what="every JAX process training",
+    )
+    kubelet.fail(jobs.namespace, first[(1, 0)].metadata.name, exit_code=1, message="crash")
+    status = jobs.wait_phase(name, "Succeeded", timeout=300)
+    assert status["attempt"] == 1 and status["sliceAttempts"] == [0, 1], status
+    final = by_slice(jobs.pods(name))
+    for worker in (0, 1):
+        kept = final[(0, worker)]
+        assert kept.metadata.uid == first[(0, worker)].metadata.uid  # the same pod, its process run again
+        text = kubelet.log_path(jobs.namespace, kept.metadata.name).read_text()
+        assert text.count("process_count=4") == 2, text  # attempt 0, then attempt 1 in place
+        assert text.count("allgather of process ids: [0, 1, 2, 3]") == 2, text
+        assert "learned w=" in text, text
+    recreated = kubelet.log_path(jobs.namespace, final[(1, 0)].metadata.name).read_text()
+    assert final[(1, 0)].metadata.labels[c.LABEL_ATTEMPT] == "1"
+    assert "allgather of process ids: [0, 1, 2, 3]" in recreated and "learned w=" in recreated
