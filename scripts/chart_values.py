@@ -150,6 +150,7 @@ class Operator(Section):
     refused_backoff_seconds: Seconds = Field(
         30, description=f"TPUJOB_REFUSED_BACKOFF_SECONDS. {SECONDS_NOTE}"
     )
+    max_hosts_per_job: int = Field(4096, ge=1, description="TPUJOB_MAX_HOSTS_PER_JOB.")
     progress_reads_per_second: Seconds = Field(
         10, description=f"TPUJOB_PROGRESS_READS_PER_SECOND. {SECONDS_NOTE}"
     )

@@ -14,6 +14,7 @@ import yaml
 from tpujob import __version__, tpu
 from tpujob.api import DefaultZones
 from tpujob.api.crd import crd_yaml
+from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB, size_problems
 from tpujob.localrun import add_subcommand as add_run
 from tpujob.manifests import load_jobs, manifest_files, problems_in
 from tpujob.render import Cluster, render_plan
@@ -41,6 +42,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     cluster = Cluster(project=args.project, location=args.location, cluster=args.cluster, zone=args.zone)
     # A job that names no zone renders into --zone: checked as the operator checks its own zone.
     jobs = load_jobs(args.file, DefaultZones(cluster.zones, "the zone given to tpujob render --zone"))
+    # What the operator would refuse with its default cap on hosts is not rendered either.
+    too_large = [f"{args.file}: {p}" for job in jobs for p in size_problems(job, DEFAULT_MAX_HOSTS_PER_JOB)]
+    if too_large:
+        print("\n".join(too_large), file=sys.stderr)
+        return 1
     plans = [render_plan(job, cluster).to_dict() for job in jobs]
     if args.output == "json":
         print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))

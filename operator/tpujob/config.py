@@ -175,7 +175,8 @@ class OperatorConfig(BaseSettings):
         s.REJECTED_BACKOFF_BASE_SECONDS,
         gt=0,
         description="first wait before asking GKE again for a pool it refused in a way asking soon cannot "
-        "fix (quota, an invalid request); doubles, at most 20 times this",
+        "fix (quota, an invalid request), and the API server again for pods it refused (an admission "
+        "webhook, quota); doubles with each refusal in a row, at most 20 times this",
     )
     unschedulable_grace_seconds: float = Field(
         s.DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
@@ -188,6 +189,12 @@ class OperatorConfig(BaseSettings):
         ge=0,
         description="a worker whose container cannot start this long (an image pull that fails, a missing "
         "Secret) shows the kubelet's reason as the job's (ErrImagePull, CreateContainerConfigError, ...)",
+    )
+    max_hosts_per_job: int = Field(
+        4096,
+        ge=1,
+        description="a job of more TPU hosts (pods: slices x hosts per slice) than this is refused at "
+        "validation, naming spec.tpu and this setting",
     )
     progress_reads_per_second: float = Field(
         s.DEFAULT_PROGRESS_READS_PER_SECOND,

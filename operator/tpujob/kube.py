@@ -146,6 +146,22 @@ class Kube:
         path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
         return self._created(path, body, Priority.WORKLOAD)
 
+    def create_config_map(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when one of its name exists already."""
+        return self._created(f"/api/v1/namespaces/{namespace}/configmaps", body, Priority.WORKLOAD)
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+
+    def patch_config_map(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+            Priority.WORKLOAD,
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         return self._created(f"/api/v1/namespaces/{namespace}/events", body, Priority.EVENT)
 

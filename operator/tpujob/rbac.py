@@ -33,6 +33,10 @@ RULES: list[dict[str, Any]] = [
     # Each job's NetworkPolicy (render/network.py), made before its pods, deleted with the job by garbage
     # collection (its owner reference): create only.
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+    # A large slice's host list, once per slice (render/plan.py hosts_config_map): created, read back when
+    # the name is taken (only the job's own is rewritten), its data replaced when the job's slice changed.
+    # Owned by the job, collected with it.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
     # Events for every transition a user sees in `kubectl describe`; a worker's own read for the kubelet's
     # FailedMount and FailedAttachVolume (the only place the kubelet says why a volume does not mount).
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "create", "patch"]},

@@ -35,6 +35,8 @@ class JobRecord:
     gke_refused: tuple[float, dict[int, Any]] | None = None
     rejections: int = 0
     pods_refused: str = ""  # the API server's refusal of the last pod creates ("" once one passed)
+    pod_refusals: int = 0  # refused pod creates in a row: their backoff grows with it
+    pods_refused_until: float = 0.0  # the monotonic time before which refused pods are not asked again
     # Deleted workers' last state (the newest attempt's), for the pass that quotes their last words.
     departed: dict[str, Any] | None = None
     # --- metrics (metrics.py: the pass recorder and the collectors that read the records) ---

@@ -17,7 +17,7 @@ from tpujob.api import parse_tpujob
 from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.api.status import Phase, Reason
 from tpujob.gke import OwnedPool
-from tpujob.reconciler import Reconciler
+from tpujob.reconciler import Reconciler, Settings
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
@@ -36,6 +36,7 @@ class RecordingKube:
         self.gone: set[tuple[str, str]] = set()
         self.fail: dict[str, Exception] = {}
         self.calls: list[tuple[str, str, Any]] = []
+        self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 100
 
     def _call(self, method: str, namespace: str, argument: Any) -> None:
@@ -58,6 +59,22 @@ class RecordingKube:
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         self._call("create_event", namespace, body)
         return True
+
+    def create_config_map(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_config_map", namespace, body)
+        name = body["metadata"]["name"]
+        if (namespace, name) in self.config_maps:
+            return False
+        self.config_maps[namespace, name] = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return True
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get_config_map", namespace, name)
+        return self.config_maps.get((namespace, name))
+
+    def patch_config_map(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self._call("patch_config_map", namespace, (name, patch))
+        self.config_maps[namespace, name]["data"] = patch["data"]
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         self._call("delete_pod", namespace, name)
@@ -305,8 +322,10 @@ class SettledReconciler(Reconciler):
         return outcome
 
 
-def reconciler(pools: RecordingPools | None, api: RecordingKube | None = None) -> Reconciler:
-    return SettledReconciler(Cluster(), api or RecordingKube(), pools)  # type: ignore[arg-type]
+def reconciler(
+    pools: RecordingPools | None, api: RecordingKube | None = None, settings: Settings | None = None
+) -> Reconciler:
+    return SettledReconciler(Cluster(), api or RecordingKube(), pools, settings)  # type: ignore[arg-type]
 
 
 def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status() -> None:
@@ -481,7 +500,11 @@ def test_pods_whose_create_failed_are_created_again_by_the_next_pass() -> None:
     assert [body["metadata"]["name"] for body in api.of("create_pod")] == first
 
 
-def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and_are_asked_again() -> None:
+def test_pods_the_api_server_refuses_become_the_jobs_reason_and_are_asked_again_after_a_growing_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(memory_module.time, "monotonic", lambda: clock[0])
     api = RecordingKube()
     refused = kube.ApiError(403, "Forbidden")
     refused.body = (
@@ -489,21 +512,35 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_in_the_same_pass_and
         '"message":"pods \\"train-s0-w0-a0\\" is forbidden: no PriorityClass with name team-high was found"}'
     )
     api.fail["create_pod"] = refused
-    passes = reconciler(None, api)
+    passes = reconciler(None, api, Settings(refused_backoff_seconds=30))
+    uid = existing_job_body()["metadata"]["uid"]
     outcome = passes.reconcile(existing_job_body(), [], False)  # not raised: retrying at once cannot help
     ((_, status),) = api.of("patch_tpujob_status")
     assert status["status"]["reason"] == Reason.POD_REJECTED
     assert "no PriorityClass with name team-high was found" in status["status"]["message"]
-    assert outcome.requeue_after == pytest.approx(10.0)
+    assert outcome.requeue_after == pytest.approx(30.0)
     assert passes.actions.events.drain(timeout=10)
     reasons = [event["reason"] for event in api.of("create_event")]
     assert reasons == [Reason.POD_REJECTED]
 
+    # Any event meanwhile (the job's own status write, a pod) does not send the pods again before the backoff.
+    api.calls.clear()
+    outcome = passes.reconcile(existing_job_body(), [], False)
+    assert api.of("create_pod") == []
+    assert outcome.requeue_after == pytest.approx(30.0)
+
+    # Once it ends they are sent again; refused again, the next wait doubles.
+    clock[0] += 30  # the backoff ended
+    passes.reconcile(existing_job_body(), [], False)
+    assert len(api.of("create_pod")) == 1
+    assert passes.memory.pod_refusal(uid)[1] == pytest.approx(60.0)
+
     del api.fail["create_pod"]
+    clock[0] += 60
     api.calls.clear()
     passes.reconcile(existing_job_body(), [], False)
     assert len(api.of("create_pod")) == 1  # v5e 2x2: one host
-    assert passes.memory.pod_refusal(existing_job_body()["metadata"]["uid"]) == ""
+    assert passes.memory.pod_refusal(uid) == ("", 0.0)
 
 
 def test_a_status_field_the_pass_unsets_is_removed_by_the_merge_patch() -> None:

@@ -228,11 +228,21 @@ def test_refused_pods_show_the_api_servers_words_and_are_asked_again_later():
     decision = s.decide(observed)
     assert decision.create_pods
     words = 'pods "train-0-0" is forbidden: no PriorityClass with name urgent was found'
-    settled = s.settle(observed, decision, s.Applied(pods_refused=words))
+    settled = s.settle(observed, decision, s.Applied(pods_refused=words, retry_pods_after=60.0))
     assert settled.status.reason == Reason.POD_REJECTED
     assert words in (settled.status.message or "")
     assert settled.status.workers.pending == 0  # refused pods do not exist
-    assert settled.requeue_after == s.POD_REFUSED_RETRY_SECONDS
+    assert settled.requeue_after == 60.0
+
+
+def test_refused_pods_are_not_created_again_while_their_backoff_lasts():
+    the_job = job(nodePool={"policy": "existing"})
+    words = "admission webhook denied the request"
+    waiting = s.decide(s.Observed(job=the_job, now=NOW, pods_refused=words, pods_refused_wait=12.0))
+    assert waiting.create_pods == []
+    assert waiting.requeue_after == 12.0
+    again = s.decide(s.Observed(job=the_job, now=NOW, pods_refused=words, pods_refused_wait=0.0))
+    assert again.create_pods == [(0, 0)]
 
 
 def test_nothing_met_leaves_the_decision_as_it_was():

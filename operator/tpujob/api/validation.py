@@ -31,6 +31,7 @@ __all__ = [
     "is_default_trainer_image",
     "parse_tpujob",
     "semantic_problems",
+    "size_problems",
 ]
 
 # The default trainer image (repository name); it is TensorFlow.
@@ -54,6 +55,62 @@ class DefaultZones:
 
 # What the operator's TPUJOB_GKE_ZONE is called in a problem: the chart value a user sets, and the variable.
 OPERATOR_ZONE_SETTING = "the operator's zone (chart value gke.zone, env TPUJOB_GKE_ZONE)"
+
+
+# The operator's cap on a job's TPU hosts (its pods), TPUJOB_MAX_HOSTS_PER_JOB's default, and its name in a
+# problem. Twice the largest single slice GKE offers (tpu7x 16x24x24: 2,304 hosts) would be 4,608; the
+# operator's memory was measured at 2,304 (README, "Bounded work per job").
+DEFAULT_MAX_HOSTS_PER_JOB = 4096
+MAX_HOSTS_SETTING = "the operator's TPUJOB_MAX_HOSTS_PER_JOB (chart value operator.maxHostsPerJob)"
+# Linux refuses to exec a program whose environment holds one string longer than MAX_ARG_STRLEN (32 pages,
+# 131072 bytes with its NUL; include/uapi/linux/binfmts.h; execve(2): E2BIG "Argument list too long"): a
+# slice's host list must fit, or no worker starts.
+MAX_ARG_STRLEN = 131072
+# The longest host list variable: TPU_PROCESS_ADDRESSES (tpu7x multi-host), host:8471 by worker id.
+_PROCESS_PORT_SUFFIX = len(":8471")
+
+
+def host_list_bytes(job: TPUJob, hosts: int) -> int:
+    """Bytes of the longest host-list variable a worker gets (`NAME=value` and its NUL), for the last slice:
+    render/plan.py joins naming.worker_address, `<name>-s<slice>-w<worker>.<name>`, with commas."""
+    name = job.metadata.name
+    last_slice = job.spec.tpu.slices - 1
+    per_host = 2 * len(name) + len(f"-s{last_slice}-w.")
+    if job.spec.tpu.type == "tpu7x" and hosts > 1:
+        per_host += _PROCESS_PORT_SUFFIX
+        variable = "TPU_PROCESS_ADDRESSES="
+    else:
+        variable = "TPU_WORKER_HOSTNAMES="
+    digits = sum(len(str(w)) for w in range(hosts))
+    return len(variable) + hosts * per_host + digits + (hosts - 1) + 1
+
+
+def size_problems(job: TPUJob, max_hosts: int, setting: str = MAX_HOSTS_SETTING) -> list[Problem]:
+    """A job too large for the operator's cap on hosts, or whose slice's host list no worker could start
+    with (MAX_ARG_STRLEN)."""
+    spec = job.spec.tpu
+    shape = tpu.resolve_slice(spec.type, spec.topology, spec.machine_type)
+    hosts = shape.hosts * spec.slices
+    if hosts > max_hosts:
+        return [
+            Problem(
+                "spec.tpu",
+                f"{spec.slices} slice(s) of {spec.type} {spec.topology} is {hosts} TPU hosts (one pod "
+                f"each), above the {max_hosts} that {setting} allows; use fewer slices or a smaller "
+                "topology, or ask the operator's administrator to raise the setting",
+            )
+        ]
+    size = host_list_bytes(job, shape.hosts)
+    if size > MAX_ARG_STRLEN:
+        return [
+            Problem(
+                "metadata.name",
+                f"each worker of a {spec.topology} slice gets its {shape.hosts} hosts' names in one "
+                f"environment variable, {size} bytes with this job's name, above Linux's {MAX_ARG_STRLEN}-"
+                "byte limit for one (MAX_ARG_STRLEN): no worker could start; shorten the job's name",
+            )
+        ]
+    return []
 
 
 class InvalidTPUJob(ValueError):

@@ -28,15 +28,25 @@ log = logging.getLogger(__name__)
 
 # Pod and Service creates of one pass run at once, this many at a time.
 CREATE_CONCURRENCY = 8
+# Pods rendered and created at a time: a pass holds this many bodies, however large the job (a tpu7x
+# 16x24x24 slice is 2,304 pods); a refusal stops the pass' creates at the batch it met.
+CREATE_BATCH = 64
 # Events name the operator as their source (kubectl get events: FROM tpujob-operator).
 EVENT_COMPONENT = "tpujob-operator"
 MAX_EVENT_MESSAGE = 1024
 
 
+class NameTaken(Exception):
+    """An object the job needs has a name another object holds: the operator leaves that one alone."""
+
+
 def is_refusal(error: Exception) -> bool:
     """A 4xx answer that the same request cannot pass (400 Bad Request, 403 Forbidden, 422 Invalid), as
-    opposed to a conflict, a throttle or a server error, which a retry of the pass handles."""
-    return isinstance(error, kube.ApiError) and error.status in (400, 403, 422)
+    opposed to a conflict, a throttle or a server error, which a retry of the pass handles; or a name the
+    job needs that is not its own."""
+    return isinstance(error, NameTaken) or (
+        isinstance(error, kube.ApiError) and error.status in (400, 403, 422)
+    )
 
 
 def refusal_message(error: Exception) -> str:
@@ -80,9 +90,17 @@ class JobGone(Exception):
 
 
 class Actions:
-    def __init__(self, api: kube.Kube, pools: NodePools | None, memory: JobMemory) -> None:
+    def __init__(
+        self,
+        api: kube.Kube,
+        pools: NodePools | None,
+        memory: JobMemory,
+        refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS,
+    ) -> None:
         self.api = api
         self.pools = pools
+        # Refused pod creates are asked again after this, doubling with each refusal in a row (capped).
+        self.refused_backoff_seconds = refused_backoff_seconds
         # Creates are recorded there until the watch shows them (not created twice, not taken for lost).
         self.memory = memory
         self.instance = socket.gethostname()  # the pod's name, in Events
@@ -151,30 +169,20 @@ class Actions:
             else:
                 applied.delete_refused = True
         if job is not None and (decision.create_pods or decision.create_service):
-            applied.pods_refused = self._create_workers(job, decision, cluster, now)
+            applied.pods_refused, applied.retry_pods_after = self._create_workers(job, decision, cluster, now)
         if decision.workload and job is not None:
             applied.workload_conflict = not self.write_workload(meta, job, decision.workload, cluster)
         return applied
 
-    def _create_workers(self, job: TPUJob, decision: s.Decision, cluster: Cluster, now: dt.datetime) -> str:
-        """The decided pods and Service; the API server's words if it refused them, else ""."""
-        namespace, uid = job.metadata.namespace, job.metadata.uid or ""
+    def _create_workers(
+        self, job: TPUJob, decision: s.Decision, cluster: Cluster, now: dt.datetime
+    ) -> tuple[str, float]:
+        """The decided pods, in batches of CREATE_BATCH, after the Service and the slices' host lists:
+        ("", 0) when all were created, else the API server's words and when to ask again (a backoff that
+        grows with the refusals in a row)."""
+        uid = job.metadata.uid or ""
         # New pods avoid nodes whose announced maintenance comes before this.
         avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
-        pods = [
-            render.pod(
-                job,
-                cluster,
-                i,
-                w,
-                decision.status.attempt,
-                avoid_maintenance_before=avoid,
-                placement=decision.placement.get(i),
-            )
-            for i, w in decision.create_pods
-        ]
-        names = [pod["metadata"]["name"] for pod in pods]
-        self.memory.pods_created(uid, names)
         service = render.service(job) if decision.create_service else None
         # The NetworkPolicy before the Service and the pods, in its own step: a worker never runs open to
         # the pod network, and a Service that exists (what a pass observes) means the policy was made.
@@ -185,20 +193,80 @@ class Actions:
         )
         try:
             if policy is not None:
-                self.api.create_network_policy(namespace, policy)
-            self.create_pods_and_service(namespace, pods, service)
+                self.api.create_network_policy(job.metadata.namespace, policy)
+            if render.uses_hosts_config_map(job):
+                for slice_index in sorted({i for i, _ in decision.create_pods}):
+                    self.apply_hosts_config_map(job, slice_index)
+            for start in range(0, max(len(decision.create_pods), 1), CREATE_BATCH):
+                batch = decision.create_pods[start : start + CREATE_BATCH]
+                self._create_batch(job, batch, service if start == 0 else None, cluster, decision, avoid)
         except Exception as error:
-            self.memory.pods_not_created(uid, names)
             if not is_refusal(error):
                 raise
             # The same pods would be refused again at once: shown as the job's reason, asked again later.
             refused = refusal_message(error)
-            self.memory.pods_refused(uid, refused)
-            return refused
-        self.memory.pods_refused(uid, None)
+            return refused, self.memory.pods_refused(uid, refused, self.refused_backoff_seconds)
+        if decision.create_pods:  # the pods passed: a later refusal's backoff starts over
+            self.memory.pods_refused(uid, None)
         if service is not None:
             self.memory.service_created(uid)
-        return ""
+        return "", 0.0
+
+    def _create_batch(
+        self,
+        job: TPUJob,
+        workers: list[tuple[int, int]],
+        service: dict[str, Any] | None,
+        cluster: Cluster,
+        decision: s.Decision,
+        avoid: int,
+    ) -> None:
+        uid = job.metadata.uid or ""
+        pods = [
+            render.pod(
+                job,
+                cluster,
+                i,
+                w,
+                decision.status.attempt,
+                avoid_maintenance_before=avoid,
+                placement=decision.placement.get(i),
+            )
+            for i, w in workers
+        ]
+        names = [pod["metadata"]["name"] for pod in pods]
+        self.memory.pods_created(uid, names)
+        try:
+            self.create_pods_and_service(job.metadata.namespace, pods, service)
+        except Exception:
+            self.memory.pods_not_created(uid, names)
+            raise
+
+    def apply_hosts_config_map(self, job: TPUJob, slice_index: int) -> None:
+        """A large slice's host list, before its pods: created, or brought up to date when the job's own
+        (its owner is the job's UID) holds another; a ConfigMap of that name that is not the job's is
+        left alone, and the pods are refused with a message that says so."""
+        body = render.hosts_config_map(job, slice_index)
+        namespace, name = job.metadata.namespace, body["metadata"]["name"]
+        if self.api.create_config_map(namespace, body):
+            return
+        found = self.api.get_config_map(namespace, name)
+        if found is None:  # deleted meanwhile
+            self.api.create_config_map(namespace, body)
+            return
+        owners = {ref.get("uid") for ref in found["metadata"].get("ownerReferences") or []}
+        if job.metadata.uid not in owners:
+            raise NameTaken(
+                f"ConfigMap {namespace}/{name} exists and is not this job's (its ownerReferences do not name "
+                f"TPUJob uid {job.metadata.uid}); the operator keeps a large slice's host list there: delete "
+                "or rename that ConfigMap, or rename the job"
+            )
+        if found.get("data") != body["data"]:
+            self.api.patch_config_map(
+                namespace,
+                name,
+                {"metadata": {"resourceVersion": found["metadata"]["resourceVersion"]}, "data": body["data"]},
+            )
 
     def write_workload(
         self, meta: dict[str, Any], job: TPUJob, writes: s.WorkloadWrites, cluster: Cluster

@@ -82,20 +82,32 @@ class JobMemory:
 
         self.records.read(uid, drop, None)
 
-    def pods_refused(self, uid: str, message: str | None) -> None:
-        """The API server refused this job's pod creates (message), or took them (None)."""
+    def pods_refused(
+        self, uid: str, message: str | None, backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
+    ) -> float:
+        """The API server refused this job's pod creates (message), or took them (None). The seconds
+        before they are asked again: `backoff_seconds`, doubled with each refusal in a row, capped."""
 
-        def keep(record: JobRecord) -> None:
-            record.pods_refused = message or ""
+        def took(record: JobRecord) -> float:
+            record.pods_refused, record.pod_refusals, record.pods_refused_until = "", 0, 0.0
+            return 0.0
+
+        def refused(record: JobRecord) -> float:
+            record.pod_refusals += 1
+            delay = s.rejected_backoff_seconds(record.pod_refusals, backoff_seconds)
+            record.pods_refused, record.pods_refused_until = message or "", time.monotonic() + delay
+            return delay
 
         if message is None:
-            self.records.read(uid, keep, None)
-        else:
-            self.records.update(uid, keep)
+            return self.records.read(uid, took, 0.0)
+        return self.records.update(uid, refused)
 
-    def pod_refusal(self, uid: str) -> str:
-        """Why the API server refused the job's last pod creates; "" once a create passed."""
-        return self.records.read(uid, lambda r: r.pods_refused, "")
+    def pod_refusal(self, uid: str) -> tuple[str, float]:
+        """Why the API server refused the job's last pod creates ("" once a create passed), and the seconds
+        left before they may be asked again."""
+        return self.records.read(
+            uid, lambda r: (r.pods_refused, max(r.pods_refused_until - time.monotonic(), 0.0)), ("", 0.0)
+        )
 
     def pod_departing(self, job_uid: str, pod: s.PodView) -> None:
         """A deleted worker pod whose trainer ended with a message, as the watch last showed it."""

@@ -18,6 +18,7 @@ from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.api.tenancy import TenancyPolicy
 from tpujob.config import OperatorConfig
+from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
@@ -188,6 +189,8 @@ class Settings:
     poll_provisioning_seconds: float = s.DEFAULT_POLL_PROVISIONING_SECONDS
     refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS
     progress_reads_per_second: float = s.DEFAULT_PROGRESS_READS_PER_SECOND
+    # TPUJOB_MAX_HOSTS_PER_JOB: a larger job is refused at validation.
+    max_hosts_per_job: int = DEFAULT_MAX_HOSTS_PER_JOB
     # Read each job from the API server before creating for it. A replica that stood by (peering) needs it:
     # its watch's cache may hold a job deleted meanwhile. A standalone operator's watch began with its
     # process, and the read would cost a token per job on the way to its pods.
@@ -262,6 +265,7 @@ class Observer:
         in_flight = self.memory.pods_in_flight(uid, pods)
         looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus(), pods, in_flight)
         refused = self.memory.refusals(uid)
+        pods_refused, pods_refused_wait = self.memory.pod_refusal(uid)
         check = self.cluster_check
         observed = s.Observed(
             job=job,
@@ -270,7 +274,8 @@ class Observer:
             pools=self.pool_views(job) if looks else None,
             service_exists=self.memory.service_exists(uid, service_exists),
             pods_in_flight=in_flight,
-            pods_refused=self.memory.pod_refusal(uid),
+            pods_refused=pods_refused,
+            pods_refused_wait=pods_refused_wait,
             departed=self.memory.departed(uid, pods),
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,

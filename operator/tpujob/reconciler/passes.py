@@ -14,6 +14,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.status import Reason, TPUJobStatus
+from tpujob.api.validation import size_problems
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.act import Actions, JobGone
 from tpujob.reconciler.memory import JobMemory
@@ -65,7 +66,7 @@ class Reconciler:
         self.memory = JobMemory(self.records)
         self.settings = settings or Settings()
         self.observer = Observer(cluster, api, pools, self.memory, self.settings, policies)
-        self.actions = Actions(api, pools, self.memory)
+        self.actions = Actions(api, pools, self.memory, self.settings.refused_backoff_seconds)
         self.releaser = Releaser(pools, self.observer, self.actions, self.forget)
         self.recorder = metrics.PassRecorder(self.records)
         self.status_writer = StatusWriter(self._write_status, self.memory, self.forget)
@@ -173,6 +174,8 @@ class Reconciler:
             job = parse_tpujob({**body, "status": None}, default_zones, policy).model_copy(
                 update={"status": status}
             )
+            if too_large := size_problems(job, self.settings.max_hosts_per_job):
+                raise InvalidTPUJob(too_large)
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)

@@ -42,6 +42,11 @@ def worker_address(job: TPUJob, slice_index: int, worker_index: int) -> str:
     return f"{worker_hostname(job, slice_index, worker_index)}.{service_name(job)}"
 
 
+def hosts_config_map_name(job: TPUJob, slice_index: int) -> str:
+    """The ConfigMap that holds a large slice's host list once (render/plan.py hosts_config_map)."""
+    return f"{job.metadata.name}-s{slice_index}-hosts"
+
+
 def pod_name(job: TPUJob, slice_index: int, worker_index: int, attempt: int) -> str:
     """The attempt is part of the name so a restart can create new pods while old ones terminate."""
     return f"{worker_hostname(job, slice_index, worker_index)}-a{attempt}"

@@ -247,38 +247,85 @@ def export_dir(job: TPUJob) -> str | None:
     return None
 
 
+# A slice's host list (TPU_WORKER_HOSTNAMES; TPU_PROCESS_ADDRESSES on tpu7x) grows with the slice, and
+# every worker of the slice needs it: inline in each pod, a job's pods would hold hosts² names (tpu7x
+# 16x24x24: 2,304 pods of ~90 KB each, 209 MB rendered). Above this many hosts the list is kept once per
+# slice, in a ConfigMap the pods' env reads by configMapKeyRef: the kubelet sets the very same variable in the
+# container, so libtpu and JAX read what they always read ("Define container environment variables using
+# ConfigMap data", kubernetes.io/docs/tasks/configure-pod-container/configure-pod-configmap/). At or below
+# it the list is under 1 KiB and a ConfigMap would only cost one more write per slice.
+INLINE_HOSTS_MAX = 16
+
+
+def uses_hosts_config_map(job: TPUJob) -> bool:
+    return slice_shape(job).hosts > INLINE_HOSTS_MAX
+
+
+def slice_hostnames(job: TPUJob, slice_index: int) -> list[str]:
+    """The slice's hosts' DNS names, by worker id (stable across restarts)."""
+    return [naming.worker_address(job, slice_index, w) for w in range(slice_shape(job).hosts)]
+
+
+def _process_addresses(job: TPUJob, hosts: int) -> bool:
+    """TPU7x multi-host runtimes find each other by TPU_PROCESS_ADDRESSES (host:port by worker id), as
+    KubeRay's TPU webhook injects them."""
+    return job.spec.tpu.type == "tpu7x" and hosts > 1
+
+
+def slice_host_env(job: TPUJob, worker_hostnames: list[str]) -> dict[str, str]:
+    """The slice-wide host list variables by name: the same for every worker of the slice."""
+    env = {contract.ENV_WORKER_HOSTNAMES: ",".join(worker_hostnames)}
+    if _process_addresses(job, len(worker_hostnames)):
+        addresses = ",".join(with_port(host, c.PORT_TPU_ICI) for host in worker_hostnames)
+        env[contract.ENV_PROCESS_ADDRESSES] = addresses
+    return env
+
+
+def hosts_config_map(job: TPUJob, slice_index: int) -> dict[str, Any]:
+    """A large slice's host list, once (see INLINE_HOSTS_MAX); owned by the job, so collected with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(job, naming.hosts_config_map_name(job, slice_index), job_labels(job)),
+        "data": slice_host_env(job, slice_hostnames(job, slice_index)),
+    }
+
+
 def worker_env(
     job: TPUJob,
     slice_index: int,
     worker_index: int,
     *,
-    worker_hostnames: list[str],
+    worker_hostnames: list[str] | None = None,
     coordinator_address: str,
     attempt: int = 0,
 ) -> list[dict[str, Any]]:
     """The env every worker gets: TPU identity, Multislice wiring, tpujob settings, then the user's (a value,
     or valueFrom a Secret, ConfigMap or field).
 
-    worker_hostnames are this slice's hosts indexed by worker id; the operator passes the pods' DNS
-    names, `tpujob run --local` passes local addresses.
+    worker_hostnames are this slice's hosts indexed by worker id: `tpujob run --local` passes local
+    addresses; None: the pods' DNS names, inline or, for a large slice, read from the slice's ConfigMap.
     """
     slices = job.spec.tpu.slices
-    env: list[dict[str, Any]] = [
-        {"name": contract.ENV_WORKER_ID, "value": str(worker_index)},
-        {"name": contract.ENV_WORKER_HOSTNAMES, "value": ",".join(worker_hostnames)},
-    ]
-    # TPU7x multi-host runtimes find each other by TPU_PROCESS_ADDRESSES (host:port by worker id), as
-    # KubeRay's TPU webhook injects them; their multislice coordinator address carries a port.
-    process_addresses = job.spec.tpu.type == "tpu7x" and len(worker_hostnames) > 1
-    if process_addresses:
+    env: list[dict[str, Any]] = [{"name": contract.ENV_WORKER_ID, "value": str(worker_index)}]
+    if worker_hostnames is None and uses_hosts_config_map(job):
+        hosts = slice_shape(job).hosts
+        config_map = naming.hosts_config_map_name(job, slice_index)
+        names = [contract.ENV_WORKER_HOSTNAMES]
+        if _process_addresses(job, hosts):
+            names.append(contract.ENV_PROCESS_ADDRESSES)
         env += [
-            {
-                "name": contract.ENV_PROCESS_ADDRESSES,
-                "value": ",".join(with_port(host, c.PORT_TPU_ICI) for host in worker_hostnames),
-            },
-            {"name": contract.ENV_PROCESS_PORT, "value": str(c.PORT_TPU_ICI)},
+            {"name": name, "valueFrom": {"configMapKeyRef": {"name": config_map, "key": name}}}
+            for name in names
         ]
+    else:
+        hostnames = worker_hostnames if worker_hostnames is not None else slice_hostnames(job, slice_index)
+        hosts = len(hostnames)
+        env += [{"name": name, "value": value} for name, value in slice_host_env(job, hostnames).items()]
+    if _process_addresses(job, hosts):
+        env.append({"name": contract.ENV_PROCESS_PORT, "value": str(c.PORT_TPU_ICI)})
         if slices > 1:
+            # Their multislice coordinator address carries a port.
             coordinator_address = with_port(coordinator_address, c.PORT_MEGASCALE)
     if slices > 1:
         env += [
@@ -395,7 +442,6 @@ def pod(
     flavors' nodes (their node labels as selectors, their tolerations)."""
     shape = slice_shape(job)
     trainer = job.spec.trainer
-    hostnames = [naming.worker_address(job, slice_index, w) for w in range(shape.hosts)]
     labels = {
         **job_labels(job),
         c.LABEL_SLICE: str(slice_index),
@@ -409,7 +455,6 @@ def pod(
             job,
             slice_index,
             worker_index,
-            worker_hostnames=hostnames,
             coordinator_address=naming.worker_address(job, 0, 0),
             attempt=attempt,
         ),
@@ -491,8 +536,14 @@ def service(job: TPUJob) -> dict[str, Any]:
     }
 
 
+def hosts_config_maps(job: TPUJob) -> list[dict[str, Any]]:
+    """Each slice's host list ConfigMap, for a job whose slices are too large to repeat it in every pod."""
+    if not uses_hosts_config_map(job):
+        return []
+    return [hosts_config_map(job, s) for s in range(job.spec.tpu.slices)]
+
+
 def render_plan(job: TPUJob, cluster: Cluster, attempt: int = 0) -> Plan:
     policy = [network_policy(job, cluster.metrics_from)] if cluster.network_policy else []
-    return Plan(
-        node_pools=node_pools(job, cluster), resources=[service(job), *pods(job, cluster, attempt), *policy]
-    )
+    resources = [service(job), *hosts_config_maps(job), *pods(job, cluster, attempt), *policy]
+    return Plan(node_pools=node_pools(job, cluster), resources=resources)

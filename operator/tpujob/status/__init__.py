@@ -28,12 +28,11 @@ from tpujob.status.pool_conditions import (
     recreates_nodes,
 )
 from tpujob.status.progress import read_urgent
-from tpujob.status.settle import FIRST_POLL_SECONDS, POD_REFUSED_RETRY_SECONDS, Applied, settle
+from tpujob.status.settle import FIRST_POLL_SECONDS, Applied, settle
 from tpujob.status.tenancy import chips_counted, needs_admission
 
 __all__ = [
     "FIRST_POLL_SECONDS",
-    "POD_REFUSED_RETRY_SECONDS",
     "Applied",
     "InvalidObserved",
     "capacity_shortage",

@@ -184,6 +184,8 @@ def _run_workers(b: Builder) -> None:
         _restart(b, [], lost=missing)
         return
     wait = _restart_backoff_left(b)
+    if b.observed.pods_refused:  # refused creates are not sent again before their backoff ends
+        wait = max(wait, b.observed.pods_refused_wait)
     if missing and wait > 0:
         b.decision.requeue(wait)
         return

@@ -307,6 +307,8 @@ class Observed:
     pods_in_flight: frozenset[str] = frozenset()
     # Why the API server refused the last pod creates ("" when it took them): a reason to show, and ask again.
     pods_refused: str = ""
+    # Seconds before refused pods may be asked again (the operator's backoff; 0: now).
+    pods_refused_wait: float = 0.0
     restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
     # Pools GKE is creating or deleting are looked at again this often (and refused creates asked again).
     poll_provisioning_seconds: float = DEFAULT_POLL_PROVISIONING_SECONDS

@@ -14,9 +14,6 @@ from tpujob.status.model import POOL_STOPPING, Decision, Event, GKEError, Observ
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows up at
 # once; later polls are every TPUJOB_POLL_PROVISIONING_SECONDS.
 FIRST_POLL_SECONDS = 0.25
-# A pod create the API server refused (a PriorityClass that does not exist, an admission webhook or quota
-# saying no) is asked again this often: someone may fix it meanwhile, and the startup timeout ends the wait.
-POD_REFUSED_RETRY_SECONDS = 10.0
 # The Warning event of a pool GKE took only without its upgrade exclusion.
 SHIELD_REFUSED_EVENT = "UpgradeShieldRefused"
 
@@ -34,6 +31,10 @@ class Applied:
     delete_refused: bool = False
     # The API server's words when it refused the worker pods ("" when it took them, or none were asked).
     pods_refused: str = ""
+    # When refused pods may be asked again (a PriorityClass that does not exist, an admission webhook or
+    # quota saying no: someone may fix it meanwhile, and the startup timeout ends the wait): the operator's
+    # backoff for the job, from TPUJOB_REFUSED_BACKOFF_SECONDS doubling with refusals in a row, capped.
+    retry_pods_after: float = 0.0
     # Pools GKE refused with their upgrade exclusion and accepted without it: slice -> GKE's refusal.
     unshielded: dict[int, str] = field(default_factory=dict)
     # When the refused pool creates (GKE's, or the decision's own: placement) may be asked again: the
@@ -74,7 +75,7 @@ def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Ap
     elif applied.operations:
         settled.requeue(FIRST_POLL_SECONDS)
     if applied.pods_refused:
-        settled.requeue(POD_REFUSED_RETRY_SECONDS)
+        settled.requeue(applied.retry_pods_after)
     if applied.workload_conflict:
         settled.requeue(FIRST_POLL_SECONDS)
     return settled
