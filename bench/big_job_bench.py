@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {spread([r.peak_mib for r in renders])} | {spread([r.bytes_written / 1e6 for r in renders])} "
         f"| {spread(peaks)} | {[r.pods for r in runs]} | {[r.under_chart_limit for r in runs]} |"
     )
-    write_json(args.json, [asdict(r) for r in runs], render=[asdict(r) for r in renders], hosts=hosts)
+    write_json(args.json, runs, render=[asdict(r) for r in renders], hosts=hosts)
     return 0
 
 

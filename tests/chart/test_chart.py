@@ -142,7 +142,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "operator.apiQps=12.5,operator.apiBurst=25",
         "--set", "operator.apiConnectTimeoutSeconds=2,operator.apiReadTimeoutSeconds=15",
         "--set", "operator.gkeTimeoutSeconds=45,operator.refusedBackoffSeconds=40",
-        "--set", "operator.progressReadsPerSecond=2.5",
+        "--set", "operator.progressReadsPerSecond=2.5,operator.maxHostsPerJob=512",
         "--set", "peering.lifetimeSeconds=20,peering.renewDeadlineSeconds=12",
         "--set", "gke.identity=tpujob-ops@p-123456.iam.gserviceaccount.com",
         "--set", "gke.nodeServiceAccount=tpu-nodes@p-123456.iam.gserviceaccount.com",
@@ -213,6 +213,7 @@ def test_every_operator_setting_is_a_value(helm):
             ],
             separators=(",", ":"),
         ),
+        "TPUJOB_MAX_HOSTS_PER_JOB": "512",
         # Each replica draws its own: one value shared by the Deployment's replicas would pause them all.
         "TPUJOB_PEERING_PRIORITY": "",
     }
