@@ -110,6 +110,7 @@ class Reconciler:
         """At shutdown: the waiting status writes and queued Events sent, for up to `timeout` seconds each."""
         self.status_writer.stop(timeout)
         self.actions.close(timeout)
+        self.observer.progress.close()
 
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
         """The job as this operator's last status write left it: the pass that wrote it saw everything

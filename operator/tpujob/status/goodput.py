@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.status import Goodput, GoodputRun, Phase, TPUJobStatus
+from tpujob.status import worker_numbers as numbers
 from tpujob.status.model import (
     PodView,
     parse_timestamp,
@@ -101,33 +103,50 @@ class Progress:
     resumed_checkpoint_at: float | None = None  # when the checkpoint this attempt resumed from was saved
 
 
+_T = TypeVar("_T")
+# A progress line longer than this is not the trainer's (it writes ~400 bytes): left unread.
+MAX_PROGRESS_LINE = 4096
+
+
 def parse_progress(message: str) -> Progress | None:
-    """The progress line of a termination message, if it has a valid one (the last one wins)."""
+    """The progress line of a termination message, if it has a valid one (the last one wins). The worker
+    writes it, so nothing in it is trusted: a line that is too long, not JSON, or holds a number that is not
+    finite or not within its bounds (worker_numbers) is no progress line."""
     for line in reversed(message.splitlines()):
         if not line.startswith(PROGRESS_LINE_PREFIX):
             continue
+        if len(line) > MAX_PROGRESS_LINE:
+            return None
         try:
-            facts = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
+            facts = json.loads(line[len(PROGRESS_LINE_PREFIX) :], parse_constant=_no_constant)
             return Progress(
-                start_step=int(facts["startStep"]),
-                step=int(facts["step"]),
-                started_at=float(facts["startedAt"]),
-                ended_at=float(facts["endedAt"]),
-                first_step_at=_seconds(facts.get("firstStepAt")),
-                checkpoint_step=None if facts.get("checkpointStep") is None else int(facts["checkpointStep"]),
-                checkpoint_at=_seconds(facts.get("checkpointAt")),
-                checkpoint_save_seconds=float(facts.get("checkpointSaveSeconds", 0.0)),
-                checkpoint_restore_seconds=float(facts.get("checkpointRestoreSeconds", 0.0)),
-                input_wait_seconds=float(facts.get("inputWaitSeconds", 0.0)),
-                resumed_checkpoint_at=_seconds(facts.get("resumedCheckpointAt")),
+                start_step=numbers.step(facts["startStep"], "startStep"),
+                step=numbers.step(facts["step"], "step"),
+                started_at=numbers.timestamp(facts["startedAt"], "startedAt"),
+                ended_at=numbers.timestamp(facts["endedAt"], "endedAt"),
+                first_step_at=_optional(numbers.timestamp, facts, "firstStepAt"),
+                checkpoint_step=_optional(numbers.step, facts, "checkpointStep"),
+                checkpoint_at=_optional(numbers.timestamp, facts, "checkpointAt"),
+                checkpoint_save_seconds=numbers.duration(facts.get("checkpointSaveSeconds", 0.0), "save"),
+                checkpoint_restore_seconds=numbers.duration(
+                    facts.get("checkpointRestoreSeconds", 0.0), "restore"
+                ),
+                input_wait_seconds=numbers.duration(facts.get("inputWaitSeconds", 0.0), "inputWait"),
+                resumed_checkpoint_at=_optional(numbers.timestamp, facts, "resumedCheckpointAt"),
             )
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
     return None
 
 
-def _seconds(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _no_constant(name: str) -> float:
+    """NaN, Infinity and -Infinity, which Python's json reads and JSON does not have."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _optional(read: Callable[[object, str], _T], facts: dict[str, object], name: str) -> _T | None:
+    value = facts.get(name)
+    return None if value is None else read(value, name)
 
 
 def lost_to_disruption(progress: Progress, finished_at: float | None = None) -> tuple[int, float]:
