@@ -92,7 +92,7 @@ def test_without_a_message_the_status_still_names_the_worker_and_the_exit():
 
 @pytest.mark.parametrize(
     ("reason", "exit_code", "conditions"),
-    [("", 143, ()), ("Terminated", 143, SHUTDOWN), ("NodeShutdown", None, ()), ("Evicted", 2, ())],
+    [("", 143, SHUTDOWN), ("Terminated", 143, SHUTDOWN), ("NodeShutdown", None, ()), ("Evicted", 2, ())],
 )
 def test_preemption_stays_an_uncounted_restart_under_the_default_rules(reason, exit_code, conditions):
     job = running(make_job(runPolicy={"maxRestarts": 0}))
@@ -101,6 +101,20 @@ def test_preemption_stays_an_uncounted_restart_under_the_default_rules(reason, e
     assert (decision.status.phase, decision.status.reason) == (Phase.RESTARTING, Reason.PREEMPTED)
     assert decision.status.application_restarts == 0
     assert decision.status.restarts_by_reason == {Reason.PREEMPTED: 1}
+
+
+@pytest.mark.parametrize(
+    ("reason", "conditions"),
+    [("Error", ()), ("", ()), ("Error", (("DisruptionTarget", "False"),)), ("OOMKilled", ())],
+)
+def test_exit_143_without_evidence_of_a_disruption_is_a_counted_failure_that_backs_off(reason, conditions):
+    """SIGTERM's exit code alone proves nothing (a `kill`, a trainer's own exit 143): no node-loss reason and
+    no DisruptionTarget condition, so the restart spends maxRestarts and waits its backoff."""
+    job = running(make_job(runPolicy={"maxRestarts": 3}))
+    decision = step(job, pods=with_failed(job, 0, reason=reason, exit_code=143, conditions=conditions))
+    assert (decision.status.phase, decision.status.reason) == (Phase.RESTARTING, Reason.WORKER_FAILED)
+    assert decision.status.application_restarts == 1
+    assert decision.requeue_after is not None and decision.requeue_after > 0  # the restart backoff
 
 
 def test_an_application_failure_no_rule_matches_counts_and_quotes_the_message():
@@ -210,8 +224,8 @@ def test_an_exit_code_catch_all_leaves_preemption_alone():
 
 @pytest.mark.parametrize(
     ("reason", "exit_code", "conditions"),
-    [("Terminated", 143, SHUTDOWN), ("", 143, ()), ("NodeShutdown", None, ())],
-    ids=["kubelet-condition", "trainer-exit-code", "node-loss-reason"],
+    [("Terminated", 143, SHUTDOWN), ("", 143, SHUTDOWN), ("NodeShutdown", None, ())],
+    ids=["kubelet-shutdown", "disruption-condition", "node-loss-reason"],
 )
 def test_disruption_target_matches_what_the_infrastructure_stopped(reason, exit_code, conditions):
     job = running(make_job([{"action": "FailJob", "onPodConditions": DISRUPTION}]))

@@ -152,7 +152,7 @@ def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
 
 @pytest.mark.parametrize(
     ("reason", "exit_code"),
-    [("Terminated", None), ("NodeShutdown", None), ("Evicted", None), ("", 143)],
+    [("Terminated", None), ("NodeShutdown", None), ("Evicted", None), ("Terminated", 143)],
 )
 def test_preemption_restarts_without_spending_the_budget(reason, exit_code):
     job = make_job(runPolicy={"maxRestarts": 0})

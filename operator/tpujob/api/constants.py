@@ -58,8 +58,9 @@ PORT_TRAINER_METRICS: Final = 9090
 # (tpujob_trainer_global_step, _target_steps, _last_checkpoint_step, _last_checkpoint_timestamp_seconds).
 METRICS_PORT_NAME: Final = "metrics"
 
-# The trainer's exit code for "stopped by SIGTERM after saving a checkpoint" (spot reclaim,
-# maintenance): the operator reads it as an infrastructure cause, not an application failure.
+# The trainer's exit code for "stopped by SIGTERM after saving a checkpoint" (spot reclaim, maintenance). Not
+# evidence of a preemption by itself (any SIGTERM gives it): the operator looks at what Kubernetes left on the
+# pod (status/model.py is_infrastructure_failure).
 EXIT_CODE_PREEMPTED: Final = 143
 # The trainer's exit code for missing or invalid settings (a ConfigError, a bad flag): retrying cannot help,
 # so the default failurePolicy fails the job at once (Python's own usage errors exit 2 as well).

@@ -4,7 +4,8 @@ Kubernetes' podFailurePolicy and JobSet's failurePolicy, for a job whose slices 
 failed pod of the attempt is judged by the first rule it matches, then the job's outcome is the strongest:
 
 1. a pod matched by FailJob fails the job at once (FailedByPolicy);
-2. else a pod the infrastructure stopped (a node-loss reason or exit 143, see `is_infrastructure_failure`)
+2. else a pod the infrastructure stopped (a node-loss reason or a DisruptionTarget condition, see
+   `is_infrastructure_failure`; exit 143 alone is no evidence)
    that no rule counts makes the restart a preemption, not counted (as before: a slice losing a host
    takes its other workers down with it, whatever they exit with);
 3. else a counted failure (a Count rule, or an application failure no rule matched) restarts as
@@ -25,11 +26,11 @@ from tpujob.api.job import TPUJob
 from tpujob.api.run_policy import ExitCodeOperator, FailureAction, FailurePolicyRule
 from tpujob.api.status import Reason
 from tpujob.status.model import (
+    DISRUPTION_TARGET,
     PodView,
     is_infrastructure_failure,
 )
 
-DISRUPTION_TARGET = "DisruptionTarget"
 # How much of a termination message the status and the event quote (the pod keeps all of it).
 MAX_QUOTED_MESSAGE = 512
 RULES_PATH = "spec.runPolicy.failurePolicy.rules"

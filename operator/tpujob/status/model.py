@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpujob import tpu
-from tpujob.api.constants import EXIT_CODE_PREEMPTED
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 from tpujob.render.placement import Placement
@@ -84,6 +83,8 @@ WARNING_REASONS = frozenset(
     }
 )
 
+# The pod condition Kubernetes adds to a pod it is about to stop for a disruption (Kubernetes >= 1.26).
+DISRUPTION_TARGET = "DisruptionTarget"
 # Pod failure reasons a node going away leaves behind (kubelet graceful node shutdown, eviction,
 # node lifecycle / pod GC). A pod failing with one of these did nothing wrong itself.
 NODE_LOSS_POD_REASONS = frozenset(
@@ -458,8 +459,15 @@ def is_current(status: TPUJobStatus, pod: PodView) -> bool:
 
 
 def is_infrastructure_failure(pod: PodView) -> bool:
-    """Preemption, maintenance or node loss, as opposed to the application failing."""
-    return pod.reason in NODE_LOSS_POD_REASONS or pod.exit_code == EXIT_CODE_PREEMPTED
+    """Preemption, maintenance or node loss, as opposed to the application failing: only on the evidence
+    Kubernetes leaves on the pod. A node-loss reason (graceful node shutdown on a spot reclaim or host
+    maintenance: reason Terminated), or a DisruptionTarget condition, which the kubelet, the scheduler, the
+    taint manager, the Eviction API and pod GC add before they stop a pod (reasons TerminationByKubelet,
+    PreemptionByScheduler, DeletionByTaintManager, EvictionByEvictionAPI, DeletionByPodGC:
+    kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions). Exit code 143 alone
+    is not: any SIGTERM gives it, and so can a trainer's own exit; without evidence it is the application's
+    failure, counted and backed off."""
+    return pod.reason in NODE_LOSS_POD_REASONS or (DISRUPTION_TARGET, "True") in pod.conditions
 
 
 def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_SECONDS) -> float:
@@ -469,6 +477,7 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
 
 __all__ = [
     "CONTAINER_START_PROBLEMS",
+    "DISRUPTION_TARGET",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
     "DEFAULT_PROGRESS_READS_PER_SECOND",
     "DEFAULT_RESTART_BACKOFF_SECONDS",
