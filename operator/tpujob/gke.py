@@ -369,7 +369,10 @@ class NodePools:
         code = condition.code.name if condition is not None and condition.code else ""
         message = condition.message if condition is not None else pool.status_message
         zone = pool.locations[0] if pool.locations else ""
-        view = s.PoolView(slice_index, name, pool.status.name, message, code, operation=operation, zone=zone)
+        uid = dict(pool.config.labels).get(c.POOL_LABEL_JOB_UID, "")
+        view = s.PoolView(
+            slice_index, name, pool.status.name, message, code, operation=operation, zone=zone, job_uid=uid
+        )
         if pool.status == container_v1.NodePool.Status.RECONCILING or since is not None:
             # GKE works (or worked) on the pool: an update, an upgrade or a repair; status.recreation decides
             # from it and from the workers whether the slice was disrupted.
@@ -459,9 +462,26 @@ class NodePools:
         log.info("node pool %s: create requested (%s)", pool["name"], operation.name)
         return operation.name, None
 
-    def delete(self, name: str) -> s.GKEError | None:
-        """Start deleting a pool. None when accepted or already gone."""
+    def delete(self, name: str, job_uid: str) -> s.GKEError | None:
+        """Start deleting a pool of the job whose UID is `job_uid`. None when accepted or already gone, or
+        when the pool is not that job's: a name is no proof (its job-uid label is), and another job's pool
+        is never deleted; it is left and said."""
         self._guard()
+        try:
+            found = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
+        except gexc.NotFound:
+            return None
+        except gexc.GoogleAPICallError as error:
+            return classify_error(error)
+        if (label := dict(found.config.labels).get(c.POOL_LABEL_JOB_UID, "")) != job_uid:
+            log.warning(
+                "node pool %s: not deleted: its %s label is %r, not the job's %s",
+                name,
+                c.POOL_LABEL_JOB_UID,
+                label,
+                job_uid,
+            )
+            return None
         try:
             self.client.delete_node_pool(name=self._path(name), timeout=self.timeout)
         except gexc.NotFound:

@@ -10,6 +10,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import container_v1
 
 from tpujob import gke
+from tpujob.api import constants as c
 from tpujob.api.status import Reason
 from tpujob.render import Cluster
 
@@ -232,3 +233,36 @@ def test_the_condition_with_the_cause_tells_whichever_comes_first():
     assert gke.telling_condition([cause, plain]) is cause
     assert gke.telling_condition([plain]) is plain
     assert gke.telling_condition([]) is None
+
+
+class _LabelledPool:
+    """A GKE client with one pool, labelled with a job's UID (or none); records deletes."""
+
+    def __init__(self, labels: dict[str, str] | None) -> None:
+        self.labels = labels
+        self.deleted: list[str] = []
+
+    def get_node_pool(self, name: str, timeout: float) -> container_v1.NodePool:
+        if self.labels is None:
+            raise gexc.NotFound("gone")
+        return container_v1.NodePool(name=name.rsplit("/", 1)[-1], config={"labels": self.labels})
+
+    def delete_node_pool(self, name: str, timeout: float) -> container_v1.Operation:
+        self.deleted.append(name.rsplit("/", 1)[-1])
+        return container_v1.Operation(name="operation-1")
+
+
+@pytest.mark.parametrize(
+    ("labels", "deleted"),
+    [
+        ({c.POOL_LABEL_JOB_UID: "uid-1"}, ["p"]),  # the job's own
+        ({c.POOL_LABEL_JOB_UID: "uid-of-another-team"}, []),  # same name, another job's
+        ({c.POOL_LABEL_MANAGED_BY: c.MANAGED_BY}, []),  # no UID label: no proof it is the job's
+        ({}, []),
+        (None, []),  # gone already
+    ],
+)
+def test_a_pool_is_deleted_only_when_its_job_uid_label_is_the_jobs(labels, deleted):
+    client = _LabelledPool(labels)
+    assert gke.NodePools(Cluster(), client).delete("p", "uid-1") is None  # type: ignore[arg-type]
+    assert client.deleted == deleted

@@ -129,9 +129,12 @@ class RecordingPools:
         self.delete_error: s.GKEError | None = None
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        self.uids: dict[str, str] = {}  # a pool's job-uid label, when not the job under test's (uid-1)
 
     def state(self, slice_index: int, name: str, operation: str = "", since: Any = None) -> s.PoolView:
-        return s.PoolView(slice_index, name, self.states.get(name, s.POOL_MISSING), operation=operation)
+        state = self.states.get(name, s.POOL_MISSING)
+        uid = None if state == s.POOL_MISSING else self.uids.get(name, "uid-1")
+        return s.PoolView(slice_index, name, state, operation=operation, job_uid=uid)
 
     def create(self, pool: dict[str, Any]) -> tuple[str, s.GKEError | None]:
         self.created.append(pool)
@@ -142,7 +145,7 @@ class RecordingPools:
             return f"operation-{len(self.created)}", None
         return "", self.create_error
 
-    def delete(self, name: str) -> s.GKEError | None:
+    def delete(self, name: str, job_uid: str) -> s.GKEError | None:
         self.deleted.append(name)
         if self.delete_error is None and name in self.states:
             self.states[name] = s.POOL_STOPPING
@@ -188,9 +191,9 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
     accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
     refused = sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE)
 
-    assert actions.delete_pool("p") is True
+    assert actions.delete_pool("p", "uid-1") is True
     pools.delete_error = s.GKEError(Reason.GKE_UNAVAILABLE, "503", permanent=False)
-    assert actions.delete_pool("p") is False
+    assert actions.delete_pool("p", "uid-1") is False
 
     assert sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted") == accepted + 1
     assert sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE) == refused + 1
@@ -603,3 +606,23 @@ def test_a_service_that_exists_means_no_new_policy_and_the_setting_turns_them_of
     off = SettledReconciler(Cluster(network_policy=False), api, None)  # type: ignore[arg-type]
     off.reconcile(existing_job_body(), [], False)
     assert api.of("create_service") and not api.of("create_network_policy")
+
+
+def test_a_pool_by_the_jobs_name_that_is_another_jobs_is_neither_used_nor_deleted() -> None:
+    """Names are no proof: the pool's job-uid label must be the job's. Another job's pool of the same name
+    (or one with no label) is as good as missing for the job, which says why and waits."""
+    api, pools = RecordingKube(), RecordingPools()
+    name = pool_name(job_body(), 0)
+    pools.states[name] = "RUNNING"
+    pools.uids[name] = "uid-of-another-team"
+    passes = reconciler(pools, api)
+    passes.reconcile(job_body(), [], False)
+    assert api.of("create_pod") == []  # nothing lands on it
+    assert pools.deleted == []
+    ((_, status),) = api.of("patch_tpujob_status")
+    assert status["status"]["reason"] == Reason.POOL_REJECTED
+    assert f"node pool {name} exists and is not this job's" in status["status"]["message"]
+    assert "uid-of-another-team" in status["status"]["message"]
+    # Deleted, the job lets it be: nothing of its own to give back.
+    assert passes.release_pools(job_body()) == []
+    assert pools.deleted == []

@@ -164,7 +164,7 @@ class Actions:
         for name in decision.restart_in_place:  # kept pods' trainers restart in place, as the new attempt
             self.api.annotate_pod(meta["namespace"], name, told)
         for name in decision.delete_pools if self.pools is not None else ():
-            if self.delete_pool(name):
+            if self.delete_pool(name, meta["uid"]):
                 applied.stopping.add(name)
             else:
                 applied.delete_refused = True
@@ -330,10 +330,11 @@ class Actions:
         metrics.record_pool_call("create", error)
         return operation, error
 
-    def delete_pool(self, name: str) -> bool:
-        """Ask GKE to delete a pool; whether GKE took the request."""
+    def delete_pool(self, name: str, job_uid: str) -> bool:
+        """Ask GKE to delete a pool of the job `job_uid` (only if its job-uid label says so); whether GKE
+        took the request (or there was nothing of the job's to delete)."""
         assert self.pools is not None
-        error = self.pools.delete(name)
+        error = self.pools.delete(name, job_uid)
         metrics.record_pool_call("delete", error)
         return error is None
 

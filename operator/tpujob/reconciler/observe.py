@@ -219,6 +219,22 @@ class Settings:
         return cls(**same)
 
 
+def foreign_pool_errors(job: TPUJob, pools: tuple[s.PoolView, ...]) -> dict[int, s.GKEError]:
+    """Slices whose pool name is held by a pool that is not the job's (Observer._as_owned): what the job
+    waits for, permanently (the pool's owner must delete or rename it)."""
+    return {
+        view.slice: s.GKEError(
+            Reason.POOL_REJECTED,
+            f"node pool {view.name} exists and is not this job's (its {c.POOL_LABEL_JOB_UID} label is "
+            f"{view.job_uid!r}, not {job.metadata.uid}); the operator neither uses nor deletes it: delete or "
+            "rename that pool, or apply the job under another name",
+            permanent=True,
+        )
+        for view in pools
+        if view.state == s.POOL_MISSING and view.job_uid is not None and view.job_uid != job.metadata.uid
+    }
+
+
 class Observer:
     def __init__(
         self,
@@ -303,6 +319,8 @@ class Observer:
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
         if refused:
             observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
+        if foreign := foreign_pool_errors(job, observed.pools or ()):
+            observed = dataclasses.replace(observed, gke_errors={**observed.gke_errors, **foreign})
         return observed
 
     def chip_budget(self, job: TPUJob) -> s.ChipBudget | None:
@@ -391,10 +409,19 @@ class Observer:
         if status.phase in (Phase.STARTING, Phase.RUNNING):
             began = status.last_restart_time or status.start_time
             since = s.parse_timestamp(began) if began else None
-        return tuple(
+        views = [
             self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""), since=since)
             for i in range(job.spec.tpu.slices)
-        )
+        ]
+        return tuple(self._as_owned(job, view) for view in views)
+
+    @staticmethod
+    def _as_owned(job: TPUJob, view: s.PoolView) -> s.PoolView:
+        """A pool by the job's pool name whose job-uid label names another job (or none) is not the job's:
+        neither used nor deleted, as if missing (its slice says why: foreign_pool_errors)."""
+        if view.job_uid is None or view.state == s.POOL_MISSING or view.job_uid == job.metadata.uid:
+            return view
+        return s.PoolView(view.slice, view.name, s.POOL_MISSING, job_uid=view.job_uid)
 
     @property
     def render_cluster(self) -> Cluster:

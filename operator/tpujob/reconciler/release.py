@@ -45,7 +45,7 @@ class Releaser:
                 continue
             remaining.append(view.name)
             if view.state != s.POOL_STOPPING:
-                self.actions.delete_pool(view.name)
+                self.actions.delete_pool(view.name, body["metadata"]["uid"])
         if not remaining:
             self.forget(body["metadata"]["uid"])
         return remaining
@@ -95,6 +95,6 @@ class Releaser:
             log.warning(
                 "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
             )
-            if self.actions.delete_pool(pool.name):
+            if self.actions.delete_pool(pool.name, pool.job_uid):
                 deleted.append(pool.name)
         return deleted

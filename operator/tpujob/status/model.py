@@ -196,6 +196,8 @@ class PoolView:
     disruption_operation: str = ""
     # Whether that operation still runs (False: it ended after the current attempt began).
     disruption_running: bool = True
+    # The pool's job-uid label as GKE has it ("" when it has none); None: not read (the pool is missing).
+    job_uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -477,12 +479,12 @@ def rejected_backoff_seconds(refusals: int, base: float = REJECTED_BACKOFF_BASE_
 
 __all__ = [
     "CONTAINER_START_PROBLEMS",
-    "DISRUPTION_TARGET",
     "DEFAULT_POLL_PROVISIONING_SECONDS",
     "DEFAULT_PROGRESS_READS_PER_SECOND",
     "DEFAULT_RESTART_BACKOFF_SECONDS",
     "DEFAULT_STARTUP_GRACE_SECONDS",
     "DEFAULT_UNSCHEDULABLE_GRACE_SECONDS",
+    "DISRUPTION_TARGET",
     "INFRASTRUCTURE_REASONS",
     "NODE_LOSS_POD_REASONS",
     "POOL_DELETED",
