@@ -286,7 +286,7 @@ def hosts_config_map(job: TPUJob, slice_index: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(job, naming.hosts_config_map_name(job, slice_index), job_labels(job)),
+        "metadata": owned_metadata(job, naming.hosts_config_map_name(job, slice_index), job_labels(job)),
         "data": slice_host_env(job, slice_hostnames(job, slice_index)),
     }
 
