@@ -194,8 +194,9 @@ def test_pods_are_created_in_batches_after_the_service_and_the_host_list() -> No
     passes.reconcile(large_body(), [], False)  # v5p 8x8x8: 128 hosts
     assert batches == [CREATE_BATCH, 128 - CREATE_BATCH]
     methods = [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"]
-    assert methods[0] == "create_config_map"  # before any pod that reads it
-    assert sorted(methods[1:]) == ["create_pod"] * 128 + ["create_service"]
+    # The job's NetworkPolicy first (before any worker), then the host list before any pod that reads it.
+    assert methods[:2] == ["create_network_policy", "create_config_map"]
+    assert sorted(methods[2:]) == ["create_pod"] * 128 + ["create_service"]
 
 
 def test_a_refused_batch_stops_the_creates_and_the_rest_wait_for_the_backoff() -> None:

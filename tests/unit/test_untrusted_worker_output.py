@@ -202,7 +202,9 @@ def test_a_hostile_endpoint_gives_no_sample_within_the_deadline_in_the_readers_o
     assert MARKER not in error and "169.254" not in error  # nothing of the endpoint's is quoted
     assert len(error) < 200
     assert took < DEADLINE + 1.0  # the read's one deadline, whatever the endpoint does
-    assert served.sent < 1 << 22  # the 1 GB bodies were streamed and dropped, not read whole
+    # The 1 GB bodies were dropped after 64 KiB: the endpoint stopped once the socket buffers between the two
+    # (megabytes on loopback) were full and the reader had hung up, far short of 1 GB.
+    assert served.sent < 1 << 26
 
 
 def test_an_honest_endpoint_is_read(endpoint, reader) -> None:
