@@ -154,8 +154,8 @@ class ProgressReader:
         self.timeout = timeout
         self.reads_per_second = reads_per_second
         self._clock = clock
-        self._lock = threading.Lock()
-        self._last_read: dict[str, float] = {}  # job uid -> when its progress was last read
+        # When each job's progress was last read: a field of its record, forgotten with it.
+        self.records = records if records is not None else JobRecords()
         # The reads' own threads: a pass waits for its read (at most the deadline), and finds a free one or
         # goes without (the queue never grows).
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "tpujob-progress")

@@ -17,8 +17,8 @@ from tpujob.api import constants as c
 from tpujob.api.spec import CapacityMode, NodePoolPolicy
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.api.tenancy import TenancyPolicy
-from tpujob.config import OperatorConfig
 from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB
+from tpujob.config import OperatorConfig
 from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
