@@ -21,13 +21,14 @@ from tpujob_sandbox.gke.cluster import check_flex_start
 from tpujob_sandbox.gke.errors import GkeError
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+JOB_UID = "0b7f4c2e-5d1a-4c8e-9f3b-2a6d8e1c7b90"  # as the API server would have stored the job
 
 
 def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     manifest = plain_job(name, **spec)  # the kubelet simulation reports its pods Running, runs nothing
     # No UID: no owner reference for the garbage collector to act on, and no job UID label that
     # would make the pool an orphan for a running operator's sweep.
-    manifest["metadata"].update(namespace=namespace)
+    manifest["metadata"].update(namespace=namespace, uid=JOB_UID)
     return render_plan(parse_tpujob(manifest), render_cluster(gke))
 
 
@@ -62,7 +63,11 @@ def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_p
         assert labels["kubernetes.io/hostname"] == node.metadata.name
         assert labels[c.POOL_LABEL_MANAGED_BY] == c.MANAGED_BY  # config.labels become node labels
         taints = {(t.key, t.value, t.effect) for t in node.spec.taints}
-        assert taints == {(c.TPU_TAINT_KEY, "present", "NoSchedule")}
+        # GKE's TPU taint, and the operator's own that only this job's pods tolerate.
+        assert taints == {
+            (c.TPU_TAINT_KEY, "present", "NoSchedule"),
+            (c.POOL_TAINT_KEY, JOB_UID, "NoSchedule"),
+        }
         assert node.status.capacity[c.TPU_RESOURCE] == node.status.allocatable[c.TPU_RESOURCE] == "4"
         assert {cond.type: cond.status for cond in node.status.conditions}["Ready"] == "True"
 

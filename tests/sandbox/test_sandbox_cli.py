@@ -17,7 +17,9 @@ from kubernetes import config as k8s_config
 from tpujob_sandbox import cli, pid_alive
 from tpujob_sandbox.binaries import find_binaries
 
-WARM_START_LIMIT_SECONDS = 10
+# Not a speed target (those are benchmarks): a warm start that built or downloaded anything would take
+# minutes. Measured alone on the 2-core machine: 7.2 and 7.8 s; 13.5 s beside the other pytest worker.
+WARM_START_LIMIT_SECONDS = 60
 
 
 def sandbox_command(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
