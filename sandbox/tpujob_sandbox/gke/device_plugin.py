@@ -450,11 +450,19 @@ class TpuDevicePlugin:
                 self._update_conditions(name, {(h.namespace, h.pod) for h in found})
             except ApiException as error:  # the node went, or a write raced: the next collection tries again
                 log.warning("tpu-device-plugin: node %s conditions not updated: %s", name, error.reason)
-        running = {
-            (p["metadata"]["namespace"], p["metadata"]["name"]) for n in pods_by_node.values() for p in n
-        }
-        for key in set(self._signals) - running:  # the pod is gone (or ended): its libtpu with it
-            del self._signals[key]
+        for key in list(self._signals):  # the pod is gone (or ended): its libtpu with it
+            if not self._still_running(*key):
+                self._signals.pop(key, None)
+
+    def _still_running(self, namespace: str, pod: str) -> bool:
+        """Asked of the pod itself, not of this collection's listing: a signal reported after the listing
+        must not be dropped as if its pod had gone."""
+        try:
+            return bool(self.core.read_namespaced_pod(pod, namespace).status.phase == "Running")
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
 
     def _update_conditions(self, node: str, pods: set[tuple[str, str]]) -> None:
         """The plugin's node condition checks after a collection: set or renew a condition while a running
