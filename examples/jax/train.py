@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     coordinator, processes, process_id = distributed_args(dict(os.environ))
+    progress = Progress(args.steps)
+    if process_id == 0:
+        # Before joining the peers: a port taken fails this process in a second, whereas an error after
+        # initialize() waits minutes at JAX's shutdown barrier for peers that wait on it in turn.
+        progress.serve(dict(os.environ))
     if processes > 1:
         jax.distributed.initialize(coordinator, num_processes=processes, process_id=process_id)
     say(f"process_count={jax.process_count()} devices={jax.device_count()} coordinator={coordinator}")
@@ -125,9 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         value, grads = jax.value_and_grad(loss)(params, x, y)  # mean over the global batch
         return jax.tree.map(lambda p, g: p - args.learning_rate * g, params, grads), value
 
-    progress = Progress(args.steps)
-    if jax.process_index() == 0:
-        progress.serve(dict(os.environ))
     params = (jnp.zeros(3), jnp.zeros(()))
     for number in range(1, args.steps + 1):
         x, y = (jax.make_array_from_process_local_data(batch, a) for a in local_shard())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -32,6 +34,7 @@ from tpujob.api import constants as c
 from tpujob.api.trainer_contract import (
     ENV_CHECKPOINT_DIR,
     ENV_EXPORT_DIR,
+    ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
     ENV_PROGRESS,
     ENV_SUMMARY_FILE,
@@ -43,6 +46,10 @@ from tpujob.render.plan import slice_shape
 DEFAULT_WORK_DIR = Path(".state/local")
 # Like the pod's terminationGracePeriodSeconds: time to save a checkpoint after SIGTERM.
 STOP_GRACE_SECONDS = 30.0
+# Workers serve their metrics on loopback only: a local run is nobody else's to scrape, and a wildcard
+# bind would also take the port from every other address of this machine.
+LOCAL_METRICS_ADDRESS = "127.0.0.1"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def add_subcommand(subparsers: Any) -> None:
@@ -59,7 +66,8 @@ def add_subcommand(subparsers: Any) -> None:
         "--metrics-port",
         type=int,
         default=c.PORT_TRAINER_METRICS,
-        help="worker i serves Prometheus metrics on this port + i (default %(default)s)",
+        help="worker i serves Prometheus metrics on 127.0.0.1, this port + i (default %(default)s; 0: any "
+        "free ports)",
     )
     run.add_argument(
         "--work-dir",
@@ -246,7 +254,7 @@ def plan_workers(
     python: str,
     base_env: dict[str, str],
     worker_ports: list[int],
-    metrics_port: int,
+    metrics_ports: list[int],
     job_dir: Path,
     checkpoint_dir: str | None,
     progress_bar: bool,
@@ -267,7 +275,8 @@ def plan_workers(
             )
             rendered_pod = pod(job, Cluster(), slice_index, host)
             env = {**base_env, **local_env(rendered, rendered_pod, base_env, mounts)}
-            env[ENV_METRICS_PORT] = str(metrics_port + index)  # one host: one port each
+            env[ENV_METRICS_PORT] = str(metrics_ports[index])  # one host: one port each
+            env[ENV_METRICS_ADDRESS] = LOCAL_METRICS_ADDRESS
             if checkpoint_dir:
                 env[ENV_CHECKPOINT_DIR] = checkpoint_dir
             if export_dir:
@@ -281,7 +290,7 @@ def plan_workers(
                     index=index,
                     command=trainer_command(job, python, mounts),
                     env=env,
-                    metrics_port=metrics_port + index,
+                    metrics_port=metrics_ports[index],
                     summary_file=job_dir / f"worker-{index}-summary.json",
                     log_file=job_dir / f"worker-{index}.log",
                 )
@@ -301,11 +310,41 @@ def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((LOCAL_METRICS_ADDRESS, 0))
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
+
+
+def busy_ports(ports: list[int]) -> list[int]:
+    """The ports of `ports` another process already listens on (here, on loopback)."""
+    busy = []
+    for port in ports:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the workers' HTTP servers
+            try:
+                probe.bind((LOCAL_METRICS_ADDRESS, port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
+def metrics_ports(first: int, count: int) -> list[int] | str:
+    """Worker i's metrics port (first + i, or any free ones for 0), or what to do when one is taken:
+    found here, a taken port fails in seconds instead of after the workers joined their collectives
+    (JAX's exit then waits minutes at its shutdown barrier for the peer that died)."""
+    if first == 0:
+        return free_ports(count)
+    wanted = list(range(first, first + count))
+    busy = busy_ports(wanted)
+    if not busy:
+        return wanted
+    listed = ", ".join(f"{LOCAL_METRICS_ADDRESS}:{port}" for port in busy)
+    return (
+        f"--metrics-port: {listed} already in use (another local run, or a Prometheus?); "
+        f"pass --metrics-port P with P to P+{count - 1} free, or --metrics-port 0 for any free ones"
+    )
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -323,13 +362,17 @@ def run_local(args: argparse.Namespace) -> int:
     export_dir = local_export_dir(job.spec.trainer.export_dir, args.export_dir, checkpoint_dir, job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     hosts = slice_shape(job).hosts * job.spec.tpu.slices
+    ports = metrics_ports(args.metrics_port, hosts)
+    if isinstance(ports, str):
+        _say(ports)
+        return 2
     try:
         workers = plan_workers(
             job,
             python=sys.executable,
             base_env=dict(os.environ),
             worker_ports=free_ports(hosts),
-            metrics_port=args.metrics_port,
+            metrics_ports=ports,
             job_dir=job_dir,
             checkpoint_dir=checkpoint_dir,
             progress_bar=sys.stderr.isatty(),
@@ -347,7 +390,8 @@ def run_local(args: argparse.Namespace) -> int:
     _say(f"  command: {' '.join(workers[0].command)}")
     _say(f"  checkpoints: {checkpoint_dir or '(none: spec.trainer.checkpointDir is not set)'}")
     _say(f"  export: {export_dir or '(none: neither spec.trainer.exportDir nor checkpointDir is set)'}")
-    _say("  metrics: " + ", ".join(f"http://127.0.0.1:{w.metrics_port}/metrics" for w in workers))
+    urls = (f"http://{LOCAL_METRICS_ADDRESS}:{w.metrics_port}/metrics" for w in workers)
+    _say("  metrics: " + ", ".join(urls))
     _say(f"  logs: {job_dir}/worker-*.log")
     for note in cluster_only_notes(job, tuple(args.mount)):
         _say(f"  on GKE only: {note}")
@@ -381,6 +425,12 @@ class LocalRun:
         try:
             for worker in self.workers:
                 self._start(worker)
+            # Only now: no thread of ours may run while a worker is forked (its preexec_fn).
+            for process, worker in zip(self.processes, self.workers, strict=True):
+                assert process.stderr is not None
+                relay = threading.Thread(target=_relay, args=(process.stderr, worker), daemon=True)
+                relay.start()
+                self.relays.append(relay)
             return self._wait_all()
         finally:
             for signal_number, handler in previous.items():
@@ -392,13 +442,14 @@ class LocalRun:
         # Own session: a terminal's Ctrl-C reaches us only, and we pass it on exactly once.
         with worker.log_file.with_suffix(".out").open("wb") as stdout:
             process = subprocess.Popen(
-                worker.command, env=worker.env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True
+                worker.command,
+                env=worker.env,
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_stop_with_parent(os.getpid()),
             )
         self.processes.append(process)
-        assert process.stderr is not None
-        relay = threading.Thread(target=_relay, args=(process.stderr, worker), daemon=True)
-        relay.start()
-        self.relays.append(relay)
 
     def _wait_all(self) -> list[int]:
         codes: dict[int, int] = {}
@@ -426,6 +477,21 @@ class LocalRun:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal_number)
+
+
+def _stop_with_parent(parent: int) -> Callable[[], None] | None:
+    """In the forked worker, before exec: a SIGTERM when this runner dies, even by SIGKILL, so no worker
+    outlives it holding its ports (Linux's PR_SET_PDEATHSIG; elsewhere, nothing)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+
+    def set_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # died before the line above: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
 
 
 def _relay(stream: IO[bytes], worker: Worker) -> None:

@@ -21,10 +21,11 @@ EXAMPLE_DIR = REPO / "examples" / "jax"
 
 
 def run_local(manifest: Path, work_dir: Path) -> subprocess.CompletedProcess[str]:
-    """The README's command, from the repository's root: `--mount /app=examples/jax` is relative."""
+    """The README's command, from the repository's root: `--mount /app=examples/jax` is relative; any free
+    metrics ports, as another pytest worker may run a local job at the same time."""
     return subprocess.run(
         [sys.executable, "-m", "tpujob.cli", "run", str(manifest), "--local", "--mount", "/app=examples/jax",
-         "--work-dir", str(work_dir)],
+         "--work-dir", str(work_dir), "--metrics-port", "0"],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 

@@ -15,6 +15,7 @@ from tests.trainer.conftest import REPO
 from tpujob import localrun
 from tpujob.api import parse_tpujob
 from tpujob_sandbox import free_port
+from tpujob_sandbox.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "digits-local.yaml"
 
@@ -88,7 +89,7 @@ def test_two_hosts_get_the_operators_env_with_local_addresses() -> None:
         python="/py",
         base_env={"PATH": "/bin", "TPUJOB_PROGRESS": "log"},
         worker_ports=[41000, 41001],
-        metrics_port=9100,
+        metrics_ports=[9100, 9101],
         job_dir=Path("/w/digits"),
         checkpoint_dir="/w/digits/checkpoints",
         progress_bar=True,
@@ -99,6 +100,7 @@ def test_two_hosts_get_the_operators_env_with_local_addresses() -> None:
         assert env["TPU_WORKER_ID"] == str(worker.index)
         assert env["TPU_WORKER_HOSTNAMES"] == "localhost:41000,localhost:41001"
         assert env["TPUJOB_METRICS_PORT"] == str(9100 + worker.index) == str(worker.metrics_port)
+        assert env["TPUJOB_METRICS_ADDRESS"] == "127.0.0.1"  # loopback: not every address's port
         assert env["TPUJOB_CHECKPOINT_DIR"] == "/w/digits/checkpoints"
         assert env["TPUJOB_SUMMARY_FILE"] == f"/w/digits/worker-{worker.index}-summary.json"
         assert env["TPUJOB_NAME"] == "digits"
@@ -151,3 +153,36 @@ def test_digits_on_two_local_workers_use_multi_worker_mirrored_and_reach_95_perc
     assert summary["export_dir"] == str(checkpoints / "export")
     assert (checkpoints / "export" / "saved_model.pb").exists()
     assert f"exported for serving to {checkpoints / 'export'}" in result.stderr
+
+
+def test_workers_stop_when_the_runner_is_killed(tmp_path: Path) -> None:
+    """SIGKILL gives `tpujob run` no chance to stop its workers (they sit in sessions of their own): the
+    kernel's parent-death signal does, so none lives on holding its ports (pytest kills on a timeout)."""
+    manifest = example_job(topology="2x4", machineType="ct5lp-hightpu-4t")  # two workers
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = f"import os, time; open('{pid_dir}/' + str(os.getpid()), 'w').close(); time.sleep(600)"
+    manifest["spec"]["trainer"].update(command=["python", "-c", script], args=[])
+    path = tmp_path / "sleepers.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "tpujob.cli", "run", str(path), "--local", "--metrics-port", "0"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        pids = wait_for(
+            lambda: [int(p.name) for p in pid_dir.iterdir()] if len(list(pid_dir.iterdir())) == 2 else None,
+            timeout=60,
+            what="both workers to start",
+        )
+    finally:
+        runner.kill()
+        runner.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"  # a zombie has ended
+        except FileNotFoundError:
+            return False
+
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=30, what=f"workers {pids} to end")

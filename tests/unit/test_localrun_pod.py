@@ -2,6 +2,7 @@
 only the cluster has is taken from this shell or refused with what to export, the rest is said, not faked."""
 
 import copy
+import socket
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def plan(manifest, environ):
         python="/py",
         base_env=environ,
         worker_ports=[41000],
-        metrics_port=9100,
+        metrics_ports=[9100],
         job_dir=Path("/w/job"),
         checkpoint_dir=None,
         progress_bar=False,
@@ -88,6 +89,28 @@ def test_the_command_refuses_before_starting_any_process(tmp_path, capsys, monke
     monkeypatch.delenv("HF_TOKEN", raising=False)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(with_env(secret_env("HF_TOKEN"))))
-    assert main(["run", str(path), "--local", "--work-dir", str(tmp_path / "work")]) == 2
+    work = ["--work-dir", str(tmp_path / "work"), "--metrics-port", "0"]  # 0: no test's port is busy
+    assert main(["run", str(path), "--local", *work]) == 2
     assert "spec.trainer.env: HF_TOKEN comes from Secret hf-token key token" in capsys.readouterr().err
     assert not list((tmp_path / "work").glob("*/worker-*.log"))
+
+
+def test_a_metrics_port_in_use_is_refused_with_the_flag_that_fixes_it(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(base_job()))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        work = ["--work-dir", str(tmp_path / "work"), "--metrics-port", str(port)]
+        assert main(["run", str(path), "--local", *work]) == 2
+    error = capsys.readouterr().err
+    assert f"--metrics-port: 127.0.0.1:{port} already in use" in error
+    assert "--metrics-port 0 for any free ones" in error
+    assert not list((tmp_path / "work").glob("*/worker-*.log"))
+
+
+def test_metrics_port_0_takes_any_free_ports_on_loopback():
+    ports = localrun.metrics_ports(0, 3)
+    assert isinstance(ports, list) and len(set(ports)) == 3 and 0 not in ports
+    assert localrun.busy_ports(ports) == []
