@@ -46,6 +46,9 @@ class JobRecord:
     waiting_since: float | None = None  # Unix time the phase's wait began (status/waiting.py)
     chips: tuple[str, str, int] | None = None  # (tpu type, capacity mode, chips held)
     maintenance: float | None = None  # Unix time of the next host maintenance announced
+    # --- its namespace's chip limit (reconciler/tenancy.py) ---
+    chips_admitted: int | None = None  # admitted by this process with so many chips; its status not yet
+    chips_seen: tuple[str, int, bool] | None = None  # (resourceVersion, chips it counts, status shows it)
     # --- the progress reader (trainer_metrics.py) and the resync ---
     progress_read: float | None = None  # when worker 0's step counter was last read (monotonic)
     last_pass: float | None = None  # when the last pass began (the event loop's clock)

@@ -11,6 +11,7 @@ from tests.unit.test_status import advance, make_job, step
 from tpujob import status as s
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.reconciler.tenancy import NamespaceChips
+from tpujob.records import JobRecords
 from tpujob.render import naming
 
 V5E_4X4 = {"type": "v5e", "topology": "4x4"}  # 16 chips
@@ -99,7 +100,7 @@ def named(name, uid, **spec):
 
 
 def test_the_ledger_admits_while_there_is_room_and_counts_its_admissions_before_their_status_shows_them():
-    ledger = NamespaceChips()
+    ledger = NamespaceChips(JobRecords())
     a, b, c = (named(n, n, tpu=V5E_4X4) for n in "abc")
     watched = [body(a), body(b), body(c)]  # none admitted, as the watch has them
     ledger.jobs_of = lambda namespace: watched if namespace == "default" else []
@@ -119,18 +120,19 @@ def test_the_ledger_admits_while_there_is_room_and_counts_its_admissions_before_
 
 def test_a_job_another_replica_admitted_counts_once_its_status_shows_it():
     """The ledger reads each job again when its resourceVersion changes (and only then)."""
-    ledger = NamespaceChips()
+    records = JobRecords()
+    ledger = NamespaceChips(records)
     c_job, d = named("c", "c", tpu=V5E_4X4), named("d", "d", tpu=V5E_4X4)
     watched = [body(c_job), body(d)]
     ledger.jobs_of = lambda _namespace: watched
     assert ledger.admit(c_job, 16).others == 0
-    ledger.forget("c")
+    records.forget("c")  # as when c is deleted: its admission goes with its record
     watched[1] = body(d, Phase.RUNNING, started=True, version="2")
     assert ledger.admit(c_job, 16).others == 16
 
 
 def test_a_deleted_or_suspended_job_frees_its_chips_and_other_namespaces_count_nothing():
-    ledger = NamespaceChips()
+    ledger = NamespaceChips(JobRecords())
     a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
     watched = {
         "default": [body(a), body(b)],
@@ -147,7 +149,7 @@ def test_a_deleted_or_suspended_job_frees_its_chips_and_other_namespaces_count_n
 
 def test_passes_side_by_side_never_admit_past_the_limit():
     """Twenty jobs of 16 chips each, admitted from twenty threads at once, under a limit of 64: four."""
-    ledger = NamespaceChips()
+    ledger = NamespaceChips(JobRecords())
     jobs = [named(f"j{i}", f"u{i}", tpu=V5E_4X4) for i in range(20)]
     ledger.jobs_of = lambda _namespace: [body(job) for job in jobs]
     start = threading.Barrier(len(jobs))
@@ -164,3 +166,18 @@ def test_passes_side_by_side_never_admit_past_the_limit():
     for thread in threads:
         thread.join()
     assert len(admitted) == 4
+
+
+def test_what_the_ledger_keeps_of_a_job_lives_in_its_record_and_goes_with_it():
+    """No map of the ledger's own: forgetting a job (deleted, or no longer listed at a resync) forgets its
+    admission and its counted chips."""
+    records = JobRecords()
+    ledger = NamespaceChips(records)
+    a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
+    ledger.jobs_of = lambda _namespace: [body(a), body(b)]
+    ledger.admit(a, 32)
+    ledger.admit(b, 32)
+    assert records.uids() == {"a", "b"}
+    records.forget("a")
+    records.retain({"a"})  # b: no longer listed
+    assert records.uids() == set()

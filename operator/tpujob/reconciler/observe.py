@@ -264,7 +264,7 @@ class Observer:
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
-        self.chips = NamespaceChips()
+        self.chips = NamespaceChips(memory.records)
 
     def observe(
         self,

@@ -72,23 +72,18 @@ class Reconciler:
         self.status_writer = StatusWriter(self._write_status, self.memory, self.forget)
 
     def forget(self, uid: str) -> None:
-        """The job is gone: its record, its namespace's chip count (tenancy.py, kept apart for now), and its
-        status write if one waits."""
+        """The job is gone: its record, and its status write if one waits."""
         self.records.forget(uid)
-        self.observer.chips.forget(uid)
         self.status_writer.forget(uid)
 
     def retain(self, live: set[str]) -> None:
         """Forget every job whose UID is not in `live`."""
         for uid in self.records.retain(live):
-            self.observer.chips.forget(uid)
             self.status_writer.forget(uid)
 
     def forget_all(self) -> None:
         """A replica standing by: what it remembers (its own status writes, pods in flight) goes stale
         while another one works, and the job gauges it exports are the active replica's to export."""
-        for uid in self.records.uids():
-            self.observer.chips.forget(uid)
         self.records.forget_all()
         self.status_writer.discard()
         self.actions.events.discard()
