@@ -33,6 +33,7 @@ RELEASE_CHANNELS = ("none", "rapid", "regular", "stable")
 DEFAULT_DIR = Path(".state/sandbox")
 UP_TIMEOUT_SECONDS = 120.0
 DOWN_TIMEOUT_SECONDS = 30.0
+KILL_TIMEOUT_SECONDS = 10.0
 EXIT_NOT_RUNNING = 3
 
 
@@ -237,6 +238,12 @@ def cmd_down(args: argparse.Namespace) -> int:
         print(f"still running after {DOWN_TIMEOUT_SECONDS:.0f} s, killing: {left}", file=sys.stderr)
         for pid in left.values():
             _signal(pid, signal.SIGKILL)
+        # A killed process is gone only once the kernel has torn it down: `down` returns after that.
+        wait_for(
+            lambda: not any(pid_alive(pid) for pid in left.values()),
+            timeout=KILL_TIMEOUT_SECONDS,
+            what=f"the killed processes {left} to exit",
+        )
     (args.dir / INFO_FILE).unlink(missing_ok=True)
     print(f"sandbox in {args.dir} stopped")
     return 0
