@@ -56,7 +56,12 @@ IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet
 RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
 PROBE_SECONDS = 5.0  # the probe's default period
 # Fixed-size structures of the runtime, not kept per job: the loops' tasks, the status writer's threads.
-NOT_PER_JOB = ("runtime.tasks", "runtime.reconciler.status_writer._threads")
+NOT_PER_JOB = (
+    "runtime.tasks",
+    "runtime.reconciler.status_writer._threads",
+    "runtime.config.",  # the settings: their lists are the chart values, not jobs
+    "runtime.reconciler.settings.",
+)
 
 
 @dataclass
