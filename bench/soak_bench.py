@@ -8,16 +8,22 @@ settings (tpujob_sandbox.operator_env), run under the test bed's probe (tpujob_s
 itself, plus a probe that writes the length of every container the operator keeps (found by walking its
 objects, not by name).
 
-The bench keeps `--live` jobs alive in `--namespaces` namespaces, each job one single-host v5e 2x2 slice
-(policy create: a node pool, provisioned and deleted by the simulated GKE), and replaces each job that ends
-with a new one until both `--minutes` of wall time and `--jobs` jobs are reached (capped at
-`--max-minutes`). Job i ends as its index says, so every end comes round:
+The bench keeps `--live` jobs alive in `--namespaces` namespaces, each job one single-host v5e 2x2 slice,
+and replaces each job that ends with a new one until both `--minutes` of wall time and `--jobs` jobs are
+reached (capped at `--max-minutes`). Three jobs in ten have a node pool made for them (policy create:
+provisioned and deleted by the simulated GKE, which runs 5 operations a cluster at once, as GKE's quota
+does); the others run on a platform team's pool made before the churn (policy existing, as on a cluster
+xpk set up), two of those seven queued through Kueue (its real CRDs, its admission simulated: a
+ClusterQueue with `--kueue-chips` of quota, a LocalQueue in each namespace). Job i ends as its index says,
+so every end comes round:
 
-  i % 10 == 0  its pod fails (exit 1, maxRestarts 0): the job fails, then is deleted
-  i % 10 == 1  deleted while it runs
-  i % 10 == 2  deleted as soon as it is created (provisioning)
-  i % 10 == 3  suspended while it runs, then deleted
-  otherwise    its pod succeeds; the job is deleted once Succeeded
+  i % 10 == 0  its pod fails (exit 1, maxRestarts 0): the job fails, then is deleted    (its own pool)
+  i % 10 == 1  deleted while it runs                                                   (its own pool)
+  i % 10 == 2  deleted as soon as it is created (provisioning)                         (its own pool)
+  i % 10 == 3  suspended while it runs, then deleted                                   (platform pool)
+  i % 10 == 5  admitted by Kueue, its pod succeeds; deleted once Succeeded             (platform pool)
+  i % 10 == 6  admitted by Kueue, deleted while it runs                                (platform pool)
+  otherwise    its pod succeeds; the job is deleted once Succeeded                     (platform pool)
 
 Ending a pod goes through the simulated kubelet's exit annotation (what kubelet.succeed/fail do), without
 waiting. Every `--sample` seconds the bench records the operator's RSS, the live jobs (created and not yet
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -43,17 +50,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.cloud import container_v1
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
 from tpujob.api import constants as c
-from tpujob_sandbox import find_binaries, install_crd, operator_env, start_sandbox, wait_for
+from tpujob_sandbox import Sandbox, find_binaries, install_crd, operator_env, start_sandbox, wait_for
 from tpujob_sandbox.kubelet.podstatus import EXIT_CODE_ANNOTATION
+from tpujob_sandbox.kueue import crds as kueue_crds
+from tpujob_sandbox.kueue.handle import KueueHandle
+from tpujob_sandbox.kueue.simulator import KueueSimulator
 from tpujob_sandbox.operators import OperatorProcess
 from tpujob_sandbox.waiting import Timeout
 
 IMAGE = "registry.example/sleeper:1"  # tests/manifests.PLAIN_IMAGE: the kubelet runs no process for it
-RESYNC_SECONDS = 2.0  # tpujob_sandbox.operators.RESYNC_SECONDS
 PROBE_SECONDS = 5.0  # the probe's default period
 # Fixed-size structures of the runtime, not kept per job: the loops' tasks, the status writer's threads.
 NOT_PER_JOB = (
@@ -61,6 +71,7 @@ NOT_PER_JOB = (
     "runtime.reconciler.status_writer._threads",
     "runtime.config.",  # the settings: their lists are the chart values, not jobs
     "runtime.reconciler.settings.",
+    "runtime.reconciler.observer.kueue._flavors",  # Kueue's ResourceFlavors, one per flavor
 )
 
 
@@ -89,17 +100,39 @@ class SoakResult:
     samples: list[Sample] = field(default_factory=list)
 
 
+PLATFORM_POOL = "soak-platform"
+QUEUE = "soak-queue"
+V5E_2X2_LABELS = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+    "cloud.google.com/gke-tpu-topology": "2x2",
+}
+
+
+def on_platform_pool(index: int) -> bool:
+    return index % 10 >= 3
+
+
+def through_kueue(index: int) -> bool:
+    return index % 10 in (5, 6)
+
+
 def job_manifest(name: str, index: int) -> dict[str, Any]:
     run_policy: dict[str, Any] = {"maxRestarts": 0} if index % 10 == 0 else {}
+    labels = {"soak-index": str(index)}
+    if through_kueue(index):
+        labels[c.LABEL_QUEUE_NAME] = QUEUE
+    spec: dict[str, Any] = {
+        "tpu": {"type": "v5e", "topology": "2x2"},
+        "trainer": {"image": IMAGE},
+        "runPolicy": run_policy,
+    }
+    if on_platform_pool(index):
+        spec["nodePool"] = {"policy": "existing"}
     return {
         "apiVersion": f"{c.GROUP}/{c.VERSION}",
         "kind": "TPUJob",
-        "metadata": {"name": name, "labels": {"soak-index": str(index)}},
-        "spec": {
-            "tpu": {"type": "v5e", "topology": "2x2"},
-            "trainer": {"image": IMAGE},
-            "runPolicy": run_policy,
-        },
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
     }
 
 
@@ -167,18 +200,11 @@ class Churn:
         annotations = {EXIT_CODE_ANNOTATION: str(code)}
         self.core.patch_namespaced_pod(pod, key[0], {"metadata": {"annotations": annotations}})
 
-    def _suspend_then_delete(self, key: tuple[str, str]) -> None:
+    def _suspend(self, key: tuple[str, str]) -> None:
+        """Suspend only: the job watch deletes it once it is Suspended (waiting here would hold one of the
+        bench's threads for the pods' grace period)."""
         patch = {"spec": {"runPolicy": {"suspend": True}}}
         self.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, key[0], c.PLURAL, key[1], patch)
-        wait_for(
-            lambda: (
-                not self.core.list_namespaced_pod(key[0], label_selector=f"{c.LABEL_JOB_NAME}={key[1]}").items
-            ),
-            timeout=120,
-            what=f"{key} suspended",
-            interval=0.5,
-        )
-        self._delete(key)
 
     # --- what the watches show -------------------------------------------------------------------
 
@@ -194,10 +220,10 @@ class Churn:
         end = index % 10
         if end == 0:
             self._act(key, self._exit_pod, pod.metadata.name, 1)
-        elif end == 1:
+        elif end in (1, 6):
             self._act(key, self._delete)
         elif end == 3:
-            self._act(key, self._suspend_then_delete)
+            self._act(key, self._suspend)
         elif end != 2:
             self._act(key, self._exit_pod, pod.metadata.name, 0)
 
@@ -207,7 +233,7 @@ class Churn:
             self._gone(key)
             return
         phase = (job.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed") and not job["metadata"].get("deletionTimestamp"):
+        if phase in ("Succeeded", "Failed", "Suspended") and not job["metadata"].get("deletionTimestamp"):
             with self.lock:
                 self.acted.discard(key)  # its pod's end was the first act; the delete is the last
             self._act(key, self._delete)
@@ -261,6 +287,40 @@ class Churn:
             self._gone(key)
 
 
+def start_kueue(api_client: k8s.ApiClient, namespaces: list[str], chips: int) -> KueueSimulator:
+    """Kueue's CRDs and its simulated admission: one flavor for the platform pool's v5e 2x2 nodes, a
+    ClusterQueue with `chips` of TPU quota, and a LocalQueue QUEUE in each namespace."""
+    kueue_crds.install(api_client)
+    simulator = KueueSimulator(api_client).start()
+    handle = KueueHandle(api_client, simulator)
+    flavor = handle.resource_flavor(node_labels=V5E_2X2_LABELS, prefix="v5e-2x2")
+    cluster_queue = handle.cluster_queue({flavor: {c.TPU_RESOURCE: chips}}, prefix="soak")
+    for namespace in namespaces:
+        handle.local_queue(namespace, cluster_queue, name=QUEUE)
+    return simulator
+
+
+def make_platform_pool(bed: Sandbox, nodes: int) -> None:
+    """The platform team's pool of `nodes` single-host v5e 2x2 nodes, made through GKE's API before the
+    churn; its nodes registered before this returns."""
+    pool = {
+        "name": PLATFORM_POOL,
+        "initialNodeCount": nodes,
+        "locations": [bed.default_zone],
+        "config": {"machineType": "ct5lp-hightpu-4t"},
+    }
+    bed.gke.client().create_node_pool(
+        parent=bed.gke.parent, node_pool=container_v1.NodePool.from_json(json.dumps(pool))
+    )
+    core = k8s.CoreV1Api(bed.api_client)
+    wait_for(
+        lambda: len(core.list_node(label_selector=f"{c.NODE_LABEL_NODEPOOL}={PLATFORM_POOL}").items) == nodes,
+        timeout=300,
+        what=f"the {nodes} nodes of {PLATFORM_POOL}",
+        interval=1,
+    )
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS"):
@@ -289,10 +349,13 @@ def figures(result: SoakResult, churn_samples: list[Sample], final: Sample) -> N
             result.peak[name] = max(result.peak.get(name, 0), size)
     result.at_end = dict(sorted(final.sizes.items()))
     result.live_at_end = final.live
-    result.above_live_at_end = {
-        name: size
-        for name, size in result.at_end.items()
-        if size > final.live and not name.startswith(NOT_PER_JOB)
+    result.above_live_at_end = per_job_above(final.sizes, final.live)
+
+
+def per_job_above(sizes: dict[str, int], live: int) -> dict[str, int]:
+    """The per-job structures holding more entries than there are live jobs."""
+    return {
+        name: size for name, size in sorted(sizes.items()) if size > live and not name.startswith(NOT_PER_JOB)
     }
 
 
@@ -302,14 +365,17 @@ def run(args: argparse.Namespace) -> SoakResult:
         folder = Path(tmp)
         bed = start_sandbox(folder / "sandbox", binaries=find_binaries(), time_scale=args.time_scale)
         operator: OperatorProcess | None = None
+        kueue: KueueSimulator | None = None
         try:
             install_crd(bed)
             namespaces = [f"soak-{i}" for i in range(args.namespaces)]
             core = k8s.CoreV1Api(bed.api_client)
             for namespace in namespaces:
                 core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+            kueue = start_kueue(bed.api_client, namespaces, args.kueue_chips)
+            make_platform_pool(bed, args.platform_nodes)
             probe = folder / "sizes.json"
-            env = {**operator_env(bed, folder), "TPUJOB_KUEUE": "false"}
+            env = operator_env(bed, folder)  # Kueue's integration on, as the chart's default
             operator = OperatorProcess(env, folder / "operator.log", probe=probe).start()
             assert operator.process is not None
             pid = operator.process.pid
@@ -364,23 +430,35 @@ def run(args: argparse.Namespace) -> SoakResult:
             with churn.lock:
                 churn.creating = False
                 churn.lock.notify_all()
+                done_in_churn = churn.done
             try:
                 wait_for(lambda: not churn.live, timeout=args.drain_minutes * 60, what="every job to end")
             except Timeout:
                 result.notes.append(f"{len(churn.live)} jobs still live after --drain-minutes")
-            # Two resync intervals and two probe periods more: every structure has had its chance to let go.
-            time.sleep(2 * RESYNC_SECONDS + 2 * PROBE_SECONDS)
+            # Every structure given its chance to let go (the garbage collector's deletion of the jobs'
+            # Services and pods reaches the indexes last): a minute at most, then the end is sampled.
+            try:
+                wait_for(
+                    lambda: not per_job_above(read_probe(probe), len(churn.live)),
+                    timeout=60,
+                    what="every per-job structure back to the live jobs",
+                    interval=PROBE_SECONDS,
+                )
+            except Timeout:
+                result.notes.append("per-job structures still above the live jobs a minute after the drain")
             final = sample()
             churn.stop.set()
             result.minutes = round(churn_seconds / 60, 1)
             result.jobs_created, result.jobs_done = churn.created, churn.done
-            result.jobs_per_second = round(churn.done / churn_seconds, 2)
+            result.jobs_per_second = round(done_in_churn / churn_seconds, 2)
             figures(result, samples, final)
             result.notes.extend(churn.errors[:20])
             result.samples = [*samples, final]
         finally:
             if operator is not None:
                 operator.stop()
+            if kueue is not None:
+                kueue.stop()
             if args.keep_log is not None:
                 args.keep_log.write_bytes((folder / "operator.log").read_bytes())
             bed.stop()
@@ -412,11 +490,15 @@ def main(argv: list[str] | None = None) -> int:
         "--drain-minutes", type=float, default=10.0, help="at most this long for the last jobs"
     )
     parser.add_argument("--namespaces", type=int, default=3)
+    parser.add_argument("--platform-nodes", type=int, default=72, help="nodes of the platform team's pool")
+    parser.add_argument("--kueue-chips", type=int, default=96, help="the ClusterQueue's TPU quota")
     parser.add_argument("--time-scale", type=float, default=0.002, help="of GKE's durations")
     parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="write the figures and samples here")
     parser.add_argument("--keep-log", type=Path, help="copy the operator's log here")
     args = parser.parse_args(argv)
+    # A SIGTERM ends the run through its `finally`: the test bed and the operator are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args)
     print(report(result))
     if args.json is not None:
