@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
@@ -39,17 +32,15 @@ from tpujob.api.trainer_contract import (
     ENV_PROGRESS,
     ENV_SUMMARY_FILE,
 )
+from tpujob.local_workers import LocalRun, Worker, say
 from tpujob.manifests import load_one_job
 from tpujob.render import Cluster, pod, worker_env
 from tpujob.render.plan import slice_shape
 
 DEFAULT_WORK_DIR = Path(".state/local")
-# Like the pod's terminationGracePeriodSeconds: time to save a checkpoint after SIGTERM.
-STOP_GRACE_SECONDS = 30.0
 # Workers serve their metrics on loopback only: a local run is nobody else's to scrape, and a wildcard
 # bind would also take the port from every other address of this machine.
 LOCAL_METRICS_ADDRESS = "127.0.0.1"
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def add_subcommand(subparsers: Any) -> None:
@@ -97,16 +88,6 @@ def add_subcommand(subparsers: Any) -> None:
         "(e.g. --mount /app=examples/jax); repeatable",
     )
     run.set_defaults(func=run_local)
-
-
-@dataclass(frozen=True)
-class Worker:
-    index: int  # across slices: slice * hosts + host
-    command: list[str]
-    env: dict[str, str]
-    metrics_port: int
-    summary_file: Path
-    log_file: Path
 
 
 def local_hostnames(ports: list[int]) -> list[str]:
@@ -364,7 +345,7 @@ def run_local(args: argparse.Namespace) -> int:
     hosts = slice_shape(job).hosts * job.spec.tpu.slices
     ports = metrics_ports(args.metrics_port, hosts)
     if isinstance(ports, str):
-        _say(ports)
+        say(ports)
         return 2
     try:
         workers = plan_workers(
@@ -381,20 +362,20 @@ def run_local(args: argparse.Namespace) -> int:
         )
     except CannotRunLocally as error:
         for problem in error.problems:
-            _say(f"spec.trainer.env: {problem}")
+            say(f"spec.trainer.env: {problem}")
         return 2
     for worker in workers:
         with contextlib.suppress(FileNotFoundError):
             worker.summary_file.unlink()
-    _say(f"{job.metadata.name}: {hosts} local worker(s) for {job.spec.tpu.type} {job.spec.tpu.topology}")
-    _say(f"  command: {' '.join(workers[0].command)}")
-    _say(f"  checkpoints: {checkpoint_dir or '(none: spec.trainer.checkpointDir is not set)'}")
-    _say(f"  export: {export_dir or '(none: neither spec.trainer.exportDir nor checkpointDir is set)'}")
+    say(f"{job.metadata.name}: {hosts} local worker(s) for {job.spec.tpu.type} {job.spec.tpu.topology}")
+    say(f"  command: {' '.join(workers[0].command)}")
+    say(f"  checkpoints: {checkpoint_dir or '(none: spec.trainer.checkpointDir is not set)'}")
+    say(f"  export: {export_dir or '(none: neither spec.trainer.exportDir nor checkpointDir is set)'}")
     urls = (f"http://{LOCAL_METRICS_ADDRESS}:{w.metrics_port}/metrics" for w in workers)
-    _say("  metrics: " + ", ".join(urls))
-    _say(f"  logs: {job_dir}/worker-*.log")
+    say("  metrics: " + ", ".join(urls))
+    say(f"  logs: {job_dir}/worker-*.log")
     for note in cluster_only_notes(job, tuple(args.mount)):
-        _say(f"  on GKE only: {note}")
+        say(f"  on GKE only: {note}")
 
     started = time.monotonic()
     exit_codes = LocalRun(workers).wait()
@@ -406,104 +387,10 @@ def run_local(args: argparse.Namespace) -> int:
     status = "succeeded" if code == 0 else f"failed (exit codes {exit_codes})"
     accuracy = summary.get("test_accuracy") if summary else None
     detail = f", test accuracy {accuracy}" if accuracy is not None else ""
-    _say(f"{job.metadata.name}: {status} in {elapsed:.1f}s{detail}")
+    say(f"{job.metadata.name}: {status} in {elapsed:.1f}s{detail}")
     if summary and summary.get("export_dir"):
-        _say(f"  exported for serving to {summary['export_dir']}; load it with {summary.get('export_hint')}")
+        say(f"  exported for serving to {summary['export_dir']}; load it with {summary.get('export_hint')}")
     return code
-
-
-class LocalRun:
-    """The worker processes: output relayed, signals forwarded, a failure stops the others."""
-
-    def __init__(self, workers: list[Worker]) -> None:
-        self.workers = workers
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.relays: list[threading.Thread] = []
-
-    def wait(self) -> list[int]:
-        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            for worker in self.workers:
-                self._start(worker)
-            # Only now: no thread of ours may run while a worker is forked (its preexec_fn).
-            for process, worker in zip(self.processes, self.workers, strict=True):
-                assert process.stderr is not None
-                relay = threading.Thread(target=_relay, args=(process.stderr, worker), daemon=True)
-                relay.start()
-                self.relays.append(relay)
-            return self._wait_all()
-        finally:
-            for signal_number, handler in previous.items():
-                signal.signal(signal_number, handler)
-            for relay in self.relays:
-                relay.join(timeout=5)
-
-    def _start(self, worker: Worker) -> None:
-        # Own session: a terminal's Ctrl-C reaches us only, and we pass it on exactly once.
-        with worker.log_file.with_suffix(".out").open("wb") as stdout:
-            process = subprocess.Popen(
-                worker.command,
-                env=worker.env,
-                stdout=stdout,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=_stop_with_parent(os.getpid()),
-            )
-        self.processes.append(process)
-
-    def _wait_all(self) -> list[int]:
-        codes: dict[int, int] = {}
-        stopping_since: float | None = None
-        while len(codes) < len(self.processes):
-            for index, process in enumerate(self.processes):
-                if index in codes:
-                    continue
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    codes[index] = process.wait(timeout=0.2)
-                    if codes[index] != 0 and stopping_since is None:
-                        # Peers of a dead worker would wait for it forever in their collectives.
-                        _say(f"worker {index} exited with {codes[index]}: stopping the others")
-                        self._signal_all(signal.SIGTERM)
-                        stopping_since = time.monotonic()
-            if stopping_since is not None and time.monotonic() - stopping_since > STOP_GRACE_SECONDS:
-                self._signal_all(signal.SIGKILL)
-        return [codes[index] for index in range(len(self.processes))]
-
-    def _forward(self, signal_number: int, _frame: FrameType | None) -> None:
-        self._signal_all(signal_number)
-
-    def _signal_all(self, signal_number: int) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal_number)
-
-
-def _stop_with_parent(parent: int) -> Callable[[], None] | None:
-    """In the forked worker, before exec: a SIGTERM when this runner dies, even by SIGKILL, so no worker
-    outlives it holding its ports (Linux's PR_SET_PDEATHSIG; elsewhere, nothing)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
-
-    def set_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # died before the line above: no signal will come
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_death_signal
-
-
-def _relay(stream: IO[bytes], worker: Worker) -> None:
-    """Worker 0's output goes through as is (its progress bar redraws in place); the others' lines
-    get a prefix. Everything also lands in the worker's log file."""
-    prefix = b"" if worker.index == 0 else f"[worker {worker.index}] ".encode()
-    with worker.log_file.open("wb") as log:
-        for chunk in iter(lambda: stream.read1(65536) if worker.index == 0 else stream.readline(), b""):  # type: ignore[attr-defined]
-            log.write(chunk)
-            log.flush()
-            sys.stderr.buffer.write(prefix + chunk)
-            sys.stderr.buffer.flush()
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -512,7 +399,3 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data
-
-
-def _say(message: str) -> None:
-    print(f"tpujob run: {message}", file=sys.stderr, flush=True)

@@ -45,6 +45,7 @@ _EXPORTS = {
     "wait_crd_served": "operators",
     "ensure_crd": "operators",
     "operator_kubeconfig": "operators",
+    "service_account_token": "operators",
     "token_kubeconfig": "operators",
     "operator_env": "operators",
     "Jobs": "jobs",

@@ -5,12 +5,13 @@ the e2e and chart tests and the operator benchmark (bench/operator_bench.py)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -233,8 +234,8 @@ def operator_kubeconfig(sandbox: Sandbox, path: Path) -> Path:
     return token_kubeconfig(sandbox, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path)
 
 
-def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig holding the ServiceAccount's token, so the test bed enforces that account's RBAC."""
+def service_account_token(sandbox: Sandbox, namespace: str, account: str) -> str:
+    """A ServiceAccount's token, once its token Secret has one (the test bed's API server is 1.20)."""
     core = k8s.CoreV1Api(sandbox.api_client)
 
     def token() -> str | None:
@@ -244,9 +245,14 @@ def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path)
         secret = core.read_namespaced_secret(found.secrets[0].name, namespace)
         return base64.b64decode(secret.data["token"]).decode() if secret.data else None
 
+    return str(wait_for(token, timeout=30, what=f"{account}'s token"))
+
+
+def token_kubeconfig(sandbox: Sandbox, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding the ServiceAccount's token, so the test bed enforces that account's RBAC."""
     config = yaml.safe_load(sandbox.kubeconfig.read_text())
     config["users"] = [
-        {"name": account, "user": {"token": wait_for(token, timeout=30, what=f"{account}'s token")}}
+        {"name": account, "user": {"token": service_account_token(sandbox, namespace, account)}}
     ]
     for context in config["contexts"]:
         context["context"]["user"] = account
@@ -296,6 +302,15 @@ class OperatorProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
         OperatorProcess.running.discard(self)
+
+    @contextlib.contextmanager
+    def killed(self) -> Iterator[None]:
+        """The operator dies mid-way (SIGKILL) and is started again when the block ends."""
+        self.kill()
+        try:
+            yield
+        finally:
+            self.start()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

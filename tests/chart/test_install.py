@@ -12,7 +12,6 @@ reconciles the job; its own /metrics proves it did.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import ssl
@@ -41,6 +40,7 @@ from tpujob_sandbox import (
     free_port,
     log_tail,
     namespace_name,
+    service_account_token,
     token_kubeconfig,
     wait_for,
 )
@@ -63,20 +63,6 @@ class Release:
     # Prometheus' is, and one that is not (a tenant's): their tokens.
     reader_token: str = ""
     tenant_token: str = ""
-
-
-def account_token(sandbox: Sandbox, namespace: str, account: str) -> str:
-    """A ServiceAccount's token (its token Secret: the test bed's API server is 1.20)."""
-    core = k8s.CoreV1Api(sandbox.api_client)
-
-    def token() -> str | None:
-        found = core.read_namespaced_service_account(account, namespace)
-        if not found.secrets:
-            return None
-        secret = core.read_namespaced_secret(found.secrets[0].name, namespace)
-        return base64.b64decode(secret.data["token"]).decode() if secret.data else None
-
-    return str(wait_for(token, timeout=30, what=f"{account}'s token"))
 
 
 def metrics_get(release: Release, token: str | None) -> tuple[int, str]:
@@ -206,8 +192,8 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         health_port,
         kubeconfig,
         output,
-        reader_token=account_token(sandbox, namespace, "prometheus"),
-        tenant_token=account_token(sandbox, namespace, "tenant"),
+        reader_token=service_account_token(sandbox, namespace, "prometheus"),
+        tenant_token=service_account_token(sandbox, namespace, "tenant"),
     )
     helm_run(helm, kubeconfig, "uninstall", RELEASE, "--namespace", namespace, "--wait=hookOnly")
     sandbox.gke.remove_all_pools()

@@ -3,7 +3,6 @@ exactly one create per pool, and nothing is orphaned."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 from google.cloud import container_v1
@@ -14,16 +13,6 @@ from tpujob.api import constants as c
 from tpujob_sandbox import OperatorProcess, wait_for
 
 MULTI_HOST = {"type": "v5p", "topology": "2x2x4"}
-
-
-@contextlib.contextmanager
-def killed(operator):
-    """The operator dies mid-way (SIGKILL) and comes back when the block ends."""
-    operator.kill()
-    try:
-        yield
-    finally:
-        operator.start()
 
 
 def finish(jobs, kubelet, gke, core, name, pods):
@@ -47,7 +36,7 @@ def test_killed_right_after_the_pool_create_call(jobs, gke, kubelet, core, opera
     gke.inject_pool_fault("slow", provisioning_seconds=3 / gke.time_scale)
     jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: gke.calls["CreateNodePool"] == 1, timeout=30, interval=0.01, what="the create call")
-    with killed(operator):
+    with operator.killed():
         pass
     finish(jobs, kubelet, gke, core, "train", 4)
     assert gke.calls["CreateNodePool"] == 1
@@ -57,7 +46,7 @@ def test_killed_while_polling_provisioning(jobs, gke, kubelet, core, operator):
     gke.inject_pool_fault("slow", provisioning_seconds=4 / gke.time_scale)
     jobs.create(plain_job("train", tpu=MULTI_HOST))
     jobs.wait_phase("train", "Provisioning", timeout=30)
-    with killed(operator):
+    with operator.killed():
         wait_for(
             lambda: gke.node_pools() and all(p.status.name == "RUNNING" for p in gke.node_pools().values()),
             timeout=30,
@@ -70,7 +59,7 @@ def test_killed_while_polling_provisioning(jobs, gke, kubelet, core, operator):
 def test_killed_after_some_pods_exist(jobs, gke, kubelet, core, operator):
     jobs.create(plain_job("train", tpu=MULTI_HOST))
     wait_for(lambda: jobs.pods("train"), timeout=30, interval=0.01, what="the first pod")
-    with killed(operator):
+    with operator.killed():
         pass
     finish(jobs, kubelet, gke, core, "train", 4)
     assert gke.calls["CreateNodePool"] == 1
@@ -82,7 +71,7 @@ def test_killed_during_cleanup(jobs, gke, kubelet, core, operator):
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("train", "Succeeded")
     jobs.delete("train")
-    with killed(operator):
+    with operator.killed():
         pass
     wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
     wait_for(lambda: not gke.node_pools(), timeout=60, what="the node pools to be deleted")
@@ -98,7 +87,7 @@ def test_pools_of_vanished_jobs_are_swept_at_startup(jobs, gke, operator):
     from tpujob.render import render_plan
 
     (pool,) = render_plan(parse_tpujob(manifest), render_cluster(gke)).node_pools
-    with killed(operator):
+    with operator.killed():
         gke.client().create_node_pool(
             parent=gke.parent, node_pool=container_v1.NodePool.from_json(json.dumps(pool))
         )

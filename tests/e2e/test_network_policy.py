@@ -5,8 +5,6 @@ a plugin enforces), not packets dropped."""
 
 from __future__ import annotations
 
-import contextlib
-
 from kubernetes import client as k8s
 
 from tests.manifests import plain_job
@@ -80,15 +78,6 @@ def test_each_job_gets_its_own_policy_before_its_pods_and_loses_it_with_the_job(
     assert policy_of(sandbox, jobs.namespace, "other") is not None  # another job's stays
 
 
-@contextlib.contextmanager
-def killed(operator):
-    operator.kill()
-    try:
-        yield
-    finally:
-        operator.start()
-
-
 def test_an_operator_killed_right_after_making_the_policy_finishes_the_job_with_one(
     sandbox, jobs, kubelet, operator
 ):
@@ -98,7 +87,7 @@ def test_an_operator_killed_right_after_making_the_policy_finishes_the_job_with_
     wait_for(
         lambda: policy_of(sandbox, jobs.namespace, "train"), timeout=60, interval=0.01, what="the policy"
     )
-    with killed(operator):
+    with operator.killed():
         pass
     running = jobs.wait_pods_running("train", 4, timeout=90)
     networking = k8s.NetworkingV1Api(sandbox.api_client)

@@ -9,7 +9,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1
 
-from tpujob import gke
+from tpujob import gke, gke_cluster
 from tpujob.api import constants as c
 from tpujob.api.status import Reason
 from tpujob.render import Cluster
@@ -157,7 +157,8 @@ def cluster_resource(location: str, zones: list[str]) -> container_v1.Cluster:
 )
 def test_the_zone_setting_is_checked_against_the_cluster(zone, fragment):
     cluster = Cluster(project="p", location="us-central1", cluster="c", zone=zone)
-    problem = gke.zone_problem(cluster, cluster_resource("us-central1", ["us-central1-a", "us-central1-b"]))
+    regional = cluster_resource("us-central1", ["us-central1-a", "us-central1-b"])
+    problem = gke_cluster.zone_problem(cluster, regional)
     if not fragment:
         assert problem == ""
     else:
@@ -168,7 +169,7 @@ def test_the_zone_setting_is_checked_against_the_cluster(zone, fragment):
 
 def test_a_zonal_cluster_accepts_its_own_zone():
     cluster = Cluster(project="p", location="us-central2-b", cluster="c", zone="us-central2-b")
-    assert gke.zone_problem(cluster, cluster_resource("us-central2-b", ["us-central2-b"])) == ""
+    assert gke_cluster.zone_problem(cluster, cluster_resource("us-central2-b", ["us-central2-b"])) == ""
 
 
 @pytest.mark.parametrize(
@@ -177,7 +178,7 @@ def test_a_zonal_cluster_accepts_its_own_zone():
      ("nowhere", None)],
 )  # fmt: skip
 def test_region_of(location, region):
-    assert gke.region_of(location) == region
+    assert gke_cluster.region_of(location) == region
 
 
 class _PoolAndOperation:

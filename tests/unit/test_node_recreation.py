@@ -11,7 +11,7 @@ import pytest
 from google.cloud import container_v1
 
 from tests.manifests import base_job
-from tpujob import gke
+from tpujob import gke, gke_cluster
 from tpujob import status as s
 from tpujob.api import parse_tpujob
 from tpujob.api.status import Phase, Reason, TPUJobStatus, WorkerCounts
@@ -230,7 +230,7 @@ def test_the_cluster_check_says_until_when_node_upgrades_are_held(exclusions, sa
     policy = container_v1.MaintenancePolicy()
     for name, window in exclusions.items():
         policy.window.maintenance_exclusions[name] = window
-    summary = gke.maintenance_summary(policy, NOW)
+    summary = gke_cluster.maintenance_summary(policy, NOW)
     assert summary == f"no maintenance window (GKE may upgrade nodes at any time); {said}"
 
 
@@ -238,7 +238,7 @@ def test_the_cluster_check_names_the_maintenance_window():
     policy = container_v1.MaintenancePolicy()
     policy.window.recurring_window.recurrence = "FREQ=WEEKLY;BYDAY=SA,SU"
     policy.window.recurring_window.window.start_time = NOW
-    summary = gke.maintenance_summary(policy, NOW)
+    summary = gke_cluster.maintenance_summary(policy, NOW)
     assert summary.startswith("maintenance window FREQ=WEEKLY;BYDAY=SA,SU from 2026-11-21T12:00:00Z;")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from tpujob import gke, kube, kubelogin, metrics, metrics_auth, peering
+from tpujob import gke, gke_cluster, kube, kubelogin, metrics, metrics_auth, peering
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
@@ -130,7 +130,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             gke.make_client(config.gke_endpoint, credentials),
             timeout=config.gke_timeout_seconds,
         )
-        region = gke.region_of(config.cluster.location) or config.cluster.location
+        region = gke_cluster.region_of(config.cluster.location) or config.cluster.location
         policies = gke.WorkloadPolicies(
             config.cluster.project,
             region,

@@ -10,7 +10,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from tpujob import gke, kube, metrics
+from tpujob import gke_cluster, kube, metrics
 from tpujob import status as s
 from tpujob.api import InvalidTPUJob, TPUJob
 from tpujob.api import constants as c
@@ -19,7 +19,8 @@ from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.api.tenancy import TenancyPolicy
 from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB
 from tpujob.config import OperatorConfig
-from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
+from tpujob.gke import NodePools, WorkloadPolicies
+from tpujob.gke_cluster import ClusterCheck
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.tenancy import NamespaceChips
@@ -447,7 +448,7 @@ class Observer:
         the status of every waiting job, and in the tpujob_gke_cluster_ready gauge."""
         if self.pools is None:
             return None
-        check = gke.check_cluster(self.cluster, self.pools.client, self.pools.timeout)
+        check = gke_cluster.check_cluster(self.cluster, self.pools.client, self.pools.timeout)
         if not check.ready:
             log.error("GKE cluster not usable: %s", check.problem)
         elif self.cluster_check is None or not self.cluster_check.ready:

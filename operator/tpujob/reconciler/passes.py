@@ -15,7 +15,8 @@ from tpujob import status as s
 from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
 from tpujob.api.status import Reason, TPUJobStatus
 from tpujob.api.validation import size_problems
-from tpujob.gke import ClusterCheck, NodePools, WorkloadPolicies
+from tpujob.gke import NodePools, WorkloadPolicies
+from tpujob.gke_cluster import ClusterCheck
 from tpujob.reconciler.act import Actions, JobGone
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.observe import Observer, Settings, pod_view
