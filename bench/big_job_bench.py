@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from tpujob.api import parse_tpujob
-    from tpujob.render import plan
+    from tpujob.render.cluster import slice_shape
 
-    hosts = plan.slice_shape(parse_tpujob(manifest(args.tpu, args.topology, args.image))).hosts
+    hosts = slice_shape(parse_tpujob(manifest(args.tpu, args.topology, args.image))).hosts
     with tempfile.TemporaryDirectory(prefix="tpujob-big-render-") as tmp:
         job_file = Path(tmp) / "job.yaml"
         job_file.write_text(yaml.safe_dump(manifest(args.tpu, args.topology, args.image)))

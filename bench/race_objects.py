@@ -9,6 +9,7 @@ from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.render import Cluster
 from tpujob.render import plan as render
+from tpujob.render.cluster import slice_shape
 from tpujob.render.network import network_policy
 
 
@@ -61,4 +62,4 @@ def direct_job_of(pod: dict[str, Any]) -> str | None:
 
 
 def pods_per_job(tpu: tuple[str, str]) -> int:
-    return render.slice_shape(parse_tpujob(tpujob_manifest("x", "x", tpu, "existing"))).hosts
+    return slice_shape(parse_tpujob(tpujob_manifest("x", "x", tpu, "existing"))).hosts

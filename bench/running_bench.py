@@ -58,6 +58,7 @@ from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.render import Cluster
 from tpujob.render import plan as render
+from tpujob.render.cluster import slice_shape
 from tpujob_sandbox import (
     ControlPlane,
     OperatorProcess,
@@ -109,7 +110,7 @@ def direct_pods(name: str, namespace: str, tpu: tuple[str, str]) -> list[dict[st
 
 def make_pool(bed: Sandbox, tpu: tuple[str, str], nodes: int, timeout: float) -> str:
     """A node pool made elsewhere (policy existing): `nodes` single-host VMs of the slice's machine type."""
-    shape = render.slice_shape(parse_tpujob(sleeper_job("x", "x", tpu)))
+    shape = slice_shape(parse_tpujob(sleeper_job("x", "x", tpu)))
     pool = container_v1.NodePool.from_json(
         json.dumps(
             {

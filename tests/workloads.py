@@ -10,7 +10,7 @@ import yaml
 
 from tpujob.api import TPUJob, parse_tpujob
 from tpujob.api import constants as c
-from tpujob.render.plan import Cluster
+from tpujob.render import Cluster
 from tpujob.render.workload import PriorityFact, workload
 
 ROOT = Path(__file__).resolve().parents[1]

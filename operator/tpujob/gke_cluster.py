@@ -101,7 +101,7 @@ _HOLD_NODE_UPGRADES = ("NO_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES")
 
 def maintenance_summary(policy: container_v1.MaintenancePolicy, now: dt.datetime) -> str:
     """The cluster's maintenance policy as it bears on TPU pools, in one line: its window, and until when an
-    active exclusion holds node upgrades. The operator's own pools carry their own exclusion (render.plan's
+    active exclusion holds node upgrades. The operator's own pools carry their own exclusion (render.pools'
     UPGRADE_SHIELD); this is for pools made elsewhere (policy existing), and a reader's peace of mind."""
     window = policy.window
     if window.recurring_window.recurrence:

@@ -35,7 +35,7 @@ from tpujob.api.trainer_contract import (
 from tpujob.local_workers import LocalRun, Worker, say
 from tpujob.manifests import load_one_job
 from tpujob.render import Cluster, pod, worker_env
-from tpujob.render.plan import slice_shape
+from tpujob.render.cluster import slice_shape
 
 DEFAULT_WORK_DIR = Path(".state/local")
 # Workers serve their metrics on loopback only: a local run is nobody else's to scrape, and a wildcard

@@ -17,6 +17,7 @@ from tpujob.reconciler import Settings
 from tpujob.reconciler.act import CREATE_BATCH
 from tpujob.render import Cluster, render_plan
 from tpujob.render import plan as render
+from tpujob.render.cluster import slice_shape
 
 JAX = {"image": "example.com/jax-trainer:1"}
 
@@ -123,7 +124,7 @@ def test_a_job_above_the_cap_on_hosts_is_refused_naming_the_field_and_the_settin
 )
 def test_the_host_list_size_is_what_render_writes(tpu, name) -> None:
     the_job = job(tpu, name=name)
-    hosts = render.slice_shape(the_job).hosts
+    hosts = slice_shape(the_job).hosts
     env = render.slice_host_env(the_job, render.slice_hostnames(the_job, the_job.spec.tpu.slices - 1))
     longest = max(len(f"{k}={v}") + 1 for k, v in env.items())  # with its NUL
     assert host_list_bytes(the_job, hosts) == longest

@@ -12,7 +12,9 @@ from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.api.status import Phase, Reason
 from tpujob.render import naming
-from tpujob.render.plan import Cluster, node_pool, pod
+from tpujob.render.cluster import Cluster
+from tpujob.render.plan import pod
+from tpujob.render.pools import node_pool
 from tpujob.render.workload import PriorityFact
 
 NOW = dt.datetime(2026, 11, 27, 12, 0, 0, tzinfo=dt.UTC)

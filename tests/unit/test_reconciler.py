@@ -23,7 +23,7 @@ from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.passes import Outcome, with_removals
 from tpujob.render import Cluster, naming
-from tpujob.render import plan as render_plan
+from tpujob.render import pools as render_pools
 
 
 class RecordingKube:
@@ -399,12 +399,12 @@ def test_a_create_gke_takes_only_without_the_upgrade_shield_is_made_so_and_said(
 
 def test_the_upgrade_shield_is_left_out_when_the_setting_is_off_and_on_flex_start_pools() -> None:
     job = parse_tpujob(job_body())
-    assert "maintenancePolicy" in render_plan.node_pool(job, Cluster(), 0)
-    assert "maintenancePolicy" not in render_plan.node_pool(job, Cluster(upgrade_shield=False), 0)
+    assert "maintenancePolicy" in render_pools.node_pool(job, Cluster(), 0)
+    assert "maintenancePolicy" not in render_pools.node_pool(job, Cluster(upgrade_shield=False), 0)
     flex = job.model_copy(
         update={"spec": job.spec.model_copy(update={"capacity": CapacitySpec(mode=CapacityMode.flex_start)})}
     )
-    assert "maintenancePolicy" not in render_plan.node_pool(flex, Cluster(), 0)
+    assert "maintenancePolicy" not in render_pools.node_pool(flex, Cluster(), 0)
 
 
 def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:

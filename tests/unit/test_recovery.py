@@ -9,7 +9,7 @@ import pytest
 from tests.unit.test_status import NOW, advance, make_job, pods, ready_pools, step
 from tpujob import status as s
 from tpujob.api.status import Phase, Reason
-from tpujob.render import naming
+from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 
 MULTISLICE = {"type": "v5p", "topology": "2x2x2", "slices": 2}  # 2 slices x 2 hosts
@@ -106,7 +106,7 @@ def test_a_node_lost_in_one_slice_recreates_that_slice_uncounted():
 
 def test_narrow_pods_carry_the_attempt_file_and_others_do_not():
     job = make_job(tpu=MULTISLICE, runPolicy=NARROW)
-    pod = render.pod(job, render.Cluster("p", "us-central2", "c", "us-central2-b"), 1, 0, 3)
+    pod = render.pod(job, Cluster("p", "us-central2", "c", "us-central2-b"), 1, 0, 3)
     assert pod["metadata"]["annotations"]["tpujob.dev/restart-attempt"] == "3"
     volume = next(v for v in pod["spec"]["volumes"] if "downwardAPI" in v)
     assert volume["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == (
@@ -114,9 +114,7 @@ def test_narrow_pods_carry_the_attempt_file_and_others_do_not():
     )
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["TPUJOB_RESTART_ATTEMPT_FILE"] == "/etc/tpujob/restart/attempt"
-    plain = render.pod(
-        make_job(tpu=MULTISLICE), render.Cluster("p", "us-central2", "c", "us-central2-b"), 1, 0
-    )
+    plain = render.pod(make_job(tpu=MULTISLICE), Cluster("p", "us-central2", "c", "us-central2-b"), 1, 0)
     assert "TPUJOB_RESTART_ATTEMPT_FILE" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
 
 
@@ -165,9 +163,7 @@ def _observer(api):
     from tpujob.reconciler.memory import JobMemory
     from tpujob.reconciler.observe import Observer, Settings
 
-    return Observer(
-        render.Cluster("p", "us-central2", "c", "us-central2-b"), api, None, JobMemory(), Settings()
-    )
+    return Observer(Cluster("p", "us-central2", "c", "us-central2-b"), api, None, JobMemory(), Settings())
 
 
 def test_a_worker_stuck_creating_shows_the_kubelets_failed_mount_then_startup_timeout_frees_the_pools():

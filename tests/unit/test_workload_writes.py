@@ -10,7 +10,7 @@ from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
-from tpujob.render.plan import Cluster
+from tpujob.render import Cluster
 
 META = {"name": "train", "namespace": "ml", "uid": "u1", "resourceVersion": "5", "finalizers": []}
 

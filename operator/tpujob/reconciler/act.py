@@ -22,6 +22,7 @@ from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
 from tpujob.render import network as render_network
 from tpujob.render import plan as render
+from tpujob.render import pools as render_pools
 from tpujob.render import workload as render_workload
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class Actions:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
             self.ensure_finalizer(meta)
             for slice_index in decision.create_pools:
-                request = render.node_pool(
+                request = render_pools.node_pool(
                     job,
                     cluster,
                     slice_index,
@@ -137,7 +138,7 @@ class Actions:
                 if (
                     error is not None
                     and error.reason == Reason.POOL_REJECTED
-                    and (bare := render.without_upgrade_shield(request))
+                    and (bare := render_pools.without_upgrade_shield(request))
                 ):
                     # GKE refused the pool for good with its upgrade exclusion on: asked once more without
                     # it, so a cluster that does not take the field never leaves a job without pools. Only

@@ -26,6 +26,7 @@ from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
+from tpujob.render import pools as render_pools
 from tpujob.status.placement import tpu7x_problem
 from tpujob.trainer_metrics import ProgressReader
 
@@ -299,7 +300,7 @@ class Observer:
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,
             flex_start_zone_fallback=self.settings.flex_start_zone_fallback,
-            zones=tuple(render.job_zones(job, self.cluster)) if creates_pools else (),
+            zones=tuple(render_pools.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
             node_faults={p.node: self.node_faults[p.node] for p in pods if p.node in self.node_faults},
             cluster_version=check.version if check is not None else "",

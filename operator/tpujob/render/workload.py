@@ -11,8 +11,9 @@ from typing import Any
 
 from tpujob.api import constants as c
 from tpujob.api.job import TPUJob
+from tpujob.render.cluster import Cluster, slice_shape
 from tpujob.render.meta import job_labels, owner_references
-from tpujob.render.plan import Cluster, pod, slice_shape
+from tpujob.render.plan import pod
 
 # jobframework/workload_names.go: <kind>-<name> cut to leave room for "-" and a 5-character hash, within
 # the 253 characters of an object name (ShortWorkloadNames is off by default in v0.19).

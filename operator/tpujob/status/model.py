@@ -319,7 +319,7 @@ class Observed:
     unschedulable_grace_seconds: float = DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
     # Pods whose container cannot start (CONTAINER_START_PROBLEMS) for this long show the kubelet's reason.
     startup_grace_seconds: float = DEFAULT_STARTUP_GRACE_SECONDS
-    # The zones the job's pools may go to, in order (render.job_zones); empty for pools made elsewhere.
+    # The zones the job's pools may go to, in order (render.pools.job_zones); none for pools made elsewhere.
     zones: tuple[str, ...] = ()
     # Host maintenance GKE announced (node -> Unix seconds), for the nodes of the job's pods.
     maintenance: dict[str, int] = field(default_factory=dict)
