@@ -7,7 +7,7 @@ import json
 
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.status import Goodput, TPUJobStatus
-from tpujob.reconciler.observe import pod_view
+from tpujob.reconciler.pod_views import pod_view
 from tpujob.status import goodput as g
 from tpujob.status.failures import describe, quote
 from tpujob.status.model import PodView, timestamp

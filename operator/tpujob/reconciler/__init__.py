@@ -14,8 +14,9 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 
 from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest
 from tpujob.reconciler.kueue import workload_view
-from tpujob.reconciler.observe import Settings, pod_view
+from tpujob.reconciler.observe import Settings
 from tpujob.reconciler.passes import Outcome, Reconciler
+from tpujob.reconciler.pod_views import pod_view
 
 __all__ = [
     "CREATE_CONCURRENCY",

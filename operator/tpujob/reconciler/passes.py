@@ -19,7 +19,8 @@ from tpujob.gke import NodePools, WorkloadPolicies
 from tpujob.gke_cluster import ClusterCheck
 from tpujob.reconciler.act import Actions, JobGone
 from tpujob.reconciler.memory import JobMemory
-from tpujob.reconciler.observe import Observer, Settings, pod_view
+from tpujob.reconciler.observe import Observer, Settings
+from tpujob.reconciler.pod_views import pod_view
 from tpujob.reconciler.release import Releaser
 from tpujob.reconciler.status_writer import StatusWriter
 from tpujob.records import JobRecord, JobRecords
