@@ -465,6 +465,24 @@ def test_the_sweep_deletes_only_pools_whose_job_is_gone_within_its_namespace() -
     assert api.of("list_tpujob_uids") == [None]  # one list of the namespace's jobs, after the pools
 
 
+def test_the_sweep_leaves_a_pool_whose_job_finished_deleting_between_its_lists() -> None:
+    """The pool listed, then its job's deletion ends (the finalizer waited for the pool to go), then the job
+    list has no such job: the second pool list shows the pool gone or going, so it is nobody's orphan."""
+    listed = OwnedPool("tj-done", "ns", "done", "uid-done", "RUNNING")
+    orphan = OwnedPool("orphan", "ns", "b", "uid-gone", "RUNNING")
+    lists = iter([[listed, orphan], [orphan]])  # the first list, then the second one
+
+    class ChangingPools(RecordingPools):
+        def owned(self) -> list[OwnedPool]:
+            return next(lists)
+
+    api = RecordingKube({})
+    pools = ChangingPools({"orphan": "RUNNING"}, [])
+
+    assert reconciler(pools, api).sweep_orphans(namespace="ns") == ["orphan"]
+    assert pools.deleted == ["orphan"]
+
+
 # --- the watch's echo of a pass' own pod creates ---------------------------------------------------
 
 

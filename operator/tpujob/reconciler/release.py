@@ -77,8 +77,10 @@ class Releaser:
 
         Judged against the API server, not the watch's cache (a replica that stood by may hold jobs deleted
         meanwhile): the pools are listed first, then the jobs, so a job whose pool is listed was created
-        before the job list and is in it unless it is gone. A namespace-scoped operator judges only its
-        namespace's pools: it cannot see other jobs.
+        before the job list and is in it unless it is gone. Then the pools again: a job whose deletion ended
+        between the two lists took its pool with it (its finalizer waits for that), so only a pool both lists
+        show, and not being deleted, is an orphan. A namespace-scoped operator judges only its namespace's
+        pools: it cannot see other jobs.
         """
         if self.pools is None:
             return []
@@ -88,9 +90,13 @@ class Releaser:
         if not judged:
             return []
         live_uids = self.actions.live_job_uids(namespace)
+        suspects = [p for p in judged if p.job_uid not in live_uids]
+        if not suspects:
+            return []
+        still = {p.name for p in self.pools.owned() if p.state != s.POOL_STOPPING}
         deleted = []
-        for pool in judged:
-            if pool.job_uid in live_uids:
+        for pool in suspects:
+            if pool.name not in still:
                 continue
             log.warning(
                 "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
