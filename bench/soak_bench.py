@@ -25,6 +25,13 @@ so every end comes round:
   i % 10 == 6  admitted by Kueue, deleted while it runs                                (platform pool)
   otherwise    its pod succeeds; the job is deleted once Succeeded                     (platform pool)
 
+The operator's client limit is the chart's (50 requests a second) unless `--api-qps` says otherwise: at the
+chart's limit the churn's own Events wait behind every pass and the event queue fills (the operator drops
+what comes then, as client-go does). kube-controller-manager gets `--controller-manager-qps` (100) for its
+garbage collector, which deletes the jobs' pods and Services: at its default 20 it fell behind 3 deleted
+jobs a second on this machine, and the operator rightly indexed the growing backlog (435 Services for 80
+live jobs after 13 minutes), which is the API server's state, not the operator's leak.
+
 Ending a pod goes through the simulated kubelet's exit annotation (what kubelet.succeed/fail do), without
 waiting. Every `--sample` seconds the bench records the operator's RSS, the live jobs (created and not yet
 seen gone) and the probe's sizes. At the end it stops creating, lets every job end, waits two resync
@@ -56,6 +63,7 @@ from kubernetes import watch as k8s_watch
 
 from tpujob.api import constants as c
 from tpujob_sandbox import Sandbox, find_binaries, install_crd, operator_env, start_sandbox, wait_for
+from tpujob_sandbox.controlplane import ControlPlane
 from tpujob_sandbox.kubelet.podstatus import EXIT_CODE_ANNOTATION
 from tpujob_sandbox.kueue import crds as kueue_crds
 from tpujob_sandbox.kueue.handle import KueueHandle
@@ -212,24 +220,26 @@ class Churn:
 
     # --- what the watches show -------------------------------------------------------------------
 
-    def on_pod(self, pod: Any) -> None:
-        job = (pod.metadata.labels or {}).get(c.LABEL_JOB_NAME)
-        if job is None or pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
+    def on_pod(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        job = (metadata.get("labels") or {}).get(c.LABEL_JOB_NAME)
+        phase = (pod.get("status") or {}).get("phase")
+        if job is None or phase != "Running" or metadata.get("deletionTimestamp"):
             return
-        key = (pod.metadata.namespace, job)
+        key = (metadata["namespace"], job)
         with self.lock:
             index = self.live.get(key)
         if index is None:
             return
         end = index % 10
         if end == 0:
-            self._act(key, self._exit_pod, pod.metadata.name, 1)
+            self._act(key, self._exit_pod, metadata["name"], 1)
         elif end in (1, 6):
             self._act(key, self._delete)
         elif end == 3:
             self._act(key, self._suspend)
         elif end != 2:
-            self._act(key, self._exit_pod, pod.metadata.name, 0)
+            self._act(key, self._exit_pod, metadata["name"], 0)
 
     def on_job(self, event_type: str, job: dict[str, Any]) -> None:
         key = (job["metadata"]["namespace"], job["metadata"]["name"])
@@ -264,6 +274,7 @@ class Churn:
                     self.core.list_pod_for_all_namespaces,
                     label_selector=c.LABEL_JOB_NAME,
                     timeout_seconds=30,
+                    deserialize=False,  # plain JSON: the client's models cost the bench's simulators CPU
                 ):
                     self.on_pod(event["object"])
             except Exception as error:  # a watch that broke is started again
@@ -370,7 +381,14 @@ def run(args: argparse.Namespace) -> SoakResult:
     result = SoakResult()
     with tempfile.TemporaryDirectory(prefix="tpujob-soak-") as tmp:
         folder = Path(tmp)
-        bed = start_sandbox(folder / "sandbox", binaries=find_binaries(), time_scale=args.time_scale)
+        # kube-controller-manager's garbage collector deletes the jobs' pods and Services: at its default 20
+        # requests a second it falls behind 3 deleted jobs a second, and the operator indexes the backlog.
+        limit = (
+            f"--kube-api-qps={args.controller_manager_qps}",
+            f"--kube-api-burst={2 * args.controller_manager_qps}",
+        )
+        plane = ControlPlane(find_binaries(), folder / "sandbox", controller_manager_flags=limit).start()
+        bed = start_sandbox(folder / "sandbox", time_scale=args.time_scale, control_plane=plane)
         operator: OperatorProcess | None = None
         kueue: KueueSimulator | None = None
         try:
@@ -383,6 +401,9 @@ def run(args: argparse.Namespace) -> SoakResult:
             make_platform_pool(bed, args.platform_nodes)
             probe = folder / "sizes.json"
             env = operator_env(bed, folder)  # Kueue's integration on, as the chart's default
+            if args.api_qps is not None:  # the chart's operator.apiQps / apiBurst
+                burst = max(1, 2 * args.api_qps)
+                env |= {"TPUJOB_API_QPS": str(args.api_qps), "TPUJOB_API_BURST": str(burst)}
             operator = OperatorProcess(env, folder / "operator.log", probe=probe).start()
             assert operator.process is not None
             pid = operator.process.pid
@@ -499,6 +520,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespaces", type=int, default=3)
     parser.add_argument("--platform-nodes", type=int, default=72, help="nodes of the platform team's pool")
     parser.add_argument("--kueue-chips", type=int, default=96, help="the ClusterQueue's TPU quota")
+    parser.add_argument(
+        "--api-qps",
+        type=int,
+        help="the operator's Kubernetes API requests per second (burst twice that); default: the chart's",
+    )
+    parser.add_argument(
+        "--controller-manager-qps",
+        type=int,
+        default=100,
+        help="kube-controller-manager's --kube-api-qps (burst twice that): its garbage collector's pace",
+    )
     parser.add_argument("--time-scale", type=float, default=0.002, help="of GKE's durations")
     parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="write the figures and samples here")

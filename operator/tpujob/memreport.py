@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from types import FrameType
 
+from tpujob import heap
+
 ENV = "TPUJOB_MEMORY_REPORT"
 # Frames kept per traced allocation; 0: no tracing, so RSS is as without the report and pymalloc's own
 # statistics show (tracemalloc's hooks hide them): for the allocator's share, fragmentation.
@@ -74,7 +76,7 @@ def _pymalloc() -> str:
 def _trimmed() -> str:
     """What glibc's malloc_trim gives back to the OS now: whether trimming after a burst would pay."""
     before = _rss_kib()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    heap.trim()
     return f"malloc_trim(0): RSS {before / 1024:.1f} -> {_rss_kib() / 1024:.1f} MiB"
 
 

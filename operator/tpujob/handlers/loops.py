@@ -14,12 +14,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tpujob import metrics, peering
+from tpujob import heap, metrics, peering
 from tpujob.handlers.workqueue import Runtime, passed_since, reconcile_batch, request_pass, vanished
 
 log = logging.getLogger(__name__)
 
 RESYNC_CONCURRENCY = 4
+# How often the C heap's free pages go back to the OS (tpujob/heap.py): a few milliseconds a minute.
+HEAP_TRIM_SECONDS = 60.0
 # The resync round's passes run this many to a worker thread's turn (handlers/workqueue.reconcile_batch).
 RESYNC_BATCH = 32
 
@@ -183,6 +185,16 @@ async def pass_all(
 
     workers = max(1, min(concurrency, math.ceil(len(keys) / max(batch, 1))))
     await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+async def trim_heap_forever(period: float = HEAP_TRIM_SECONDS) -> None:
+    """Give the C heap's free pages back every `period` seconds, on a worker thread (malloc_trim takes
+    each arena's lock in turn), standby or not: the memory a job's churn left free is the process' either
+    way."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(period)
+        await loop.run_in_executor(None, heap.trim)
 
 
 async def sweep_forever(runtime: Runtime) -> None:

@@ -16,7 +16,7 @@ from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
 from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
 from tpujob.handlers.indexes import namespace_jobs
-from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever
+from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever, trim_heap_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
 from tpujob.reconciler import CREATE_CONCURRENCY, Reconciler, Settings, pod_view, workload_view
@@ -191,6 +191,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
         asyncio.create_task(lead_forever(runtime)),
         asyncio.create_task(sweep_forever(runtime)),
         asyncio.create_task(resync_forever(runtime)),
+        asyncio.create_task(trim_heap_forever()),
         asyncio.create_task(
             owned.watch_owned(
                 settings,

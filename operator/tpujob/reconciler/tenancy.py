@@ -47,7 +47,9 @@ class NamespaceChips:
             for body in self.jobs_of(namespace):
                 other = body["metadata"].get("uid") or ""
                 if other and other != uid:
-                    others += self._records.update(other, functools.partial(_count, body=body))
+                    others += self._records.update(
+                        other, functools.partial(_count, seen=self._seen(other, body))
+                    )
             budget = s.ChipBudget(namespace, limit, others)
             chips = job_chips(job)
             if budget.fits(chips):
@@ -57,6 +59,15 @@ class NamespaceChips:
 
                 self._records.update(uid, admitted)
             return budget
+
+    def _seen(self, uid: str, body: dict[str, Any]) -> tuple[str, int, bool]:
+        """What the job's body counts: remembered for its resourceVersion, else read (outside the records'
+        lock, which every pass takes: validating a body is the slow part)."""
+        version = body["metadata"].get("resourceVersion") or ""
+        seen: tuple[str, int, bool] | None = self._records.read(uid, lambda record: record.chips_seen, None)
+        if seen is None or not version or seen[0] != version:
+            seen = (version, *_counted(body))
+        return seen
 
     def settled(self, uid: str, status: TPUJobStatus) -> None:
         """After a pass: a job not admitted (held, suspended) or ended counts only by its own status."""
@@ -69,14 +80,12 @@ class NamespaceChips:
                 self._records.read(uid, released, None)
 
 
-def _count(record: JobRecord, *, body: dict[str, Any]) -> int:
-    """What a watched job counts: by its status, read again only when its resourceVersion changed; or, until
-    its status shows it admitted, what this process admitted it with (the status write is sent in the
-    background, and coalesced)."""
-    version = body["metadata"].get("resourceVersion") or ""
-    if record.chips_seen is None or not version or record.chips_seen[0] != version:
-        record.chips_seen = (version, *_counted(body))
-    _, chips, shown = record.chips_seen
+def _count(record: JobRecord, *, seen: tuple[str, int, bool]) -> int:
+    """What a watched job counts: by its status (`seen`: read again only when its resourceVersion changed);
+    or, until its status shows it admitted, what this process admitted it with (the status write is sent in
+    the background, and coalesced)."""
+    record.chips_seen = seen
+    _, chips, shown = seen
     if shown:
         record.chips_admitted = None  # its own status counts it now
     return max(chips, record.chips_admitted or 0)
