@@ -8,10 +8,10 @@ from typing import Any
 import kopf
 
 from tpujob.api import constants as c
-from tpujob.handlers.indexes import index_job
+from tpujob.handlers.deletion import release_when_gone
+from tpujob.handlers.indexes import JOBS, index_job
 from tpujob.handlers.workqueue import Runtime, forget, request_pass
 
-JOBS = (c.GROUP, c.VERSION, c.PLURAL)
 PODS = ("", "v1", "pods")
 SERVICES = ("", "v1", "services")
 WORKLOADS = (c.KUEUE_GROUP, c.KUEUE_VERSION, "workloads")
@@ -36,6 +36,7 @@ async def on_tpujob_event(
     index_job(runtime.indexes.jobs, type, (namespace, name), body)  # every event, our own writes too
     if type == "DELETED":
         forget(runtime, (namespace, name), uid)
+        await release_when_gone(runtime, namespace, name, uid, dict(body))
         return
     if runtime.reconciler.is_own_write(body):
         return  # the echo of the last pass' status write: that pass saw all the rest

@@ -14,6 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tpujob.api import constants as c
+
+JOBS = (c.GROUP, c.VERSION, c.PLURAL)  # the TPUJobs, as kopf names a resource
+
 # The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
 # last-applied copy of the spec) would only be held in memory, once per job.
 INDEXED_METADATA = (
