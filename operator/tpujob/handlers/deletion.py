@@ -61,8 +61,8 @@ async def release_when_gone(
     sweep (5 minutes by default). The finalizer normally sees to them first, but the API server may lose a
     finalizer it acknowledged: a DELETE that began before the finalizer's patch removes the job anyway
     (kubernetes/kubernetes#77988; the fix, #129768, was reverted by #133979, and #133995 is open). The soak
-    bench met it on the test bed's 1.36 CRD server (README, "A day of churn"). Under the job's lock, so a pass creating a pool now ends first; one GetNodePool per
-    slice when, as usual, nothing is left."""
+    bench met it on the test bed's 1.36 CRD server (README, "A day of churn"). Under the job's lock, so a
+    pass creating a pool now ends first; one GetNodePool per slice when, as usual, nothing is left."""
     if not runtime.active:
         return
     loop = asyncio.get_running_loop()
