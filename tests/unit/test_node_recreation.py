@@ -13,6 +13,7 @@ from google.cloud import container_v1
 from tests.manifests import base_job
 from tpujob import gke, gke_cluster
 from tpujob import status as s
+from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.api.status import Phase, Reason, TPUJobStatus, WorkerCounts
 from tpujob.reconciler.observe import needs_gke_look, workers_disturbed
@@ -369,3 +370,51 @@ def test_an_application_restart_during_an_update_starts_its_new_attempt_on_the_p
     later = step(advance(job, restarted), now=NOW + dt.timedelta(seconds=30),
                  pools=pool(job, "RECONCILING", "UPGRADE_NODES"))  # fmt: skip
     assert later.create_pods == [(0, 0), (0, 1)] and later.status.reason != Reason.NODE_UPGRADE
+
+
+class _CountingClient:
+    """A RUNNING pool whose node GKE repaired after the attempt began; counts the ListOperations reads."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    def get_node_pool(self, name: str, timeout: float) -> container_v1.NodePool:
+        config = container_v1.NodeConfig(labels={c.POOL_LABEL_JOB_UID: "u1"})  # running_job's
+        return container_v1.NodePool(name=name, status=container_v1.NodePool.Status.RUNNING, config=config)
+
+    def list_operations(self, parent: str, timeout: float) -> container_v1.ListOperationsResponse:
+        self.lists += 1
+        pool = naming.node_pool_name(running_job(), 0)
+        target = f"https://container.googleapis.com/v1/{Cluster().parent}/nodePools/{pool}/node/n1"
+        repair = operation("AUTO_REPAIR_NODES", target, done=True, end=AFTER)
+        return container_v1.ListOperationsResponse(operations=[repair])
+
+
+@pytest.mark.parametrize(
+    ("worker", "reads"),
+    [
+        ({"phase": "Failed", "exit_code": 1}, 0),  # on its own, its node intact: the application's failure
+        ({"phase": "Failed", "exit_code": 1, "conditions": (("DisruptionTarget", "True"),)}, 1),
+        ({"phase": "Failed", "reason": "Terminated"}, 1),  # a node shutdown
+        ({"deleting": True}, 1),  # drained
+        (None, 1),  # gone since the status counted it
+    ],
+)  # fmt: skip
+def test_the_operations_list_is_read_only_for_a_slice_whose_workers_were_disrupted(worker, reads):
+    """ListOperations has no filter and is as long as GKE's history: an application's failure does not need
+    it (status.recreation restarts for GKE's work only when the slice was disrupted)."""
+    from tpujob.reconciler.memory import JobMemory
+    from tpujob.reconciler.observe import Observer, Settings
+
+    job = running_job()
+    job = job.model_copy(update={"status": job.status.model_copy(update={"start_time": s.timestamp(NOW)})})
+    first, second = workers(job, "Running")
+    pods = [first] if worker is None else [first, dataclasses.replace(second, **worker)]
+    client = _CountingClient()
+    observer = Observer(Cluster(), None, gke.NodePools(Cluster(), client), JobMemory(), Settings())  # type: ignore[arg-type]
+    (view,) = observer.pool_views(job, pods)
+    assert client.lists == reads
+    assert view.disruption == ("AUTO_REPAIR_NODES" if reads else "")
+    decision = step(job, pods=tuple(pods), pools=(view,))
+    repaired = decision.status.restarts_by_reason.get(Reason.NODE_REPAIR, 0)
+    assert repaired == (1 if worker is None or worker.get("deleting") else 0)  # an ended repair: drained only

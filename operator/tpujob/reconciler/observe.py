@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from tpujob import gke_cluster, kube, metrics
@@ -28,6 +29,7 @@ from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
 from tpujob.render import pools as render_pools
 from tpujob.status.placement import tpu7x_problem
+from tpujob.status.recreation import workers_disrupted
 from tpujob.trainer_metrics import ProgressReader
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,21 @@ def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: fr
         return True
     counted = status.workers.pending + status.workers.running + status.workers.succeeded
     return len(current) + len(in_flight) < counted
+
+
+def _disrupted_attempt_began(
+    status: TPUJobStatus, pods: Sequence[s.PodView], in_flight: frozenset[str]
+) -> dt.datetime | None:
+    """When the attempt of a starting or running job whose slice was disrupted began: GKE's operations since
+    then say whether an upgrade or a repair did it (status.recreation). None otherwise: a worker that failed
+    on its own, its node intact, is the application's failure whatever GKE does, so the operations list (no
+    filter, as long as GKE's history) is not read for it."""
+    if status.phase not in (Phase.STARTING, Phase.RUNNING):
+        return None
+    if not workers_disrupted(status, status.workers, pods, in_flight):
+        return None
+    began = status.last_restart_time or status.start_time
+    return s.parse_timestamp(began) if began else None
 
 
 def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
@@ -191,7 +208,7 @@ class Observer:
             job=job,
             now=now,
             pods=tuple(pods),
-            pools=self.pool_views(job) if looks else None,
+            pools=self.pool_views(job, pods, in_flight) if looks else None,
             service_exists=self.memory.service_exists(uid, service_exists),
             pods_in_flight=in_flight,
             pods_refused=pods_refused,
@@ -302,17 +319,15 @@ class Observer:
             return None
         return self.policies.fact(name)
 
-    def pool_views(self, job: TPUJob) -> tuple[s.PoolView, ...]:
-        """Each slice's pool as GKE has it (one GetNodePool per slice)."""
+    def pool_views(
+        self, job: TPUJob, pods: Sequence[s.PodView] = (), in_flight: frozenset[str] = frozenset()
+    ) -> tuple[s.PoolView, ...]:
+        """Each slice's pool as GKE has it (one GetNodePool per slice; `pods`: the job's, to tell whether
+        its slice was disrupted)."""
         assert self.pools is not None
         status = job.status or TPUJobStatus()
         recorded = {p.slice: p.operation or "" for p in status.node_pools}
-        # A starting or running job looked at (its workers were disturbed): GKE's operations since its
-        # attempt began say whether an upgrade or a repair did it (status.recreation).
-        since = None
-        if status.phase in (Phase.STARTING, Phase.RUNNING):
-            began = status.last_restart_time or status.start_time
-            since = s.parse_timestamp(began) if began else None
+        since = _disrupted_attempt_began(status, pods, in_flight)
         views = [
             self.pools.state(i, naming.node_pool_name(job, i), recorded.get(i, ""), since=since)
             for i in range(job.spec.tpu.slices)

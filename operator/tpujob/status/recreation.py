@@ -18,9 +18,11 @@ reports it. Decided from what GKE and the pods say, never from the operation's t
 
 from __future__ import annotations
 
-from tpujob.api.status import Phase, Reason
+from collections.abc import Collection, Iterable
+
+from tpujob.api.status import Phase, Reason, TPUJobStatus, WorkerCounts
 from tpujob.status.builder import Builder, begin_restart
-from tpujob.status.model import PoolView, is_current, is_infrastructure_failure
+from tpujob.status.model import PodView, PoolView, is_current, is_infrastructure_failure
 from tpujob.status.pool_conditions import node_recreation
 
 _DOING: dict[str, str] = {
@@ -46,17 +48,30 @@ def slice_disrupted(b: Builder, *, failed_counts: bool = True) -> bool:
     """A worker of the current attempt evicted or being deleted, gone since the last status counted it (pods
     created but not yet seen by the watch are not gone), or (`failed_counts`) failed for its node's sake
     (node shutdown, eviction: is_infrastructure_failure, or a DisruptionTarget condition)."""
-    current = [p for p in b.observed.pods if is_current(b.status, p)]
+    return workers_disrupted(
+        b.status, b.previous_workers, b.observed.pods, b.observed.pods_in_flight, failed_counts=failed_counts
+    )
+
+
+def workers_disrupted(
+    status: TPUJobStatus,
+    counted: WorkerCounts,
+    pods: Iterable[PodView],
+    in_flight: Collection[str],
+    *,
+    failed_counts: bool = True,
+) -> bool:
+    """slice_disrupted, before a pass has a Builder: `counted` are the workers the last status counted. The
+    observer asks it before reading GKE's operations list, which only a disrupted slice needs."""
+    current = [p for p in pods if is_current(status, p)]
     for pod in current:
         if pod.deleting:
             return True
         node_failed = is_infrastructure_failure(pod) or _DISRUPTION_CONDITION in pod.conditions
         if failed_counts and pod.phase == "Failed" and node_failed:
             return True
-    before = b.previous_workers
-    counted = before.pending + before.running + before.succeeded
     live = sum(1 for p in current if not p.deleting)
-    return live + len(b.observed.pods_in_flight) < counted
+    return live + len(in_flight) < counted.pending + counted.running + counted.succeeded
 
 
 def nodes_usable(b: Builder) -> bool:
