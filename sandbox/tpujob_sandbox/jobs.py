@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 
 from tpujob.api import constants as c
 from tpujob_sandbox.bed import Sandbox
@@ -60,6 +64,17 @@ class Jobs:
         pods: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         return pods
 
+    @contextlib.contextmanager
+    def recording_pods(self, name: str) -> Iterator[PodHistory]:
+        """The last state the API server gave each pod of job `name` while the block runs. A finished pod
+        can be gone before a test lists it: when a job ends the operator deletes its pool, and GKE's drain
+        (or, on real GKE, the pod garbage collector once the node is gone) deletes the pod with it."""
+        history = PodHistory(self.core, self.namespace, f"{c.LABEL_JOB_NAME}={name}")
+        try:
+            yield history
+        finally:
+            history.stop()
+
     def wait_pods_running(self, name: str, count: int, attempt: int = 0, timeout: float = 60) -> list[Any]:
         def running() -> list[Any] | None:
             pods = [p for p in self.pods(name, attempt) if p.status.phase == "Running"]
@@ -78,3 +93,70 @@ class Jobs:
             for e in self.core.list_namespaced_event(self.namespace).items
             if e.involved_object.kind == c.KIND and e.involved_object.name == name
         ]
+
+
+class PodHistory:
+    """A list, then a watch from the list's resourceVersion (as an informer does), keeping each pod's last
+    state, deleted pods included."""
+
+    def __init__(self, core: k8s.CoreV1Api, namespace: str, selector: str) -> None:
+        self.core, self.namespace, self.selector = core, namespace, selector
+        self._last: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        listed = core.list_namespaced_pod(namespace, label_selector=selector)
+        for pod in listed.items:
+            self._last[pod.metadata.name] = pod
+        self._thread = threading.Thread(
+            target=self._watch, args=(listed.metadata.resource_version,), daemon=True, name="pod-history"
+        )
+        self._thread.start()
+
+    def pods(self, attempt: int | None = None) -> list[Any]:
+        """Every pod seen, in its last state, optionally only those of one attempt."""
+        with self._lock:
+            seen = list(self._last.values())
+        return [p for p in seen if attempt is None or p.metadata.labels.get(c.LABEL_ATTEMPT) == str(attempt)]
+
+    def wait_finished(self, attempt: int, count: int = 1, timeout: float = 30) -> list[Any]:
+        """The `count` pods of `attempt`, once the watch has seen each one's container terminated."""
+
+        def finished() -> list[Any] | None:
+            pods = [p for p in self.pods(attempt) if _terminated(p)]
+            return pods if len(pods) == count else None
+
+        return wait_for(
+            finished,
+            timeout=timeout,
+            what=f"{count} finished pods of attempt {attempt}",
+            last_state=lambda: [(p.metadata.name, p.status.phase) for p in self.pods()],
+        )
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _watch(self, resource_version: str | None) -> None:
+        while not self._stopped.is_set():
+            kwargs = {"resource_version": resource_version} if resource_version else {}
+            try:
+                for event in k8s_watch.Watch().stream(
+                    self.core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.selector,
+                    timeout_seconds=2,  # so that stop() is seen within seconds
+                    **kwargs,
+                ):
+                    pod = event["object"]
+                    with self._lock:
+                        self._last[pod.metadata.name] = pod
+                    resource_version = pod.metadata.resource_version
+            except k8s.ApiException as error:
+                if error.status != 410:  # Gone: too old a resourceVersion; start again from now
+                    raise
+                resource_version = None
+
+
+def _terminated(pod: Any) -> bool:
+    statuses = pod.status.container_statuses or []
+    return bool(statuses) and statuses[0].state.terminated is not None

@@ -161,14 +161,15 @@ def test_the_standby_takes_over_a_provisioning_and_a_running_job_when_the_active
 
     # The pool the dead replica asked for comes up; the new active one runs the job on it.
     pods = jobs.wait_pods_running("provisioning", 4, timeout=90)
+    # One pod per host, each of attempt 0 (listed now: on success they go with the pools).
+    assert {p.metadata.labels[c.LABEL_ATTEMPT] for p in jobs.pods("provisioning")} == {"0"}
+    assert len(jobs.pods("provisioning")) == 4
     for pod in pods:
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     final = jobs.wait_phase("provisioning", "Succeeded", timeout=60)
     assert final.get("restarts", 0) == 0
-    # Exactly one create per pool, across both replicas and the takeover; one pod per host.
+    # Exactly one create per pool, across both replicas and the takeover.
     assert gke.calls["CreateNodePool"] == 2
-    assert {p.metadata.labels[c.LABEL_ATTEMPT] for p in jobs.pods("provisioning")} == {"0"}
-    assert len(jobs.pods("provisioning")) == 4
 
 
 def now_active_lines(pair: Replicas) -> int:

@@ -59,17 +59,17 @@ def test_the_real_trainer_with_a_bad_flag_fails_the_job_with_its_config_error(
     log the kubelet gave it; the kubelet reports it, the operator quotes it."""
     manifest = base_job("bad-flag")
     manifest["spec"]["trainer"] = {"image": trainer_image, "args": ["--steps", "abc"]}
-    jobs.create(manifest)
-
-    status = jobs.wait_phase("bad-flag", "Failed", timeout=90)
+    with jobs.recording_pods("bad-flag") as seen:  # the pod may be gone with its pool once the job fails
+        jobs.create(manifest)
+        status = jobs.wait_phase("bad-flag", "Failed", timeout=90)
+        (pod,) = seen.wait_finished(attempt=0)
     message = "ConfigError: --steps: 'abc' is not an integer"
     assert status["reason"] == "FailedByPolicy", status
     assert f"failed with exit code 2: {message}; the default failurePolicy" in status["message"]
     assert status.get("restarts", 0) == 0
-    (pod,) = jobs.pods("bad-flag", attempt=0)
     terminated = pod.status.container_statuses[0].state.terminated
     assert (terminated.exit_code, terminated.message) == (2, message + "\n")
     assert pod.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
     (event,) = wait_for(lambda: warnings(jobs, "bad-flag", "FailedByPolicy"), timeout=10, what="the event")
     assert message in event.message
-    assert not jobs.pods("bad-flag", attempt=1)
+    assert not seen.pods(attempt=1)

@@ -31,8 +31,9 @@ def parse_line(message: str) -> dict | None:
     return json.loads(lines[-1][len(PROGRESS_LINE_PREFIX) :]) if lines else None
 
 
-def progress_of(jobs, attempt: int) -> dict:
-    (pod,) = jobs.pods("goodput", attempt=attempt)
+def progress_of(seen, attempt: int) -> dict:
+    """The progress line `attempt` left in its termination message, as the API server gave it."""
+    (pod,) = seen.wait_finished(attempt)
     message = pod.status.container_statuses[0].state.terminated.message or ""
     (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
     return json.loads(line[len(PROGRESS_LINE_PREFIX) :])
@@ -59,19 +60,20 @@ def test_goodput_accounts_two_spot_reclaims_of_the_real_trainer(
                  "--checkpoint-interval-seconds", "2", "--progress", "log"],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
-    jobs.create(manifest)
-    progress = []
-    for attempt in (0, 1):
-        jobs.wait_pods_running("goodput", 1, attempt=attempt, timeout=120)
-        # Past its first checkpoints: the reclaim lands mid-training.
-        wait_for(lambda: steps_logged(kubelet, jobs, attempt) >= 200 * (attempt + 1), timeout=180,  # noqa: B023
-                 what=f"attempt {attempt} to train")  # fmt: skip
-        sandbox.preempt_slice(jobs.status("goodput")["nodePools"][0]["name"], recreate_after=1)
-        progress.append(progress_of(jobs, attempt))
-        wait_for(lambda: jobs.status("goodput").get("restarts") == attempt + 1, timeout=60,  # noqa: B023
-                 what=f"restart {attempt + 1}")  # fmt: skip
-    status = jobs.wait_phase("goodput", "Succeeded", timeout=300)
-    progress.append(progress_of(jobs, 2))
+    with jobs.recording_pods("goodput") as seen:  # a finished pod may go with its pool
+        jobs.create(manifest)
+        progress = []
+        for attempt in (0, 1):
+            jobs.wait_pods_running("goodput", 1, attempt=attempt, timeout=120)
+            # Past its first checkpoints: the reclaim lands mid-training.
+            wait_for(lambda: steps_logged(kubelet, jobs, attempt) >= 200 * (attempt + 1), timeout=180,  # noqa: B023
+                     what=f"attempt {attempt} to train")  # fmt: skip
+            sandbox.preempt_slice(jobs.status("goodput")["nodePools"][0]["name"], recreate_after=1)
+            progress.append(progress_of(seen, attempt))
+            wait_for(lambda: jobs.status("goodput").get("restarts") == attempt + 1, timeout=60,  # noqa: B023
+                     what=f"restart {attempt + 1}")  # fmt: skip
+        status = jobs.wait_phase("goodput", "Succeeded", timeout=300)
+        progress.append(progress_of(seen, 2))
     assert progress[-1]["step"] == STEPS
 
     goodput = status["goodput"]
@@ -127,39 +129,43 @@ def test_goodput_counts_the_steps_two_oom_kills_lost_as_the_next_attempts_redid_
                  "--checkpoint-interval-seconds", str(CHECKPOINT_SECONDS), "--progress", "log"],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
-    jobs.create(manifest)
-    killed: list[dict] = []  # per killed attempt: its last periodic line as the test saw it, kill time, pod
-    for attempt in (0, 1):
-        (pod,) = jobs.wait_pods_running("goodput", 1, attempt=attempt, timeout=120)
-        name = pod.metadata.name
-        termination_log = kubelet.containers.termination_log_path(jobs.namespace, name)
+    with jobs.recording_pods("goodput") as seen:  # a finished pod may go with its pool
+        jobs.create(manifest)
+        # Per killed attempt: its last periodic line as the test saw it, kill time, pod.
+        killed: list[dict] = []
+        for attempt in (0, 1):
+            (pod,) = jobs.wait_pods_running("goodput", 1, attempt=attempt, timeout=120)
+            name = pod.metadata.name
+            termination_log = kubelet.containers.termination_log_path(jobs.namespace, name)
 
-        def mid_interval(termination_log=termination_log) -> dict | None:
-            # A checkpoint of this attempt KILL_AFTER_SECONDS ago or more, the next one seconds away.
-            text = termination_log.read_text() if termination_log.exists() else ""
-            line = parse_line(text)
-            if not line or line.get("checkpointAt") is None or line["step"] <= line["checkpointStep"]:
-                return None
-            age = time.time() - line["checkpointAt"]
-            return line if KILL_AFTER_SECONDS <= age <= CHECKPOINT_SECONDS - 3 else None
+            def mid_interval(termination_log=termination_log) -> dict | None:
+                # A checkpoint of this attempt KILL_AFTER_SECONDS ago or more, the next one seconds away.
+                text = termination_log.read_text() if termination_log.exists() else ""
+                line = parse_line(text)
+                if not line or line.get("checkpointAt") is None or line["step"] <= line["checkpointStep"]:
+                    return None
+                age = time.time() - line["checkpointAt"]
+                return line if KILL_AFTER_SECONDS <= age <= CHECKPOINT_SECONDS - 3 else None
 
-        wait_for(mid_interval, timeout=180, what=f"attempt {attempt} between two checkpoints")
-        killed_at = time.time()
-        ended = kubelet.oom_kill(jobs.namespace, name)
-        terminated = ended.status.container_statuses[0].state.terminated
-        assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
-        line = parse_line(terminated.message or "")
-        assert line is not None, terminated.message  # the periodic line, no human line: no last word
-        assert not [
-            x for x in terminated.message.splitlines() if x.strip() and not x.startswith(PROGRESS_LINE_PREFIX)
-        ]
-        killed.append({"line": line, "killed_at": killed_at, "pod": name})
-        wait_for(lambda: jobs.status("goodput").get("restarts") == attempt + 1, timeout=60,  # noqa: B023
-                 what=f"restart {attempt + 1}")  # fmt: skip
-    status = jobs.wait_phase("goodput", "Succeeded", timeout=300)
-    final = progress_of(jobs, 2)
-    assert final["step"] == OOM_STEPS
-    starts = [resumed_at_step(jobs, kubelet, a) for a in (1, 2)]
+            wait_for(mid_interval, timeout=180, what=f"attempt {attempt} between two checkpoints")
+            killed_at = time.time()
+            ended = kubelet.oom_kill(jobs.namespace, name)
+            terminated = ended.status.container_statuses[0].state.terminated
+            assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
+            line = parse_line(terminated.message or "")
+            assert line is not None, terminated.message  # the periodic line, no human line: no last word
+            assert not [
+                x
+                for x in terminated.message.splitlines()
+                if x.strip() and not x.startswith(PROGRESS_LINE_PREFIX)
+            ]
+            killed.append({"line": line, "killed_at": killed_at, "pod": name})
+            wait_for(lambda: jobs.status("goodput").get("restarts") == attempt + 1, timeout=60,  # noqa: B023
+                     what=f"restart {attempt + 1}")  # fmt: skip
+        status = jobs.wait_phase("goodput", "Succeeded", timeout=300)
+        final = progress_of(seen, 2)
+        assert final["step"] == OOM_STEPS
+        starts = [resumed_at_step(seen, kubelet, a) for a in (1, 2)]
     assert starts[1] == final["startStep"]
 
     # What actually happened: the step each killed attempt reached (its log has a line per step), and the
@@ -207,9 +213,9 @@ def last_step_logged(kubelet, jobs, pod: str) -> int:
     return int(found[-1]) if found else 0
 
 
-def resumed_at_step(jobs, kubelet, attempt: int) -> int:
+def resumed_at_step(seen, kubelet, attempt: int) -> int:
     """The step `attempt` resumed at, from its log ("resumed from ... at step N")."""
-    (pod,) = jobs.pods("goodput", attempt=attempt)
-    text = kubelet.log_path(jobs.namespace, pod.metadata.name).read_text(errors="replace")
+    (pod,) = seen.pods(attempt)
+    text = kubelet.log_path(pod.metadata.namespace, pod.metadata.name).read_text(errors="replace")
     (step,) = re.findall(r"resumed from \S+ at step (\d+)", text)
     return int(step)

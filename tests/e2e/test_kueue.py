@@ -180,14 +180,15 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     assert released < 30
     status = jobs.status("low")
     assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] == 1
-    # The higher job runs in the freed quota, then ends.
-    (high_pod,) = jobs.wait_pods_running("high", 1, timeout=60)
-    kubelet.succeed(jobs.namespace, high_pod.metadata.name)
-    jobs.wait_phase("high", "Succeeded", timeout=60)
-    # The lower one is admitted again and resumes from the checkpoint its first attempt saved.
-    done = jobs.wait_phase("low", "Succeeded", timeout=300)
-    assert done.get("restarts", 0) == 0 and done["queue"]["evictions"] == 1
-    (pod,) = jobs.pods("low", attempt=1)
+    with jobs.recording_pods("low") as low_pods:  # its pod may be gone with its pool once it succeeds
+        # The higher job runs in the freed quota, then ends.
+        (high_pod,) = jobs.wait_pods_running("high", 1, timeout=60)
+        kubelet.succeed(jobs.namespace, high_pod.metadata.name)
+        jobs.wait_phase("high", "Succeeded", timeout=60)
+        # The lower one is admitted again and resumes from the checkpoint its first attempt saved.
+        done = jobs.wait_phase("low", "Succeeded", timeout=300)
+        assert done.get("restarts", 0) == 0 and done["queue"]["evictions"] == 1 and done["attempt"] == 1
+        (pod,) = low_pods.wait_finished(attempt=1)
     message = pod.status.container_statuses[0].state.terminated.message or ""
     (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
     progress = json.loads(line[len(PROGRESS_LINE_PREFIX) :])

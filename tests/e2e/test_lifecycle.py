@@ -99,10 +99,11 @@ def test_the_real_trainer_trains_to_its_last_step_exits_and_the_job_succeeds(job
     """The happy path with the trainer's own exit: the pod runs `python -m tpujob_trainer` with the env the
     operator set, trains its steps, leaves its progress line in the termination log and exits 0 by itself;
     the operator calls the job Succeeded and gives the pool back."""
-    jobs.create(base_job("train", trainer={"image": trainer_image, "args": ["--steps", "10"]}))
-    status = jobs.wait_phase("train", "Succeeded", timeout=120)
-    assert status["completionTime"] and status.get("restarts", 0) == 0
-    (pod,) = jobs.pods("train", attempt=0)
+    with jobs.recording_pods("train") as seen:  # the pod may be gone with its pool once the job succeeds
+        jobs.create(base_job("train", trainer={"image": trainer_image, "args": ["--steps", "10"]}))
+        status = jobs.wait_phase("train", "Succeeded", timeout=120)
+        assert status["completionTime"] and status.get("restarts", 0) == 0
+        (pod,) = seen.wait_finished(attempt=0)
     terminated = pod.status.container_statuses[0].state.terminated
     assert terminated.exit_code == 0, terminated
     (line,) = [x for x in terminated.message.splitlines() if x.startswith(c.PROGRESS_LINE_PREFIX)]

@@ -163,9 +163,17 @@ def test_the_jax_example_rejoins_after_its_healthy_slice_restarts_in_place(jobs,
         what="every JAX process training",
     )
     kubelet.fail(jobs.namespace, first[(1, 0)].metadata.name, exit_code=1, message="crash")
+
+    def rejoined() -> dict | None:
+        """Slice 1 recreated as attempt 1 beside slice 0's pods (taken now: on success they go with the
+        pools, drained by GKE, while their logs stay on the kubelet's disk)."""
+        pods = by_slice(jobs.pods(name))
+        slice_1 = [pods[key].metadata.labels[c.LABEL_ATTEMPT] for key in ((1, 0), (1, 1)) if key in pods]
+        return pods if len(pods) == 4 and slice_1 == ["1", "1"] else None
+
+    final = wait_for(rejoined, timeout=120, what="slice 1 recreated beside slice 0's pods")
     status = jobs.wait_phase(name, "Succeeded", timeout=300)
     assert status["attempt"] == 1 and status["sliceAttempts"] == [0, 1], status
-    final = by_slice(jobs.pods(name))
     for worker in (0, 1):
         kept = final[(0, worker)]
         assert kept.metadata.uid == first[(0, worker)].metadata.uid  # the same pod, its process run again

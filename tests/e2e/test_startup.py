@@ -164,9 +164,10 @@ def test_a_secret_env_var_and_a_configmap_volume_reach_the_trainer_process(jobs,
         "volumeMounts": [{"name": "settings", "mountPath": "/etc/team", "readOnly": True}],
     }
     pod = {"volumes": [{"name": "settings", "configMap": {"name": "team"}}]}
-    jobs.create(base_job("reads", trainer=trainer, pod=pod))
-    jobs.wait_phase("reads", "Succeeded", timeout=90)
-    (worker,) = jobs.pods("reads")
+    with jobs.recording_pods("reads") as seen:  # the pod may be gone with its pool once the job succeeds
+        jobs.create(base_job("reads", trainer=trainer, pod=pod))
+        jobs.wait_phase("reads", "Succeeded", timeout=90)
+        (worker,) = seen.wait_finished(attempt=0)
     log = kubelet.log_path(jobs.namespace, worker.metadata.name).read_text()
     assert "token=hf_s3cr3t" in log
     assert "config=lr: 0.001" in log

@@ -1,0 +1,38 @@
+"""The tests' pod recorder (Jobs.recording_pods) keeps the last state of a pod the API server deleted: what a
+test reads of a finished pod that GKE's drain took away with its pool."""
+
+from __future__ import annotations
+
+from kubernetes import client as k8s
+
+from tpujob.api import constants as c
+from tpujob_sandbox import wait_for
+from tpujob_sandbox.jobs import Jobs
+
+
+def test_a_deleted_pods_last_state_stays_in_the_record(sandbox, core, namespace):
+    jobs = Jobs(sandbox, namespace)
+    labels = {c.LABEL_JOB_NAME: "recorded", c.LABEL_ATTEMPT: "0"}
+    before = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="before", labels=labels),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="c", image="registry.example/sleeper:1")]),
+    )
+    core.create_namespaced_pod(namespace, before)  # listed when the record starts
+    with jobs.recording_pods("recorded") as seen:
+        core.create_namespaced_pod(namespace, {**core.api_client.sanitize_for_serialization(before),
+                                               "metadata": {"name": "during", "labels": labels}})  # fmt: skip
+        core.patch_namespaced_pod("during", namespace, {"metadata": {"annotations": {"last": "words"}}})
+        for name in ("before", "during"):
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        wait_for(lambda: not jobs.pods("recorded"), timeout=30, what="both pods gone from the API server")
+        wait_for(
+            lambda: (
+                {p.metadata.name for p in seen.pods(attempt=0)} == {"before", "during"}
+                and "during" in {p.metadata.name for p in seen.pods() if p.metadata.annotations}
+            ),
+            timeout=10,
+            what="both pods in the record, the patched one with its annotation",
+        )
+    assert not seen.pods(attempt=1)
+    (during,) = [p for p in seen.pods() if p.metadata.name == "during"]
+    assert during.metadata.annotations == {"last": "words"}
