@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s
@@ -69,7 +69,22 @@ class Jobs:
         """The last state the API server gave each pod of job `name` while the block runs. A finished pod
         can be gone before a test lists it: when a job ends the operator deletes its pool, and GKE's drain
         (or, on real GKE, the pod garbage collector once the node is gone) deletes the pod with it."""
-        history = PodHistory(self.core, self.namespace, f"{c.LABEL_JOB_NAME}={name}")
+        history = PodHistory(
+            self.core.list_namespaced_pod, self.namespace, label_selector=f"{c.LABEL_JOB_NAME}={name}"
+        )
+        try:
+            yield history
+        finally:
+            history.stop()
+
+    @contextlib.contextmanager
+    def recording_job(self, name: str) -> Iterator[JobHistory]:
+        """Every status job `name` had while the block runs: one a later pass replaced, too."""
+        history = JobHistory(
+            self.custom.list_namespaced_custom_object,
+            *(c.GROUP, c.VERSION, self.namespace, c.PLURAL),
+            field_selector=f"metadata.name={name}",
+        )
         try:
             yield history
         finally:
@@ -95,27 +110,57 @@ class Jobs:
         ]
 
 
-class PodHistory:
-    """A list, then a watch from the list's resourceVersion (as an informer does), keeping each pod's last
-    state, deleted pods included."""
+class Recording:
+    """A list, then a watch from the list's resourceVersion (as an informer does), keeping every state the
+    API server gave each object, deleted objects included. `list_call(*args, **selector)` lists them (the
+    client's method itself: its watch reads the type to return from its docstring); objects are the client's
+    models (pods) or dicts (custom objects)."""
 
-    def __init__(self, core: k8s.CoreV1Api, namespace: str, selector: str) -> None:
-        self.core, self.namespace, self.selector = core, namespace, selector
-        self._last: dict[str, Any] = {}
+    def __init__(self, list_call: Callable[..., Any], *args: str, **selector: str) -> None:
+        self.list_call, self.args, self.selector = list_call, args, selector
+        self._states: list[Any] = []
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        listed = core.list_namespaced_pod(namespace, label_selector=selector)
-        for pod in listed.items:
-            self._last[pod.metadata.name] = pod
-        self._thread = threading.Thread(
-            target=self._watch, args=(listed.metadata.resource_version,), daemon=True, name="pod-history"
-        )
+        items, resource_version = _listed(list_call(*args, **selector))
+        self._states.extend(items)
+        self._thread = threading.Thread(target=self._watch, args=(resource_version,), daemon=True)
         self._thread.start()
+
+    def states(self) -> list[Any]:
+        """Every state seen, in the order the API server sent them."""
+        with self._lock:
+            return list(self._states)
+
+    def last(self) -> dict[str, Any]:
+        """Each object's last state, by name."""
+        return {_metadata(o)["name"]: o for o in self.states()}
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _watch(self, resource_version: str | None) -> None:
+        while not self._stopped.is_set():
+            kwargs = {"resource_version": resource_version} if resource_version else {}
+            try:
+                for event in k8s_watch.Watch().stream(
+                    self.list_call, *self.args, timeout_seconds=2, **self.selector, **kwargs
+                ):  # 2 s: stop() is seen within seconds
+                    with self._lock:
+                        self._states.append(event["object"])
+                    resource_version = _metadata(event["object"])["resourceVersion"]
+            except k8s.ApiException as error:
+                if error.status != 410:  # Gone: too old a resourceVersion; start again from now
+                    raise
+                resource_version = None
+
+
+class PodHistory(Recording):
+    """The pods of a job, as recorded."""
 
     def pods(self, attempt: int | None = None) -> list[Any]:
         """Every pod seen, in its last state, optionally only those of one attempt."""
-        with self._lock:
-            seen = list(self._last.values())
+        seen = self.last().values()
         return [p for p in seen if attempt is None or p.metadata.labels.get(c.LABEL_ATTEMPT) == str(attempt)]
 
     def wait_finished(self, attempt: int, count: int = 1, timeout: float = 30) -> list[Any]:
@@ -132,29 +177,34 @@ class PodHistory:
             last_state=lambda: [(p.metadata.name, p.status.phase) for p in self.pods()],
         )
 
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=10)
 
-    def _watch(self, resource_version: str | None) -> None:
-        while not self._stopped.is_set():
-            kwargs = {"resource_version": resource_version} if resource_version else {}
-            try:
-                for event in k8s_watch.Watch().stream(
-                    self.core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=self.selector,
-                    timeout_seconds=2,  # so that stop() is seen within seconds
-                    **kwargs,
-                ):
-                    pod = event["object"]
-                    with self._lock:
-                        self._last[pod.metadata.name] = pod
-                    resource_version = pod.metadata.resource_version
-            except k8s.ApiException as error:
-                if error.status != 410:  # Gone: too old a resourceVersion; start again from now
-                    raise
-                resource_version = None
+class JobHistory(Recording):
+    """One TPUJob's every status, as recorded: a status a pass wrote and the next replaced stays in it."""
+
+    def first_status(self, matches: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
+        """The first status seen that `matches`."""
+        return wait_for(
+            lambda: next((s for s in self.statuses() if matches(s)), None),
+            timeout=timeout,
+            what="a status that matches",
+            last_state=lambda: self.statuses()[-1:],
+        )
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [o.get("status") or {} for o in self.states()]
+
+
+def _listed(listed: Any) -> tuple[list[Any], str]:
+    """A list's items and resourceVersion: a model list (pods) or a dict (custom objects)."""
+    if isinstance(listed, dict):
+        return list(listed["items"]), str(listed["metadata"]["resourceVersion"])
+    return list(listed.items), str(listed.metadata.resource_version)
+
+
+def _metadata(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return dict(obj["metadata"])
+    return {"name": obj.metadata.name, "resourceVersion": obj.metadata.resource_version}
 
 
 def _terminated(pod: Any) -> bool:

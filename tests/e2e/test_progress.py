@@ -64,12 +64,11 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
         trainer={"image": trainer_image, "args": args, "checkpointDir": str(tmp_path / "checkpoints")},
         runPolicy={"progressDeadlineSeconds": DEADLINE, "maxRestarts": 1},
     )
-    jobs.create(manifest)
-    status = wait_for(
-        lambda: (st := jobs.status("train")).get("reason") == "Stalled" and st,
-        timeout=120,
-        what="the restart as Stalled",
-    )
+    with jobs.recording_job(
+        "train"
+    ) as history:  # the restart's status, before the next attempt's replaces it
+        jobs.create(manifest)
+        status = history.first_status(lambda st: st.get("reason") == "Stalled", timeout=120)
     progress = status["progress"]
     assert progress["step"] == HANG_AT and progress["attempt"] == 0
     # From when the step stood still to the restart: the deadline, plus at most one resync (and a second of
