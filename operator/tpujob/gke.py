@@ -242,9 +242,10 @@ class NodePools:
     def state(
         self, slice_index: int, name: str, operation: str = "", since: dt.datetime | None = None
     ) -> s.PoolView:
-        """The pool as GKE has it. `since`: the current attempt's start, for a job whose workers were
-        disturbed: GKE's operations list is read for an upgrade or a repair of the pool that runs, or ended
-        since then, whatever the pool's status now (a repair may end before the operator looks)."""
+        """The pool as GKE has it. `since`: the current attempt's start, for a job whose slice was disrupted
+        (status.recreation.workers_disrupted): GKE's operations list is read for an upgrade or a repair of
+        the pool that runs, or ended since then, whatever the pool's status now (a repair may end before the
+        operator looks)."""
         self._guard()
         try:
             pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
