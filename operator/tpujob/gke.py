@@ -245,7 +245,8 @@ class NodePools:
         """The pool as GKE has it. `since`: the current attempt's start, for a job whose slice was disrupted
         (status.recreation.workers_disrupted): GKE's operations list is read for an upgrade or a repair of
         the pool that runs, or ended since then, whatever the pool's status now (a repair may end before the
-        operator looks)."""
+        operator looks). Otherwise the list is read only while the pool is RECONCILING, for the operation
+        that runs."""
         self._guard()
         try:
             pool = self.client.get_node_pool(name=self._path(name), timeout=self.timeout)
@@ -260,8 +261,9 @@ class NodePools:
             slice_index, name, pool.status.name, message, code, operation=operation, zone=zone, job_uid=uid
         )
         if pool.status == container_v1.NodePool.Status.RECONCILING or since is not None:
-            # GKE works (or worked) on the pool: an update, an upgrade or a repair; status.recreation decides
-            # from it and from the workers whether the slice was disrupted.
+            # GKE works (or worked) on the pool: an update, an upgrade or a repair. The running one names
+            # why a RECONCILING pool keeps the job waiting (status.pools); status.recreation decides from it
+            # whether GKE's work is what disrupted the slice.
             kind, found, running = self._node_recreation(name, since)
             view = dataclasses.replace(
                 view, disruption=kind, disruption_operation=found, disruption_running=running

@@ -320,7 +320,7 @@ class Observer:
         return self.policies.fact(name)
 
     def pool_views(
-        self, job: TPUJob, pods: Sequence[s.PodView] = (), in_flight: frozenset[str] = frozenset()
+        self, job: TPUJob, pods: Sequence[s.PodView], in_flight: frozenset[str] = frozenset()
     ) -> tuple[s.PoolView, ...]:
         """Each slice's pool as GKE has it (one GetNodePool per slice; `pods`: the job's, to tell whether
         its slice was disrupted)."""

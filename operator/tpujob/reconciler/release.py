@@ -40,7 +40,7 @@ class Releaser:
         if job.spec.node_pool.policy != NodePoolPolicy.create:
             return []
         remaining = []
-        for view in self.observer.pool_views(job):
+        for view in self.observer.pool_views(job, pods=()):  # a job being deleted: GKE's state alone
             if view.state == s.POOL_MISSING:
                 continue
             remaining.append(view.name)
