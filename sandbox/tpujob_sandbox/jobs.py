@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
@@ -121,14 +122,15 @@ class Recording:
         self._states: list[Any] = []
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        items, resource_version = _listed(list_call(*args, **selector))
-        self._states.extend(items)
-        self._thread = threading.Thread(target=self._watch, args=(resource_version,), daemon=True)
+        self._failed: Exception | None = None  # what stopped the watch, raised to the test
+        self._thread = threading.Thread(target=self._watch, args=(self._list(),), daemon=True)
         self._thread.start()
 
     def states(self) -> list[Any]:
         """Every state seen, in the order the API server sent them."""
         with self._lock:
+            if self._failed is not None:
+                raise RuntimeError("the recording's watch failed") from self._failed
             return list(self._states)
 
     def last(self) -> dict[str, Any]:
@@ -138,21 +140,39 @@ class Recording:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=10)
+        self.states()  # raises what stopped the watch, if anything did
 
-    def _watch(self, resource_version: str | None) -> None:
-        while not self._stopped.is_set():
-            kwargs = {"resource_version": resource_version} if resource_version else {}
-            try:
-                for event in k8s_watch.Watch().stream(
-                    self.list_call, *self.args, timeout_seconds=2, **self.selector, **kwargs
-                ):  # 2 s: stop() is seen within seconds
-                    with self._lock:
-                        self._states.append(event["object"])
-                    resource_version = _metadata(event["object"])["resourceVersion"]
-            except k8s.ApiException as error:
-                if error.status != 410:  # Gone: too old a resourceVersion; start again from now
-                    raise
-                resource_version = None
+    def _list(self) -> str:
+        """List (every object's state now) and return the list's resourceVersion, to watch from."""
+        items, resource_version = _listed(self.list_call(*self.args, **self.selector, _request_timeout=10))
+        with self._lock:
+            self._states.extend(items)
+        return resource_version
+
+    def _watch(self, resource_version: str) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    for event in k8s_watch.Watch().stream(
+                        self.list_call,
+                        *self.args,
+                        resource_version=resource_version,
+                        timeout_seconds=2,  # stop() is seen within seconds
+                        _request_timeout=10,  # and a connection that hangs, within 10
+                        **self.selector,
+                    ):
+                        with self._lock:
+                            self._states.append(event["object"])
+                        resource_version = _metadata(event["object"])["resourceVersion"]
+                except k8s.ApiException as error:
+                    if error.status != 410:
+                        raise
+                    resource_version = self._list()  # Gone: too old a resourceVersion; list again
+                except (urllib3.exceptions.HTTPError, OSError):
+                    continue  # a connection lost or timed out: watch again from where it was
+        except Exception as error:  # kept for the test, which raises it on its next read
+            with self._lock:
+                self._failed = error
 
 
 class PodHistory(Recording):
@@ -167,8 +187,8 @@ class PodHistory(Recording):
         """The `count` pods of `attempt`, once the watch has seen each one's container terminated."""
 
         def finished() -> list[Any] | None:
-            pods = [p for p in self.pods(attempt) if _terminated(p)]
-            return pods if len(pods) == count else None
+            pods = self.pods(attempt)
+            return pods if len(pods) == count and all(_terminated(p) for p in pods) else None
 
         return wait_for(
             finished,

@@ -63,13 +63,15 @@ def test_the_real_trainer_with_a_bad_flag_fails_the_job_with_its_config_error(
         jobs.create(manifest)
         status = jobs.wait_phase("bad-flag", "Failed", timeout=90)
         (pod,) = seen.wait_finished(attempt=0)
-    message = "ConfigError: --steps: 'abc' is not an integer"
-    assert status["reason"] == "FailedByPolicy", status
-    assert f"failed with exit code 2: {message}; the default failurePolicy" in status["message"]
-    assert status.get("restarts", 0) == 0
-    terminated = pod.status.container_statuses[0].state.terminated
-    assert (terminated.exit_code, terminated.message) == (2, message + "\n")
-    assert pod.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
-    (event,) = wait_for(lambda: warnings(jobs, "bad-flag", "FailedByPolicy"), timeout=10, what="the event")
-    assert message in event.message
-    assert not seen.pods(attempt=1)
+        message = "ConfigError: --steps: 'abc' is not an integer"
+        assert status["reason"] == "FailedByPolicy", status
+        assert f"failed with exit code 2: {message}; the default failurePolicy" in status["message"]
+        assert status.get("restarts", 0) == 0
+        terminated = pod.status.container_statuses[0].state.terminated
+        assert (terminated.exit_code, terminated.message) == (2, message + "\n")
+        assert pod.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
+        (event,) = wait_for(
+            lambda: warnings(jobs, "bad-flag", "FailedByPolicy"), timeout=10, what="the event"
+        )
+        assert message in event.message
+        assert not seen.pods(attempt=1)  # no pod of another attempt, from the create to now

@@ -300,18 +300,19 @@ def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
                  "--progress", "log"],
         "checkpointDir": str(checkpoints),
     }  # fmt: skip
-    jobs.create(manifest)
-    (pod,) = jobs.wait_pods_running("spot", 1, timeout=60)
-    log_path = kubelet.log_path(jobs.namespace, pod.metadata.name)
-    wait_for(lambda: "step" in log_tail(log_path), timeout=120, what="the trainer to take steps")
-    pool = jobs.status("spot")["nodePools"][0]["name"]
-    assert pod.spec.termination_grace_period_seconds >= 15  # what the pod asks does not extend the 15 s
+    with jobs.recording_pods("spot") as seen:  # the reclaimed pod may go with its node
+        jobs.create(manifest)
+        (pod,) = jobs.wait_pods_running("spot", 1, timeout=60)
+        log_path = kubelet.log_path(jobs.namespace, pod.metadata.name)
+        wait_for(lambda: "step" in log_tail(log_path), timeout=120, what="the trainer to take steps")
+        pool = jobs.status("spot")["nodePools"][0]["name"]
+        assert pod.spec.termination_grace_period_seconds >= 15  # what the pod asks does not extend the 15 s
 
-    started = time.monotonic()
-    sandbox.preempt_slice(pool)
-    elapsed = time.monotonic() - started
-    assert elapsed <= 15 + 5, f"the node shutdown took {elapsed:.1f} s"
-    (ended,) = [p for p in jobs.pods("spot", attempt=0)]
+        started = time.monotonic()
+        sandbox.preempt_slice(pool)
+        elapsed = time.monotonic() - started
+        assert elapsed <= 15 + 5, f"the node shutdown took {elapsed:.1f} s"
+        (ended,) = seen.wait_finished(attempt=0)
     terminated = ended.status.container_statuses[0].state.terminated
     assert terminated.exit_code == EXIT_CODE_SIGTERM, log_tail(log_path)
     assert "checkpoint at step" in log_tail(log_path), log_tail(log_path)

@@ -1,13 +1,16 @@
-"""The tests' pod recorder (Jobs.recording_pods) keeps the last state of a pod the API server deleted: what a
-test reads of a finished pod that GKE's drain took away with its pool."""
+"""The tests' recorders: Jobs.recording_pods keeps the last state of a pod the API server deleted (what a
+test reads of a finished pod that GKE's drain took away with its pool), Jobs.recording_job every status a
+job had."""
 
 from __future__ import annotations
 
 from kubernetes import client as k8s
 
+from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob_sandbox import wait_for
 from tpujob_sandbox.jobs import Jobs
+from tpujob_sandbox.operators import install_crd
 
 
 def test_a_deleted_pods_last_state_stays_in_the_record(sandbox, core, namespace):
@@ -36,3 +39,26 @@ def test_a_deleted_pods_last_state_stays_in_the_record(sandbox, core, namespace)
     assert not seen.pods(attempt=1)
     (during,) = [p for p in seen.pods() if p.metadata.name == "during"]
     assert during.metadata.annotations == {"last": "words"}
+
+
+def test_a_jobs_record_keeps_each_status_it_had(sandbox, namespace):
+    """What a test waits on in a status that the next write replaces (the restart's progress)."""
+    install_crd(sandbox)
+    jobs = Jobs(sandbox, namespace)
+    status = k8s.CustomObjectsApi(sandbox.api_client).patch_namespaced_custom_object_status
+    with jobs.recording_job("recorded") as history:
+        jobs.create(plain_job("recorded"))
+        jobs.create(plain_job("other"))  # not in the record
+        for reason in ("Stalled", "Running"):
+            status(c.GROUP, c.VERSION, namespace, c.PLURAL, "recorded", {"status": {"reason": reason}})
+        wait_for(
+            lambda: jobs.status("recorded").get("reason") == "Running", timeout=10, what="the last write"
+        )
+        stalled = history.first_status(lambda st: st.get("reason") == "Stalled", timeout=10)
+        wait_for(
+            lambda: [st["reason"] for st in history.statuses() if st.get("reason")] == ["Stalled", "Running"],
+            timeout=10,
+            what="both statuses in the record, in order",
+        )
+    assert stalled["attempt"] == 0  # the whole status, as the API server gave it
+    assert {o["metadata"]["name"] for o in history.states()} == {"recorded"}
