@@ -216,16 +216,25 @@ def build_image(
 
 
 def run_in_image(
-    tag: str, command: list[str], env: dict[str, str], *, timeout: float | None = None
+    tag: str,
+    command: list[str],
+    env: dict[str, str],
+    *,
+    timeout: float | None = None,
+    volumes: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `command` in a working container of `tag` (buildah, chroot isolation), then remove it."""
+    """Run `command` in a working container of `tag` (buildah, chroot isolation), then remove it. `volumes`:
+    host directory -> path in the container, bind-mounted."""
     container = subprocess.run(
         ["buildah", "from", "--pull-never", tag], check=True, capture_output=True, text=True
     ).stdout.strip()
     try:
         env_flags = [flag for name, value in env.items() for flag in ("--env", f"{name}={value}")]
+        volume_flags = [
+            flag for host, path in (volumes or {}).items() for flag in ("--volume", f"{host}:{path}")
+        ]
         return subprocess.run(
-            ["buildah", "run", "--isolation", "chroot", *env_flags, container, "--", *command],
+            ["buildah", "run", "--isolation", "chroot", *env_flags, *volume_flags, container, "--", *command],
             capture_output=True,
             text=True,
             check=False,

@@ -9,6 +9,7 @@ check refuses at once (exit 2) instead of hanging. Marked `image` like the CPU i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -67,15 +68,22 @@ def test_tpu_image_has_tensorflow_tpu_and_libtpu_and_trains_on_the_cpu(tpu_image
 
 @pytest.mark.image
 @pytest.mark.timeout(1800)
-def test_tpu_image_without_tpus_refuses_at_once_instead_of_hanging(tpu_image: str) -> None:
-    log = "/tmp/termination-log"
+def test_tpu_image_without_tpus_refuses_at_once_instead_of_hanging(tpu_image: str, tmp_path: Path) -> None:
+    # The termination log is read from a bind mount: a `cat` of it in the container once lost its stdout
+    # under load (buildah run's output of a process that ends at once).
+    tmp_path.chmod(0o777)  # the image's user (1000) writes it
     result = podman_image.run_in_image(
         tpu_image,
         # The image's own entrypoint: the CLI checks for TPU chips before TensorFlow (and libtpu) load.
-        ["sh", "-c", f"python -m tpujob_trainer --steps 20; code=$?; cat {log}; exit $code"],
-        {**WORKER, "TPUJOB_TERMINATION_LOG": log},  # no TPU_LOAD_LIBRARY=0: libtpu would load
+        ["python", "-m", "tpujob_trainer", "--steps", "20"],
+        {
+            **WORKER,
+            "TPUJOB_TERMINATION_LOG": "/out/termination-log",
+        },  # no TPU_LOAD_LIBRARY=0: libtpu would load
         timeout=120,
+        volumes={str(tmp_path): "/out"},
     )
     assert result.returncode == 2, result.stdout + result.stderr[-3000:]
     assert "no TPU chips are attached" in result.stderr
-    assert result.stdout.startswith("ConfigError: --strategy auto: this is the TPU image")
+    written = (tmp_path / "termination-log").read_text()
+    assert written.startswith("ConfigError: --strategy auto: this is the TPU image"), written
