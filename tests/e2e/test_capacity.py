@@ -197,7 +197,9 @@ def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
     manifest = plain_job(
         "killed",
         tpu={"type": "v6e", "topology": "4x4"},
-        capacity={"mode": "flexStart", "zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 10},
+        # 30 s in each zone: the second restart and the capacity in us-east5-b must come within it, or the job
+        # moves on, back to us-east5-a (a loaded CI machine once took longer than 10 s).
+        capacity={"mode": "flexStart", "zones": ["us-east5-a", "us-east5-b"], "zoneFallbackSeconds": 30},
         runPolicy={"maxRestarts": 0},
     )
     jobs.create(manifest)
@@ -206,7 +208,7 @@ def test_killed_while_a_flex_start_slice_is_queued_and_during_a_zone_fallback(
     )
     east_operator.kill()
     east_operator.start()
-    wait_for(lambda: jobs.status("killed").get("zone") == "us-east5-b", timeout=60, what="the zone fallback")
+    wait_for(lambda: jobs.status("killed").get("zone") == "us-east5-b", timeout=90, what="the zone fallback")
     east_operator.kill()
     east_operator.start()
     gke.set_capacity("us-east5-b", "ct6e-standard-4t", None)
