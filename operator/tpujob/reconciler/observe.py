@@ -54,13 +54,12 @@ def needs_gke_look(
 
 
 def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str]) -> bool:
-    """A worker of the current attempt failed, is being deleted (evicted by a drain), or is gone since the
-    status counted it (pods created but not yet seen by the watch are not gone)."""
-    current = [p for p in pods if s.is_current(status, p)]
-    if any(p.phase == "Failed" or p.deleting for p in current):
+    """A worker of the current attempt failed (for any reason), or the slice was disrupted: a worker being
+    deleted (evicted by a drain), or gone since the status counted it (pods created but not yet seen by the
+    watch are not gone)."""
+    if any(p.phase == "Failed" for p in pods if s.is_current(status, p)):
         return True
-    counted = status.workers.pending + status.workers.running + status.workers.succeeded
-    return len(current) + len(in_flight) < counted
+    return workers_disrupted(status, status.workers, pods, in_flight)
 
 
 def _disrupted_attempt_began(
