@@ -257,19 +257,18 @@ def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted
     """waitForPodsReady: workers that cannot start (an image that is not there) hold the quota for nothing;
     Kueue evicts the Workload at its timeout, the job gives its TPUs back and waits for the queue again,
     its restarts untouched; when the image is there, the next admission runs it."""
-    kueue.set_wait_for_pods_ready(timeout=3, backoff_base=1, backoff_max=2)
+    # Kueue counts the timeout from admission, so it must cover the slice's provisioning too: 10 s leaves
+    # the pods time to appear on a loaded CI machine (with 3 s the first attempt was evicted before them).
+    kueue.set_wait_for_pods_ready(timeout=10, backoff_base=1, backoff_max=2)
     flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
     queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
     image = "registry.example/not-pushed-yet:1"
     kubelet.registry.missing(image)
-    jobs.create(queued(plain_job("slow", tpu=V5E_2X2, trainer={"image": image}), queue))
-    wait_for(lambda: jobs.pods("slow", attempt=0), timeout=30, what="the first attempt's pod")
-    evicted = wait_for(
-        lambda: (s := jobs.status("slow")).get("reason") == "PodsReadyTimeout" and s,
-        timeout=30,
-        what="the PodsReady timeout",
-        last_state=lambda: jobs.status("slow"),
-    )
+    with jobs.recording_pods("slow") as pods, jobs.recording_job("slow") as history:
+        jobs.create(queued(plain_job("slow", tpu=V5E_2X2, trainer={"image": image}), queue))
+        # The next admission replaces this status within the backoff (1 to 2 s): read it from the record.
+        evicted = history.first_status(lambda s: s.get("reason") == "PodsReadyTimeout", timeout=60)
+        assert pods.pods(attempt=0), "the first attempt's pods were never created"
     assert evicted["phase"] == "Queued" and "Exceeded the PodsReady timeout" in evicted["message"]
     wait_for(lambda: not jobs.pods("slow", attempt=0), timeout=30, what="the first attempt's pod to go")
     assert jobs.status("slow").get("restarts", 0) == 0

@@ -159,7 +159,8 @@ def test_preemption_waits_for_the_victims_quota(kueue, custom, namespace, queue)
 
 
 def test_pods_not_ready_in_time_are_evicted_and_requeued_after_backoff(kueue, custom, namespace, queue):
-    kueue.set_wait_for_pods_ready(timeout=2, backoff_base=2, backoff_max=10)
+    # The timeout runs from admission: 4 s leaves this test time to report PodsReady on a loaded machine.
+    kueue.set_wait_for_pods_ready(timeout=4, backoff_base=2, backoff_max=10)
     create(custom, namespace, workload_body("slow", queue))
     kueue.wait_condition(namespace, "slow", "Admitted")
     evicted = kueue.wait_condition(namespace, "slow", "Evicted", reason="PodsReadyTimeout", timeout=15)
@@ -183,8 +184,8 @@ def test_pods_not_ready_in_time_are_evicted_and_requeued_after_backoff(kueue, cu
         c for c in kueue.workload(namespace, "slow")["status"]["conditions"] if c["type"] != "PodsReady"
     ]
     patch_status(custom, namespace, "slow", {"conditions": [*conditions, ready]})
-    # Past the 2 s timeout, and a pass of the simulator after that: still admitted.
-    deadline, passes = time.monotonic() + 3, kueue.simulator.passes
+    # Past the 4 s timeout, and a pass of the simulator after that: still admitted.
+    deadline, passes = time.monotonic() + 5, kueue.simulator.passes
     wait_for(
         lambda: time.monotonic() > deadline and kueue.simulator.passes > passes + 1,
         timeout=15,
