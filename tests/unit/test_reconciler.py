@@ -5,6 +5,7 @@ clients that record every call. The e2e suite runs the same code against the rea
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -481,6 +482,23 @@ def test_the_sweep_leaves_a_pool_whose_job_finished_deleting_between_its_lists()
 
     assert reconciler(pools, api).sweep_orphans(namespace="ns") == ["orphan"]
     assert pools.deleted == ["orphan"]
+
+
+def test_the_sweep_says_each_orphan_once_when_gke_takes_its_delete(caplog: pytest.LogCaptureFixture) -> None:
+    """GKE refuses a delete while the pool's create runs (the finalizer race leaves such pools): the refused
+    sweep says nothing at WARNING, the one that deletes it says so once."""
+    orphan = OwnedPool("orphan", "ns", "b", "uid-gone", "PROVISIONING")
+    pools = RecordingPools({"orphan": "PROVISIONING"}, [orphan])
+    pools.delete_error = s.GKEError(Reason.GKE_UNAVAILABLE, "incompatible operation", permanent=False)
+    passes = reconciler(pools, RecordingKube({}))
+
+    with caplog.at_level(logging.WARNING, logger="tpujob"):
+        assert passes.sweep_orphans(namespace="ns") == []
+        pools.delete_error = None
+        assert passes.sweep_orphans(namespace="ns") == ["orphan"]
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == ["node pool orphan belongs to no TPUJob (ns/b): deleting it"]
 
 
 # --- the watch's echo of a pass' own pod creates ---------------------------------------------------

@@ -216,8 +216,7 @@ async def sweep_once(runtime: Runtime) -> None:
     except Exception:
         log.exception("reading the GKE cluster failed; will retry")
     try:
-        deleted = await loop.run_in_executor(None, runtime.reconciler.sweep_orphans, runtime.config.namespace)
-        if deleted:
-            log.warning("orphan sweep deleted node pools: %s", ", ".join(deleted))
+        # Each pool it deletes is said once, where it is deleted (Reconciler.sweep_orphans).
+        await loop.run_in_executor(None, runtime.reconciler.sweep_orphans, runtime.config.namespace)
     except Exception:
         log.exception("orphan sweep failed; will retry")

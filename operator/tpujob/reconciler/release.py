@@ -98,9 +98,14 @@ class Releaser:
         for pool in suspects:
             if pool.name not in still:
                 continue
-            log.warning(
-                "node pool %s belongs to no TPUJob (%s/%s): deleting", pool.name, pool.namespace, pool.job
-            )
+            # Said once, when GKE took the request: a refusal (an operation running on the pool) is logged
+            # at INFO by the pools client and retried at the next sweep.
             if self.actions.delete_pool(pool.name, pool.job_uid):
+                log.warning(
+                    "node pool %s belongs to no TPUJob (%s/%s): deleting it",
+                    pool.name,
+                    pool.namespace,
+                    pool.job,
+                )
                 deleted.append(pool.name)
         return deleted
