@@ -187,8 +187,19 @@ def run(args: argparse.Namespace) -> SoakResult:
         # kube-controller-manager's garbage collector deletes the jobs' pods and Services: at its default 20
         # requests a second it falls behind 3 deleted jobs a second, and the operator indexes the backlog.
         limit = controller_manager_flags(args.controller_manager_qps, 2 * args.controller_manager_qps)
-        plane = ControlPlane(find_binaries(), folder / "sandbox", controller_manager_flags=limit).start()
+        # The endpoints controllers rewrite each job's headless Service's Endpoints and EndpointSlices on
+        # every pod change: a third of kube-apiserver's requests in the churn (its apiserver_request_total),
+        # on the CPU the test bed shares with the operator. The operator reads neither. (kube-controller-
+        # manager's --controllers is a list: a second flag adds to the test bed's.)
+        no_endpoints = ("--controllers=-endpoint,-endpointslice,-endpointslicemirroring",)
+        plane = ControlPlane(
+            find_binaries(), folder / "sandbox", controller_manager_flags=limit + no_endpoints
+        ).start()
         bed = start_sandbox(folder / "sandbox", time_scale=args.time_scale, control_plane=plane)
+        # GKE's device plugin collects every 10 s of GKE time; the test bed's floor is 1 s of real time. Each
+        # collection lists every node and running pod: at 1 s, with ~90 nodes, that was the bench process'
+        # largest cost (py-spy: a fifth of its samples). The soak does not measure chip metrics.
+        bed.gke.device_plugin.interval = args.device_plugin_seconds
         operator: OperatorProcess | None = None
         kueue: KueueSimulator | None = None
         try:
@@ -332,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         help="kube-controller-manager's --kube-api-qps (burst twice that): its garbage collector's pace",
     )
     parser.add_argument("--time-scale", type=float, default=0.002, help="of GKE's durations")
+    parser.add_argument(
+        "--device-plugin-seconds",
+        type=float,
+        default=10.0,
+        help="real seconds between the device plugin's collections",
+    )
     parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="write the figures and samples here")
     parser.add_argument("--keep-log", type=Path, help="copy the operator's log here")

@@ -155,25 +155,17 @@ def test_preemption_restarts_without_spending_max_restarts(sandbox, jobs, gke, k
 def test_quota_refusals_then_a_stockout_then_recovery(jobs, gke, kubelet):
     gke.inject_call_fault("quota", times=2)  # the create call itself refused twice (403)
     gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", 0)  # then accepted, but the zone is stocked out
-    jobs.create(plain_job("train"))
-    seen = set()
-
-    def reason_seen(reason: str):
-        def check():
-            status = jobs.status("train")
-            seen.add(status.get("reason"))
-            return reason in seen and status
-
-        return check
-
-    wait_for(reason_seen("Stockout"), timeout=60, interval=0.05, what="the stockout")
-    gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", None)
-    wait_for(
-        lambda: jobs.status("train").get("phase") in ("Starting", "Running"),
-        timeout=60,
-        what="provisioning to recover",
-    )
-    assert {"Stockout", "QuotaExceeded"} <= seen
+    # Each refusal's reason lasts one backoff (1 s, then 2 s): read from a record of every status.
+    with jobs.recording_job("train") as history:
+        jobs.create(plain_job("train"))
+        history.first_status(lambda status: status.get("reason") == "Stockout")
+        gke.set_capacity("us-central1-a", "ct5lp-hightpu-4t", None)
+        wait_for(
+            lambda: jobs.status("train").get("phase") in ("Starting", "Running"),
+            timeout=60,
+            what="provisioning to recover",
+        )
+        assert {"Stockout", "QuotaExceeded"} <= {status.get("reason") for status in history.statuses()}
     (pod,) = jobs.wait_pods_running("train", 1)
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("train", "Succeeded")

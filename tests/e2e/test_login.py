@@ -69,16 +69,17 @@ def authenticated(sandbox, token: str) -> bool:
 def test_the_api_server_takes_a_plugin_token_only_for_its_lifetime(sandbox, tmp_path):
     """The premise, measured: the real API server refuses the token once its lifetime has passed."""
     key = serialization.load_pem_private_key(signing_key_path(sandbox).read_bytes(), password=None)
+    uid = operator_account_uid(sandbox, tmp_path)  # its API calls before the clock starts
     minted = time.monotonic()
-    token = mint(key, SERVICE_ACCOUNT_ISSUER, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT,
-                 operator_account_uid(sandbox, tmp_path), TOKEN_SECONDS)  # fmt: skip
+    token = mint(key, SERVICE_ACCOUNT_ISSUER, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, uid, TOKEN_SECONDS)
     assert authenticated(sandbox, token)
     wait_for(lambda: not authenticated(sandbox, token), timeout=30, interval=0.5, what="the token refused")
     lasted = time.monotonic() - minted
     print(f"a {TOKEN_SECONDS} s plugin token was refused {lasted:.1f} s after it was minted")
     # Refused at the later of its expiry and 10 s after its first use: kube-apiserver caches a successful
-    # token authentication for 10 s (its TokenSuccessCacheTTL).
-    assert TOKEN_SECONDS - 1 <= lasted <= max(TOKEN_SECONDS, API_SERVER_TOKEN_CACHE_SECONDS) + 3
+    # token authentication for 10 s (its TokenSuccessCacheTTL). The 5 s after are the test's polls (every
+    # 0.5 s, each a new client) on a machine that may be loaded.
+    assert TOKEN_SECONDS - 1 <= lasted <= max(TOKEN_SECONDS, API_SERVER_TOKEN_CACHE_SECONDS) + 5
 
 
 def test_an_operator_logged_in_through_an_expiring_plugin_keeps_working_token_after_token(
@@ -104,7 +105,7 @@ def test_an_operator_logged_in_through_an_expiring_plugin_keeps_working_token_af
                  timeout=60, what="tokens minted three lifetimes on")  # fmt: skip
         kubelet.succeed(jobs.namespace, pod.metadata.name)
         status = jobs.wait_phase("renew", "Succeeded", timeout=60)  # a status write with a renewed token
-        assert status["nodePools"][0]["state"] in ("STOPPING", "DELETED")
+        assert status["nodePools"][0]["state"] in ("STOPPING", "Deleted")  # the next pass may see it gone
         pool = status["nodePools"][0]["name"]
         jobs.delete("renew")  # kopf's finalizer handler, through kopf's own renewed login
         wait_for(lambda: jobs.gone("renew") and pool not in gke.node_pools(), timeout=60, what="the job gone")

@@ -43,9 +43,12 @@ def test_active_deadline_fails_the_job_and_releases_the_pools(jobs, gke):
 
 
 def test_ttl_deletes_the_finished_job(jobs, gke, kubelet):
-    jobs.create(plain_job("train", runPolicy={"ttlSecondsAfterFinished": 2}))
-    (pod,) = jobs.wait_pods_running("train", 1)
-    kubelet.succeed(jobs.namespace, pod.metadata.name)
-    jobs.wait_phase("train", "Succeeded")
+    # The job may be gone 1 s after it succeeded (the TTL counts from a completionTime in whole seconds):
+    # its Succeeded status is read from a record, not a poll that may come after the deletion.
+    with jobs.recording_job("train") as history:
+        jobs.create(plain_job("train", runPolicy={"ttlSecondsAfterFinished": 2}))
+        (pod,) = jobs.wait_pods_running("train", 1)
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+        history.first_status(lambda status: status.get("phase") == "Succeeded")
     wait_for(lambda: jobs.gone("train"), timeout=30, what="the TTL to delete the job")
     wait_for(lambda: not gke.node_pools(), timeout=30, what="no node pool left")

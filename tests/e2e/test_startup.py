@@ -29,6 +29,14 @@ def reason_shows(jobs, name, reasons):
     return wait_for(shown, timeout=60, what=f"reason {' or '.join(reasons)} in the status")
 
 
+def created_and_shown(jobs, manifest, reasons):
+    """Create the job; its first status with one of `reasons`, from a record of every status: such a reason
+    lasts only until the startup timeout, and a poll on a loaded machine may come after it."""
+    with jobs.recording_job(manifest["metadata"]["name"]) as history:
+        jobs.create(manifest)
+        return history.first_status(lambda status: status.get("reason") in reasons, timeout=60)
+
+
 def warnings(jobs, name, reason):
     return [e for e in jobs.events(name) if e.type == "Warning" and e.reason == reason]
 
@@ -47,12 +55,13 @@ def test_an_image_that_cannot_be_pulled_shows_the_kubelets_words_then_fails_at_t
     jobs, gke, kubelet
 ):
     kubelet.registry.missing(MISSING_IMAGE)
-    jobs.create(
+    status = created_and_shown(
+        jobs,
         base_job(
             "pull", trainer={"image": MISSING_IMAGE}, runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT}
-        )
+        ),
+        ("ErrImagePull", "ImagePullBackOff"),
     )
-    status = reason_shows(jobs, "pull", ("ErrImagePull", "ImagePullBackOff"))
     assert status["phase"] == "Starting"
     assert MISSING_IMAGE in status["message"]
     assert "not found" in status["message"] or "Back-off pulling image" in status["message"]
@@ -70,14 +79,15 @@ def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_
     jobs, gke, kubelet
 ):
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]
-    jobs.create(
+    status = created_and_shown(
+        jobs,
         base_job(
             "secret",
             trainer={"image": PLAIN_IMAGE, "env": env},
             runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT},
-        )
+        ),
+        ("CreateContainerConfigError",),
     )
-    status = reason_shows(jobs, "secret", ("CreateContainerConfigError",))
     assert 'secret "hf-token" not found' in status["message"]
     problems = wait_for(
         lambda: warnings(jobs, "secret", "CreateContainerConfigError"), timeout=10, what="the event"
@@ -90,12 +100,13 @@ def test_an_operator_killed_while_a_job_waits_on_a_bad_image_keeps_the_startup_c
     jobs, gke, kubelet, operator
 ):
     kubelet.registry.missing(MISSING_IMAGE)
-    jobs.create(
+    since = created_and_shown(
+        jobs,
         base_job(
             "clock", trainer={"image": MISSING_IMAGE}, runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT}
-        )
-    )
-    since = reason_shows(jobs, "clock", ("ErrImagePull", "ImagePullBackOff"))["startingSince"]
+        ),
+        ("ErrImagePull", "ImagePullBackOff"),
+    )["startingSince"]
     operator.kill()
     operator.start()
     status = fails_at_its_startup_timeout(jobs, gke, "clock")
