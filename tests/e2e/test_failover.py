@@ -41,6 +41,9 @@ RENEW_DEADLINE_SECONDS = 4
 # The standby resumes when the dead replica's record is older than its lifetime; kopf's keepalive
 # writes it every lifetime minus 5-10 s (at least 1 s), and the operator's own loop looks every
 # lifetime / 5, READS_TO_LEAD times in a row before it acts. A job then needs one pass.
+# Two operators starting (imports, kopf, their first peering writes) on a machine that may be loaded: CI with
+# a soak beside it once took more than 30 s.
+STARTUP_SECONDS = 90
 TAKEOVER_BOUND_SECONDS = LIFETIME_SECONDS + peering.READS_TO_LEAD * LIFETIME_SECONDS / 5 + 5
 
 
@@ -145,7 +148,12 @@ def test_the_standby_takes_over_a_provisioning_and_a_running_job_when_the_active
     replicas, gke, kubelet
 ):
     pair, jobs = replicas
-    active = wait_for(lambda: pair.active(set(pair.processes)), timeout=30, what="one active replica of two")
+    active = wait_for(
+        lambda: pair.active(set(pair.processes)),
+        timeout=STARTUP_SECONDS,
+        what="one active replica of two",
+        last_state=pair.peers,
+    )
     standby = next(name for name in pair.processes if name != active)
 
     jobs.create(plain_job("running", tpu={"type": "v5e", "topology": "2x2"}))
@@ -186,7 +194,12 @@ def test_only_one_of_two_replicas_starting_together_acts(replicas):
     """Both start at once, each with its own random priority: the one that outranks works, and the other
     never acts, not even for the moment before it has read its peer's record."""
     pair, _ = replicas
-    wait_for(lambda: pair.active(set(pair.processes)), timeout=30, what="one active replica of two")
+    wait_for(
+        lambda: pair.active(set(pair.processes)),
+        timeout=STARTUP_SECONDS,
+        what="one active replica of two",
+        last_state=pair.peers,
+    )
     # Three more reads of the peering object by each replica: a second "now active" would be in by then.
     settled = time.monotonic() + 3 * LIFETIME_SECONDS / 5
     wait_for(lambda: time.monotonic() > settled and now_active_lines(pair) >= 1, timeout=30, what="the reads")
@@ -211,7 +224,12 @@ def test_a_takeover_creates_nothing_for_jobs_deleted_while_it_stood_by_and_sweep
     finalizer, one whose finalizer the API server lost), a pool left by nobody's job, then a rolling stop
     of the high one: the low one takes over with a cache that still holds both deleted jobs, and sweeps."""
     pair, jobs = replicas
-    wait_for(lambda: pair.active(set(pair.processes)) == HIGH, timeout=30, what="the high replica active")
+    wait_for(
+        lambda: pair.active(set(pair.processes)) == HIGH,
+        timeout=STARTUP_SECONDS,
+        what="the high replica active",
+        last_state=pair.peers,
+    )
     for name in ("kept", "deleted", "leaked"):
         jobs.create(plain_job(name, tpu={"type": "v5e", "topology": "2x2"}))
     for name in ("kept", "deleted", "leaked"):
@@ -353,7 +371,12 @@ class TestPartition:
     ):
         pair, jobs = replicas
         api, gke_traffic = proxies
-        wait_for(lambda: pair.active(set(pair.processes)) == HIGH, timeout=30, what="the high replica active")
+        wait_for(
+            lambda: pair.active(set(pair.processes)) == HIGH,
+            timeout=STARTUP_SECONDS,
+            what="the high replica active",
+            last_state=pair.peers,
+        )
         jobs.create(plain_job("running", tpu={"type": "v5e", "topology": "2x2"}))
         (running_pod,) = jobs.wait_pods_running("running", 1, timeout=60)
         gke.inject_pool_fault("slow", provisioning_seconds=20 / gke.time_scale)  # PROVISIONING at the cut

@@ -40,6 +40,8 @@ class Trainer:
     name: str
 
     def wait(self, timeout: float) -> int:
+        """Its exit code. A whole run's `timeout` covers TensorFlow's import, which took 46 s on a loaded
+        2-core machine (a run of 40 steps then needed more than 120 s in all)."""
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

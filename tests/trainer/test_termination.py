@@ -196,7 +196,7 @@ def test_a_trainer_killed_without_warning_leaves_a_recent_progress_line(
     resumed = int(last["checkpointStep"])  # type: ignore[call-overload]
     second = start_trainer(tmp_path, "second", ["--steps", str(resumed + 5)],
                            {**env, c.ENV_TERMINATION_LOG: str(tmp_path / "log2")})  # fmt: skip
-    assert second.wait(timeout=120) == 0, second.log()[-3000:]
+    assert second.wait(timeout=300) == 0, second.log()[-3000:]
     final = progress(tmp_path / "log2")
     assert final is not None and final["startStep"] == resumed
     # The checkpoint it resumed from was the first run's last save.

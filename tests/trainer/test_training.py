@@ -79,7 +79,7 @@ def preempted(digits_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Sim
     first_code = first.wait(timeout=60)
     stopped_at = first.summary()["final_step"]
     second = start_trainer(directory, "second", ["--steps", str(stopped_at + 20)], env)
-    second_code = second.wait(timeout=120)
+    second_code = second.wait(timeout=300)
     return SimpleNamespace(
         early=early,
         later=later,
@@ -165,7 +165,7 @@ def test_your_own_model_and_dataset(tmp_path: Path) -> None:
             "TPUJOB_LEARNING_RATE": "0.05",
         },
     )
-    assert trainer.wait(timeout=120) == 0, trainer.log()[-3000:]
+    assert trainer.wait(timeout=300) == 0, trainer.log()[-3000:]
     summary = trainer.summary()
     assert summary["final_step"] == 40
     assert summary["test_accuracy"] >= 0.9  # bright vs dark is easy
