@@ -5,9 +5,13 @@ soon and the others go on. A real event loop and executor, a fake reconciler and
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
+import pytest
+
+from tpujob import kube
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import IndexedJob
 from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
@@ -17,6 +21,7 @@ from tpujob.reconciler import Outcome
 class Reconciler:
     def __init__(self, fail: set[str] = frozenset(), gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.fail, self.gone = fail, gone
+        self.conflicts: set[str] = set()
         self.passed: list[tuple[str, int, bool]] = []
         self.threads: set[int] = set()
         self.forgotten: list[str] = []
@@ -31,7 +36,9 @@ class Reconciler:
         name = body["metadata"]["name"]
         self.threads.add(threading.get_ident())
         if name in self.fail:
-            raise RuntimeError("conflict")
+            raise RuntimeError("unreachable")
+        if name in self.conflicts:
+            raise kube.ApiError(409, "Conflict", b'{"message": "the object has been modified"}')
         self.passed.append((name, len(pods), service_exists))
         return Outcome(vanished=name in self.gone, requeue_after=None if name in self.gone else 60.0)
 
@@ -106,3 +113,28 @@ def test_a_failed_pass_is_retried_soon_a_vanished_job_forgotten_and_the_others_g
     # The vanished job leaves the index (no pass or resync sees it again) and is forgotten.
     assert ("ns", "b") not in runtime.indexes.jobs and reconciler.forgotten == ["uid-b"]
     assert set(runtime.queue.timers) == {("ns", "a"), ("ns", "c")}
+
+
+def test_a_conflict_is_retried_like_any_failure_but_said_at_info_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 409 is optimistic concurrency doing its work (the job changed after the pass read it), not an
+    error: log-based alerting on ERROR must not fire on it. Any other failure is still an ERROR."""
+    reconciler = Reconciler(fail={"b"})
+    reconciler.conflicts = {"a"}
+
+    async def scenario() -> Runtime:
+        runtime = runtime_with(reconciler, {"a": job("a"), "b": job("b")})
+        await reconcile_batch(runtime, [("ns", "a"), ("ns", "b")])
+        for handle in runtime.queue.timers.values():
+            handle.cancel()
+        return runtime
+
+    with caplog.at_level(logging.INFO, logger="tpujob"):
+        runtime = asyncio.run(scenario())
+    assert runtime.queue.failures == {("ns", "a"): 1, ("ns", "b"): 1}
+    said = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert ("INFO", "ns/a: changed during its pass (409 Conflict); passing again", False) in said
+    assert [(level, message) for level, message, _ in said if level == "ERROR"] == [
+        ("ERROR", "ns/b: reconcile failed; retrying")
+    ]

@@ -308,8 +308,14 @@ def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome 
         return reconciler.reconcile(indexed.body(), pods, service_exists, workloads)
     except NotLeading:
         return None
+    except kube.ApiError as error:
+        if error.status != 409:
+            log.exception("%s/%s: reconcile failed; retrying", *key)
+        else:  # the job changed after the read this pass wrote against: its next pass reads the change
+            log.info("%s/%s: changed during its pass (409 Conflict); passing again", *key)
+        return Outcome(failed=True)
     except Exception:
-        # A conflict or an unreachable API: the pass is idempotent, so simply run it again soon.
+        # An unreachable API or a bug: the pass is idempotent, so run it again soon, and say it.
         log.exception("%s/%s: reconcile failed; retrying", *key)
         return Outcome(failed=True)
 
