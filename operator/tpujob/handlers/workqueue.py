@@ -308,15 +308,13 @@ def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome 
         return reconciler.reconcile(indexed.body(), pods, service_exists, workloads)
     except NotLeading:
         return None
-    except kube.ApiError as error:
-        if error.status != 409:
-            log.exception("%s/%s: reconcile failed; retrying", *key)
-        else:  # the job changed after the read this pass wrote against: its next pass reads the change
+    except Exception as error:
+        # The pass is idempotent: run it again soon. A conflict (the job changed after the read this pass
+        # wrote against) is no problem to alert on; an unreachable API or a bug is.
+        if isinstance(error, kube.ApiError) and error.status == 409:
             log.info("%s/%s: changed during its pass (409 Conflict); passing again", *key)
-        return Outcome(failed=True)
-    except Exception:
-        # An unreachable API or a bug: the pass is idempotent, so run it again soon, and say it.
-        log.exception("%s/%s: reconcile failed; retrying", *key)
+        else:
+            log.exception("%s/%s: reconcile failed; retrying", *key)
         return Outcome(failed=True)
 
 
