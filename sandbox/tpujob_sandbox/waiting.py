@@ -6,11 +6,23 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from kubernetes.client.rest import ApiException
+
 T = TypeVar("T")
+
+# The API server's answers a client may simply ask again after: a timeout (504), an internal error or a
+# server-side timeout (500), too many requests (429), and 503, what kube-apiserver answers while an
+# aggregated API (the test bed's CRD server) is briefly unavailable. Kubernetes' own e2e framework polls
+# through the same ones (test/e2e/framework isRetryableAPIError). Anything else ends the wait at once.
+TRANSIENT_STATUSES = frozenset({429, 500, 503, 504})
 
 
 class Timeout(AssertionError):
     """A condition did not hold before its deadline (an AssertionError so pytest reports it as a failure)."""
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, ApiException) and error.status in TRANSIENT_STATUSES
 
 
 def wait_for(
@@ -21,13 +33,22 @@ def wait_for(
     interval: float = 0.1,
     last_state: Callable[[], object] | None = None,
 ) -> T:
-    """Return the first truthy result of `condition`, or raise Timeout naming `what` (and the last state)."""
+    """Return the first truthy result of `condition`, or raise Timeout naming `what` (and the last state).
+    A transient API error counts as "not yet" (is_transient); the Timeout names the last one."""
     deadline = time.monotonic() + timeout
+    transient: ApiException | None = None
     while True:
-        result = condition()
+        try:
+            result = condition()
+        except ApiException as error:
+            if not is_transient(error):
+                raise
+            result, transient = None, error
         if result:
             return result
         if time.monotonic() >= deadline:
             detail = f"; last state: {last_state()}" if last_state else ""
+            if transient is not None:
+                detail += f"; last transient API error: {transient.status} {transient.reason}"
             raise Timeout(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
         time.sleep(interval)
