@@ -10,19 +10,16 @@ from kubernetes.client.rest import ApiException
 
 T = TypeVar("T")
 
-# The API server's answers a client may simply ask again after: a timeout (504), an internal error or a
-# server-side timeout (500), too many requests (429), and 503, what kube-apiserver answers while an
-# aggregated API (the test bed's CRD server) is briefly unavailable. Kubernetes' own e2e framework polls
-# through the same ones (test/e2e/framework isRetryableAPIError). Anything else ends the wait at once.
+# The API server's answers a client may simply ask again after. Kubernetes' own e2e framework polls through
+# a timeout (504), an internal error or server-side timeout (500) and too many requests (429)
+# (test/e2e/framework isRetryableAPIError); it takes a 503 only with a Retry-After header. This also takes a
+# bare 503: what kube-apiserver answers while an aggregated API (the test bed's CRD server) is briefly
+# unavailable. Anything else ends the wait at once.
 TRANSIENT_STATUSES = frozenset({429, 500, 503, 504})
 
 
 class Timeout(AssertionError):
     """A condition did not hold before its deadline (an AssertionError so pytest reports it as a failure)."""
-
-
-def is_transient(error: BaseException) -> bool:
-    return isinstance(error, ApiException) and error.status in TRANSIENT_STATUSES
 
 
 def wait_for(
@@ -34,14 +31,14 @@ def wait_for(
     last_state: Callable[[], object] | None = None,
 ) -> T:
     """Return the first truthy result of `condition`, or raise Timeout naming `what` (and the last state).
-    A transient API error counts as "not yet" (is_transient); the Timeout names the last one."""
+    A transient API error (TRANSIENT_STATUSES) counts as "not yet"; the Timeout names the last one."""
     deadline = time.monotonic() + timeout
     transient: ApiException | None = None
     while True:
         try:
             result = condition()
         except ApiException as error:
-            if not is_transient(error):
+            if error.status not in TRANSIENT_STATUSES:
                 raise
             result, transient = None, error
         if result:
