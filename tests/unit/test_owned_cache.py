@@ -20,7 +20,7 @@ def pod(name: str, job: str | None, phase: str = "Pending", namespace: str = "ns
     }
 
 
-def view(body: Any) -> tuple[str, str]:
+def view(body: Any, _warn: Any = None) -> tuple[str, str]:
     return body["metadata"]["name"], body["status"]["phase"]
 
 

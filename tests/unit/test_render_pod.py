@@ -118,7 +118,12 @@ SECURITY = [
         {"capabilities": {"add": ["NET_ADMIN"]}},
         {**DEFAULT_SECURITY_CONTEXT, "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]}},
     ),
-    ({"capabilities": {"drop": []}}, {**DEFAULT_SECURITY_CONTEXT, "capabilities": {"drop": []}}),
+    # A job's drop list adds to ALL, never replaces it (`drop: []` would give back the runtime's defaults).
+    ({"capabilities": {"drop": []}}, DEFAULT_SECURITY_CONTEXT),
+    (
+        {"capabilities": {"drop": ["NET_RAW", "ALL"]}},
+        {**DEFAULT_SECURITY_CONTEXT, "capabilities": {"drop": ["ALL", "NET_RAW"]}},
+    ),
     ({"allowPrivilegeEscalation": True}, {**DEFAULT_SECURITY_CONTEXT, "allowPrivilegeEscalation": True}),
     # Kubernetes refuses privileged or CAP_SYS_ADMIN with allowPrivilegeEscalation false: the default yields.
     (
@@ -151,6 +156,23 @@ def test_the_users_security_context_goes_over_the_defaults_field_by_field(user, 
         "runAsNonRoot": True,
         **expected,
     }
+
+
+def test_a_recreate_slice_pod_keeps_its_restart_attempt_beside_the_teams_annotations_and_volumes():
+    """RecreateSlice's annotation and its downward API volume are the operator's: a team's annotations and
+    volumes join them instead of replacing them (the trainer's mount would name a volume the pod lacks)."""
+    manifest = copy.deepcopy(TEAM_JOB)
+    manifest["spec"].setdefault("runPolicy", {})["restartStrategy"] = "RecreateSlice"
+    pod = render_pod(parse_tpujob(manifest), Cluster(), 0, 0, attempt=3)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["annotations"][c.ANNOTATION_RESTART_ATTEMPT] == "3"
+    assert meta["annotations"][c.GCSFUSE_VOLUMES_ANNOTATION] == "true"
+    volumes = [volume["name"] for volume in spec["volumes"]]
+    mounted = {
+        mount["name"] for container in spec["containers"] for mount in container.get("volumeMounts", [])
+    }
+    assert "tpujob-restart-attempt" in volumes and mounted <= set(volumes)
+    assert len(volumes) == len(set(volumes)) and len(volumes) == 1 + len(TEAM_JOB["spec"]["pod"]["volumes"])
 
 
 def test_the_operators_labels_selector_and_tolerations_win_a_clash():

@@ -14,6 +14,8 @@ from tests.pod_manifests import SIDECAR
 from tpujob.api import InvalidTPUJob, parse_tpujob
 from tpujob.api.tenancy import NamespacePolicy, TenancyPolicy
 from tpujob.config import OperatorConfig
+from tpujob.render import Cluster
+from tpujob.render.plan import pod as render_pod
 
 
 def trainer(**fields: Any) -> dict[str, Any]:
@@ -82,6 +84,20 @@ ESCALATIONS: list[tuple[str, dict[str, Any], str, str, Any]] = [
         "pod-root",
         base_job(pod={"securityContext": {"runAsUser": 0}}),
         "spec.pod.securityContext.runAsUser",
+        "runAsRoot",
+        True,
+    ),
+    (
+        "trainer-maybe-root",
+        trainer(securityContext={"runAsNonRoot": False}),
+        "spec.trainer.securityContext.runAsNonRoot",
+        "runAsRoot",
+        True,
+    ),
+    (
+        "pod-maybe-root",
+        base_job(pod={"securityContext": {"runAsNonRoot": False}}),
+        "spec.pod.securityContext.runAsNonRoot",
         "runAsRoot",
         True,
     ),
@@ -207,6 +223,22 @@ def test_a_startup_timeout_of_zero_takes_the_namespaces_cap():
     tenancy = policy(maxStartupTimeoutSeconds=900).for_namespace("default")
     job = parse_tpujob(base_job(runPolicy={"startupTimeoutSeconds": 0}), tenancy=tenancy)
     assert job.spec.run_policy.startup_timeout_seconds == 900
+
+
+def test_without_root_every_pod_runs_as_non_root_so_a_root_image_is_refused_by_the_kubelet():
+    """runAsUser: 0 alone is not root: an image whose USER is root runs as root unless runAsNonRoot is true
+    (the kubelet then refuses to start it: CreateContainerConfigError)."""
+    job = base_job(trainer={"image": "team/trainer:1"}, pod={"securityContext": {"fsGroup": 1000}})
+    strict = parse_tpujob(job, tenancy=NamespacePolicy())
+    context = strict.spec.pod.security_context
+    assert context is not None and context.run_as_non_root is True and context.fs_group == 1000
+    pod = render_pod(strict, Cluster(), 0, 0)
+    assert pod["spec"]["securityContext"] == {"fsGroup": 1000, "runAsNonRoot": True}
+    lenient = parse_tpujob(job, tenancy=NamespacePolicy(run_as_root=True))
+    assert lenient.spec.pod.security_context is not None
+    assert lenient.spec.pod.security_context.run_as_non_root is None, (
+        "the image decides where root is allowed"
+    )
 
 
 @pytest.mark.parametrize(

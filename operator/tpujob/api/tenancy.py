@@ -21,7 +21,7 @@ from pydantic import Field
 from tpujob import tpu
 from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, ApiModel, Problem
 from tpujob.api.job import TPUJob
-from tpujob.api.pod import Capabilities, ContainerSecurityContext
+from tpujob.api.pod import Capabilities, ContainerSecurityContext, PodSecurityContext
 from tpujob.api.spec import RESERVATION_PATTERN, CapacityMode, NodePoolPolicy
 
 # Pod Security Standards, "restricted" profile: a container drops ALL and may add back only
@@ -67,7 +67,13 @@ class NamespacePolicy(ApiModel):
     allow_privilege_escalation: bool = Field(
         default=False, description="Allow securityContext.allowPrivilegeEscalation: true (setuid binaries)."
     )
-    run_as_root: bool = Field(default=False, description="Allow runAsUser: 0 (pod or container).")
+    run_as_root: bool = Field(
+        default=False,
+        description=(
+            "Allow root: runAsUser: 0 and runAsNonRoot: false (pod or container). Without it every pod runs "
+            "with runAsNonRoot: true, so the kubelet refuses an image whose user is root."
+        ),
+    )
     capabilities: list[CapabilityName] = Field(
         default=list(DEFAULT_CAPABILITIES),
         max_length=MAX_POLICY_LIST,
@@ -149,12 +155,18 @@ def capability(name: str) -> str:
 
 def with_defaults(job: TPUJob, policy: NamespacePolicy) -> TPUJob:
     """The job as its namespace's policy completes it: startupTimeoutSeconds 0 is the namespace's cap (before
-    the policy, 0 held a slice forever)."""
-    run_policy = job.spec.run_policy
-    if run_policy.startup_timeout_seconds:
-        return job
-    capped = run_policy.model_copy(update={"startup_timeout_seconds": policy.max_startup_timeout_seconds})
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"run_policy": capped})})
+    the policy, 0 held a slice forever); where root is not allowed, the pod runs with runAsNonRoot: true (an
+    image whose user is root is refused by the kubelet, not only a job that says runAsUser: 0)."""
+    spec = job.spec
+    run_policy = spec.run_policy
+    if not run_policy.startup_timeout_seconds:
+        capped = run_policy.model_copy(update={"startup_timeout_seconds": policy.max_startup_timeout_seconds})
+        spec = spec.model_copy(update={"run_policy": capped})
+    context = spec.pod.security_context
+    if not policy.run_as_root and (context is None or context.run_as_non_root is None):
+        non_root = (context or PodSecurityContext()).model_copy(update={"run_as_non_root": True})
+        spec = spec.model_copy(update={"pod": spec.pod.model_copy(update={"security_context": non_root})})
+    return job if spec is job.spec else job.model_copy(update={"spec": spec})
 
 
 def tenancy_problems(job: TPUJob, policy: NamespacePolicy) -> Iterator[Problem]:
@@ -181,10 +193,16 @@ def tenancy_problems(job: TPUJob, policy: NamespacePolicy) -> Iterator[Problem]:
     pod_context = spec.pod.security_context
     if pod_context is not None and pod_context.run_as_user == 0 and not policy.run_as_root:
         yield Problem("spec.pod.securityContext.runAsUser", f"{ROOT}, {fix}runAsRoot: true")
+    if pod_context is not None and pod_context.run_as_non_root is False and not policy.run_as_root:
+        yield Problem("spec.pod.securityContext.runAsNonRoot", f"{MAYBE_ROOT}, {fix}runAsRoot: true")
     yield from _placement_problems(job, policy, fix)
 
 
 ROOT = "UID 0 (root) is not allowed in this namespace; run as another user (e.g. 1000)"
+MAYBE_ROOT = (
+    "runAsNonRoot: false is not allowed in this namespace (an image whose user is root would run as root); "
+    "remove it and run as another user (e.g. runAsUser: 1000)"
+)
 
 
 def _allow(namespace: str) -> str:
@@ -209,6 +227,8 @@ def _security_problems(
         )
     if context.run_as_user == 0 and not policy.run_as_root:
         yield Problem(f"{path}.runAsUser", f"{ROOT}, {fix}runAsRoot: true")
+    if context.run_as_non_root is False and not policy.run_as_root:
+        yield Problem(f"{path}.runAsNonRoot", f"{MAYBE_ROOT}, {fix}runAsRoot: true")
     yield from _capability_problems(f"{path}.capabilities", context.capabilities, policy, fix)
 
 

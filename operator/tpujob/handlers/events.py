@@ -45,7 +45,9 @@ async def on_tpujob_event(
 
 def pod_changed(runtime: Runtime, event_type: str, body: Mapping[str, Any], job: tuple[str, str]) -> None:
     """A watch event of one of the operator's pods (handlers/owned.py feeds them): a pass for its job."""
-    runtime.reconciler.saw_pod(body)
+    indexed = runtime.indexes.jobs.get(job)
+    if indexed:
+        runtime.reconciler.saw_pod(body, indexed[0].uid)
     if event_type == "ADDED" and runtime.reconciler.is_own_create(body):
         return  # the echo of the pass' own create: that pass saw it coming
     request_pass(runtime, *job)

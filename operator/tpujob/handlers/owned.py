@@ -12,6 +12,11 @@ the Service's existence. So these two watches feed plain maps instead:
   ends, so an object deleted while the watch was down leaves the map at the relist, and readers never
   see half a listing;
 - the jobs whose objects changed get a pass, as kopf's handlers asked before.
+
+Every object of these watches is in a tenant's namespace, and a tenant can write its labels and annotations:
+nothing read from one may stop a watch that serves every namespace. An object the view cannot read is left
+out of the map and said once (a WARNING and an Event on the object, through `unreadable`); a failure of an
+event's handling is logged and the watch goes on with the next event.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
@@ -65,19 +70,62 @@ def job_key(body: Mapping[str, Any]) -> JobKey | None:
     meta = body.get("metadata") or {}
     job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
     namespace = meta.get("namespace")
+    if not (isinstance(job, str) and isinstance(namespace, str)):
+        return None
     return (namespace, job) if job and namespace else None
+
+
+class View(Protocol):
+    """An object made into what a pass reads; `warn` hears of each field read as absent. Raises for an
+    object it cannot read at all."""
+
+    def __call__(self, body: Mapping[str, Any], warn: Callable[[str], None], /) -> Any: ...
+
+
+# Told of an object left out of the map, or with fields read as absent: (the object, what is wrong).
+Unreadable = Callable[[Mapping[str, Any], str], None]
+
+
+def _said_nowhere(_body: Mapping[str, Any], _problem: str) -> None:
+    return None
 
 
 class OwnedCache(Mapping[JobKey, list[Any]]):
     """A view of each owned object, by its job: `cache[key]` lists the views of the job's objects, and
-    raises KeyError for a job with none (as kopf's indexes did). Fed one watch event at a time; pure."""
+    raises KeyError for a job with none (as kopf's indexes did). Fed one watch event at a time; pure but
+    for `unreadable`, told once per object and problem."""
 
-    def __init__(self, view: Callable[[Mapping[str, Any]], Any]) -> None:
+    def __init__(self, view: View, unreadable: Unreadable = _said_nowhere) -> None:
         self._view = view
+        self._unreadable = unreadable
         self._by_job: dict[JobKey, dict[str, Any]] = {}  # key -> {uid: view}
         self._job_of: dict[str, JobKey] = {}  # uid -> key
         self._listing: dict[str, tuple[JobKey, Any]] | None = None  # a listing being gathered
+        # What was said of each object whose fields could not be read (uid -> the problem), so an object is
+        # said once per problem, not at each of its events; an object leaves it when deleted or readable.
+        self._said: dict[str, str] = {}
+        self._listing_seen: set[str] = set()  # every uid of the listing being gathered, readable or not
         self.listed = False  # a whole listing has been swapped in at least once
+
+    def _read(self, body: Mapping[str, Any]) -> tuple[bool, Any]:
+        """(True, the view), or (False, None) for an object the view cannot read; either way a problem is
+        said once."""
+        problems: list[str] = []
+        readable, view = True, None
+        try:
+            view = self._view(body, problems.append)
+        except Exception as error:  # whatever a tenant wrote: the object is left out, the watch goes on
+            readable = False
+            problems.append(f"{error}; the operator ignores this object until it is fixed")
+        uid = body["metadata"]["uid"]
+        problem = "; ".join(problems)
+        if problem and self._said.get(uid) != problem:
+            self._unreadable(body, problem)
+        if problem:
+            self._said[uid] = problem
+        else:
+            self._said.pop(uid, None)
+        return readable, view
 
     def __getitem__(self, key: JobKey) -> list[Any]:
         return list(self._by_job[key].values())
@@ -91,14 +139,19 @@ class OwnedCache(Mapping[JobKey, list[Any]]):
     def listed_object(self, body: Mapping[str, Any]) -> None:
         """An object of a listing (kopf's event type None): kept apart until the listing ends."""
         if self._listing is None:
-            self._listing = {}
+            self._listing, self._listing_seen = {}, set()
+        self._listing_seen.add(body["metadata"]["uid"])
         key = job_key(body)
         if key is not None:
-            self._listing[body["metadata"]["uid"]] = (key, self._view(body))
+            readable, view = self._read(body)
+            if readable:
+                self._listing[body["metadata"]["uid"]] = (key, view)
 
     def listing_ended(self) -> set[JobKey]:
         """The listing replaces the map whole; the jobs whose objects differ from what the map held."""
         listing, self._listing = self._listing or {}, None
+        self._said = {uid: said for uid, said in self._said.items() if uid in self._listing_seen}
+        self._listing_seen = set()
         before = self._by_job
         self._by_job, self._job_of = {}, {}
         for uid, (key, view) in listing.items():
@@ -119,10 +172,35 @@ class OwnedCache(Mapping[JobKey, list[Any]]):
             if not views:
                 self._by_job.pop(old_key, None)
         key = job_key(body)
-        if event_type != "DELETED" and key is not None:
-            self._by_job.setdefault(key, {})[uid] = self._view(body)
-            self._job_of[uid] = key
+        if event_type == "DELETED":
+            self._said.pop(uid, None)
+        elif key is not None:
+            readable, view = self._read(body)
+            if readable:
+                self._by_job.setdefault(key, {})[uid] = view
+                self._job_of[uid] = key
         return key or old_key
+
+
+def feed(
+    cache: OwnedCache,
+    event: Any,
+    on_change: Callable[[str, Mapping[str, Any], JobKey], None],
+    on_listed: Callable[[set[JobKey]], None],
+) -> None:
+    """One event of the watch stream into `cache`, and its callback. Never raises: a failure is logged and
+    the watch goes on with the next event, so no object of one namespace stops the watch of every other."""
+    try:
+        if event is watching.Bookmark.LISTED:
+            on_listed(cache.listing_ended())
+        elif isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
+            return
+        elif event["type"] is None:
+            cache.listed_object(event["object"])
+        elif (key := cache.changed(event["type"], event["object"])) is not None:
+            on_change(event["type"], event["object"], key)
+    except Exception:  # a bug of ours, not the tenant's: said in full, and the watch goes on
+        log.exception("a watch event could not be handled; the watch goes on")
 
 
 async def watch_owned(
@@ -143,17 +221,10 @@ async def watch_owned(
     while True:
         try:
             async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
-                if event is watching.Bookmark.LISTED:
-                    if said and on_failure is not None:
-                        said = ""
-                        on_failure("")
-                    on_listed(cache.listing_ended())
-                elif isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
-                    continue
-                elif event["type"] is None:
-                    cache.listed_object(event["object"])
-                elif (key := cache.changed(event["type"], event["object"])) is not None:
-                    on_change(event["type"], event["object"], key)
+                if event is watching.Bookmark.LISTED and said and on_failure is not None:
+                    said = ""
+                    on_failure("")
+                feed(cache, event, on_change, on_listed)
         except asyncio.CancelledError:
             raise
         except Exception as error:

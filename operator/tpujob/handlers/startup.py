@@ -174,8 +174,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 @kopf.on.startup()
 async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime: Runtime = memo.runtime
-    pods, services = owned.OwnedCache(pod_view), owned.OwnedCache(lambda _: True)
-    workloads = owned.OwnedCache(workload_view) if runtime.config.kueue else None
+    reconciler = runtime.reconciler
+    pods = owned.OwnedCache(pod_view, partial(reconciler.unreadable, ("v1", "Pod")))
+    services = owned.OwnedCache(lambda _body, _warn: True)
+    workloads = None
+    if runtime.config.kueue:
+        workload_kind = (f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "Workload")
+        workloads = owned.OwnedCache(workload_view, partial(reconciler.unreadable, workload_kind))
     runtime.indexes = Indexes({}, pods, services, workloads)  # the jobs' map is filled by their watch handler
     runtime.reconciler.observer.chips.jobs_of = partial(namespace_jobs, runtime.indexes.jobs)
 

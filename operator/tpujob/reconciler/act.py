@@ -60,16 +60,27 @@ def refusal_message(error: Exception) -> str:
     return str(message or getattr(error, "reason", "") or error)
 
 
-def event_manifest(meta: dict[str, Any], event: s.Event, now: dt.datetime, instance: str) -> dict[str, Any]:
-    """A core/v1 Event about a TPUJob (`meta`: its name, namespace, uid)."""
+# The Event on an object a watch could not read (a tenant's label, annotation or field).
+REASON_UNREADABLE = "Unreadable"
+
+
+def event_manifest(
+    meta: dict[str, Any],
+    event: s.Event,
+    now: dt.datetime,
+    instance: str,
+    kind: tuple[str, str] = (f"{c.GROUP}/{c.VERSION}", c.KIND),
+) -> dict[str, Any]:
+    """A core/v1 Event about an object (`meta`: its name, namespace, uid; `kind`: its apiVersion and kind, a
+    TPUJob's by default)."""
     moment = s.timestamp(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": f"{c.GROUP}/{c.VERSION}",
-            "kind": c.KIND,
+            "apiVersion": kind[0],
+            "kind": kind[1],
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta["uid"],
@@ -379,6 +390,11 @@ class Actions:
         event must not fail the pass, nor wait for a token before the next job's pods."""
         for event in events:
             self.events.enqueue(meta["namespace"], event_manifest(meta, event, now, self.instance))
+
+    def post_object_event(self, kind: tuple[str, str], meta: dict[str, Any], event: s.Event) -> None:
+        """An Event about another object than a job (one of its pods, its Workload), queued as the rest."""
+        now = dt.datetime.now(dt.UTC)
+        self.events.enqueue(meta["namespace"], event_manifest(meta, event, now, self.instance, kind))
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str | None:
         """Write the status subresource; the written resourceVersion, None if the job is gone. Its token

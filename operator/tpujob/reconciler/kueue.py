@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tpujob import kube
@@ -22,21 +22,29 @@ log = logging.getLogger(__name__)
 FLAVOR_TTL_SECONDS = 60.0
 
 
-def workload_view(body: Mapping[str, Any]) -> s.WorkloadView:
-    """A Workload watch event's object -> what a pass reads of it."""
+def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None = None) -> s.WorkloadView:
+    """A Workload watch event's object -> what a pass reads of it. Kueue's CRD types every field read here;
+    one that is not what it types raises, and the watch leaves the Workload out (handlers/owned.py)."""
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
     owners = [o.get("uid") or "" for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    pod_sets = tuple((str(p.get("name") or ""), int(p.get("count") or 0)) for p in spec.get("podSets") or [])
+    conditions = tuple(status.get("conditions") or ())
+    if not all(isinstance(condition, dict) for condition in conditions):
+        raise ValueError("status.conditions: not a list of conditions")
+    admission = status.get("admission")
+    if admission is not None and not isinstance(admission, dict):
+        raise ValueError("status.admission: not an object")
     return s.WorkloadView(
         name=meta["name"],
         resource_version=meta.get("resourceVersion") or "",
-        owner_uid=owners[0] if owners else "",
-        conditions=tuple(status.get("conditions") or ()),
-        admission=status.get("admission"),
+        owner_uid=str(owners[0]) if owners else "",
+        conditions=conditions,
+        admission=admission,
         active=spec.get("active", True) is not False,
         deleting=bool(meta.get("deletionTimestamp")),
-        finalizers=tuple(meta.get("finalizers") or ()),
+        finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
-        pod_sets=tuple((p.get("name") or "", int(p.get("count") or 0)) for p in spec.get("podSets") or ()),
+        pod_sets=pod_sets,
     )
 
 

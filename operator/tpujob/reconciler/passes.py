@@ -17,10 +17,10 @@ from tpujob.api.status import Reason, TPUJobStatus
 from tpujob.api.validation import size_problems
 from tpujob.gke import NodePools, WorkloadPolicies
 from tpujob.gke_cluster import ClusterCheck
-from tpujob.reconciler.act import Actions, JobGone
+from tpujob.reconciler.act import REASON_UNREADABLE, Actions, JobGone
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.observe import Observer, Settings
-from tpujob.reconciler.pod_views import pod_view
+from tpujob.reconciler.pod_views import Unreadable, pod_view
 from tpujob.reconciler.release import Releaser
 from tpujob.reconciler.status_writer import StatusWriter
 from tpujob.records import JobRecord, JobRecords
@@ -117,13 +117,26 @@ class Reconciler:
     def is_own_create(self, pod: Mapping[str, Any]) -> bool:
         return self.memory.is_own_create(pod)
 
-    def saw_pod(self, pod: Mapping[str, Any]) -> None:
-        """Every watch event of a worker pod: a deleted one's last words are kept for the next pass."""
+    def unreadable(self, kind: tuple[str, str], body: Mapping[str, Any], problem: str) -> None:
+        """A watched object whose fields a tenant wrote unreadably (handlers/owned.py): said once per
+        problem, in the log and by an Event in the object's namespace."""
+        meta = body["metadata"]
+        log.warning("%s %s/%s: %s", kind[1], meta.get("namespace"), meta.get("name"), problem)
+        involved = {key: meta.get(key) or "" for key in ("name", "namespace", "uid")}
+        self.actions.post_object_event(kind, involved, s.Event("Warning", REASON_UNREADABLE, problem))
+
+    def saw_pod(self, pod: Mapping[str, Any], job_uid: str) -> None:
+        """Every watch event of a worker pod: a deleted one's last words are kept for the next pass. Only
+        for the job its labels name in its own namespace (`job_uid`): a tenant can point a pod's owner
+        reference at any UID, another namespace's job's too."""
         owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")]
-        if owners and pod["metadata"].get("deletionTimestamp"):
-            view = pod_view(pod)
+        if owners and owners[0].get("uid") == job_uid and pod["metadata"].get("deletionTimestamp"):
+            try:
+                view = pod_view(pod)
+            except Unreadable:  # left out of the pods' map, and said there
+                return
             if view.message:
-                self.memory.pod_departing(owners[0]["uid"], view)
+                self.memory.pod_departing(job_uid, view)
 
     # What the kopf layer asks between passes, each done where it lives.
     def check_cluster(self) -> ClusterCheck | None:

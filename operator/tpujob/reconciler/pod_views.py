@@ -1,20 +1,55 @@
 """A pod as the pure core reads it: a kopf body or a dict from the watch made into a `status.PodView` (its
 phase, the trainer's exit code and termination message, the scheduler's and the kubelet's words, its
-conditions), once per pod change, for the failure causes and the failurePolicy."""
+conditions), once per pod change, for the failure causes and the failurePolicy.
+
+A pod's labels and annotations are its namespace's to write (`kubectl label pod`, `edit` is enough), and the
+pod watch serves every namespace: what is read from them is parsed, never trusted. A worker's identity
+(slice, worker, attempt labels) that does not parse makes the pod unreadable (`Unreadable`: the watch leaves
+it out and says so once); an annotation that does not parse is read as absent, and said."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tpujob import status as s
 from tpujob.api import constants as c
 
+# The largest index a worker's labels may carry: far above any slice count or hosts per slice (a tpu7x
+# 16x24x24 slice has 2,304 hosts) and any attempt a job reaches, small enough for every integer type.
+MAX_INDEX = 999_999
 
-def pod_view(pod: Any) -> s.PodView:
+
+class Unreadable(ValueError):
+    """A field a tenant can write holds what the operator cannot read: the object is left out."""
+
+
+def read_index(value: object, field: str) -> int:
+    """A label's whole number (ASCII digits only: `"²".isdigit()` is True and int() refuses it)."""
+    if not isinstance(value, str) or not (value.isascii() and value.isdigit()) or int(value) > MAX_INDEX:
+        raise Unreadable(f"{field}: {_quoted(value)} is not a whole number from 0 to {MAX_INDEX}")
+    return int(value)
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+def pod_view(pod: Any, warn: Callable[[str], None] = _ignore) -> s.PodView:
     """A pod (kopf body or dict) -> PodView. Reads the container's exit code and termination message, and
-    the pod's conditions, for failure causes and the failurePolicy."""
+    the pod's conditions, for failure causes and the failurePolicy. Raises Unreadable for a pod whose
+    identity labels do not parse; `warn` hears of any other field read as absent."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
+    identity = {
+        key: read_index(labels.get(key, "0"), f"metadata.labels['{key}']")
+        for key in (c.LABEL_SLICE, c.LABEL_WORKER, c.LABEL_ATTEMPT)
+    }
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
     unschedulable, since = "", ""
@@ -41,9 +76,9 @@ def pod_view(pod: Any) -> s.PodView:
     waiting = _waiting_container(status)
     return s.PodView(
         name=meta["name"],
-        slice=int(labels.get(c.LABEL_SLICE, 0)),
-        worker=int(labels.get(c.LABEL_WORKER, 0)),
-        attempt=int(labels.get(c.LABEL_ATTEMPT, 0)),
+        slice=identity[c.LABEL_SLICE],
+        worker=identity[c.LABEL_WORKER],
+        attempt=identity[c.LABEL_ATTEMPT],
         phase=phase,
         node=(pod.get("spec") or {}).get("nodeName") or "",
         reason=reason,
@@ -63,13 +98,20 @@ def pod_view(pod: Any) -> s.PodView:
         started_at=(status.get("startTime") or "") if waiting[1] else "",
         ip=status.get("podIP") or "" if phase == "Running" else "",
         metrics_port=_metrics_port(pod.get("spec") or {}) if phase == "Running" else 0,
-        restart_attempt=_int(meta.get("annotations") or {}, c.ANNOTATION_RESTART_ATTEMPT),
+        restart_attempt=_restart_attempt(meta.get("annotations") or {}, warn),
     )
 
 
-def _int(values: dict[str, str], key: str) -> int:
-    value = values.get(key, "")
-    return int(value) if value.isdigit() else 0
+def _restart_attempt(annotations: dict[str, Any], warn: Callable[[str], None]) -> int:
+    """The attempt the pod's trainer was told to run; 0 (as if never told) when absent or unreadable."""
+    value = annotations.get(c.ANNOTATION_RESTART_ATTEMPT)
+    if value is None:
+        return 0
+    try:
+        return read_index(value, f"metadata.annotations['{c.ANNOTATION_RESTART_ATTEMPT}']")
+    except Unreadable as error:
+        warn(f"{error}; read as absent")
+        return 0
 
 
 def _metrics_port(spec: dict[str, Any]) -> int:

@@ -14,7 +14,8 @@ from tpujob.api.pod import Container, ContainerSecurityContext, InitContainer, W
 from tpujob.api.spec import TrainerSpec
 
 # Restrictive but working: TPU devices come from the device plugin (GKE >= 1.28), so no privilege is
-# needed. runAsNonRoot stays the image's choice: many trainer images run as root.
+# needed. runAsNonRoot is the namespace's tenancy policy's (api/tenancy.py with_defaults sets it on the pod
+# unless the namespace allows root), and always true for the shipped trainer (plan.py).
 DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
@@ -50,7 +51,9 @@ def security_context(user: ContainerSecurityContext | None) -> dict[str, Any]:
         return merged
     wire = user.to_wire()
     capabilities = wire.pop("capabilities", {})
-    merged["capabilities"].update(capabilities)
+    # A job's drop list only adds to ALL: `drop: []` would otherwise give back the runtime's default set.
+    dropped = [name for name in capabilities.pop("drop", None) or [] if name != "ALL"]
+    merged["capabilities"] = {"drop": ["ALL", *dropped], **capabilities}
     merged.update(wire)
     escalates = user.privileged or "CAP_SYS_ADMIN" in ((user.capabilities and user.capabilities.add) or [])
     if escalates and user.allow_privilege_escalation is None:
@@ -95,15 +98,15 @@ def extra_container(container: Container | InitContainer) -> dict[str, Any]:
 def merge_pod(spec: dict[str, Any], metadata: dict[str, Any], pod: WorkerPodSpec) -> None:
     """Add spec.pod to a rendered pod's spec and metadata, in place."""
     metadata["labels"] = {**pod.labels, **metadata["labels"]}
-    if pod.annotations:
-        metadata["annotations"] = dict(pod.annotations)
+    if pod.annotations:  # the operator's own (the restart attempt of RecreateSlice) win
+        metadata["annotations"] = {**pod.annotations, **metadata.get("annotations", {})}
     spec["nodeSelector"] = {**pod.node_selector, **spec["nodeSelector"]}
     spec["tolerations"] = [*spec["tolerations"], *(wire(toleration) for toleration in pod.tolerations)]
     if pod.init_containers:
         spec["initContainers"] = [extra_container(container) for container in pod.init_containers]
     spec["containers"] = [*spec["containers"], *(extra_container(container) for container in pod.containers)]
-    if pod.volumes:
-        spec["volumes"] = [wire(volume) for volume in pod.volumes]
+    if pod.volumes:  # after the operator's own (the restart attempt's downward API volume)
+        spec["volumes"] = [*spec.get("volumes", []), *(wire(volume) for volume in pod.volumes)]
     if pod.image_pull_secrets:
         spec["imagePullSecrets"] = [wire(secret) for secret in pod.image_pull_secrets]
     if pod.priority_class_name:
