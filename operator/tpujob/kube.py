@@ -146,6 +146,9 @@ class Kube:
         path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
         return self._created(path, body, Priority.WORKLOAD)
 
+    def get_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}")
+
     def create_config_map(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when one of its name exists already."""
         return self._created(f"/api/v1/namespaces/{namespace}/configmaps", body, Priority.WORKLOAD)

@@ -31,8 +31,13 @@ RULES: list[dict[str, Any]] = [
     # The headless Service that gives workers their hostnames.
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     # Each job's NetworkPolicy (render/network.py), made before its pods, deleted with the job by garbage
-    # collection (its owner reference): create only.
-    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+    # collection (its owner reference): watched, so a pass knows it exists (one deleted under a running job
+    # is made again), read when its name is taken, never changed or deleted.
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "list", "watch", "create"],
+    },
     # A large slice's host list, once per slice (render/plan.py hosts_config_map): created, read back when
     # the name is taken (only the job's own is rewritten), its data replaced when the job's slice changed.
     # Owned by the job, collected with it.

@@ -103,3 +103,28 @@ def test_an_operator_killed_right_after_making_the_policy_finishes_the_job_with_
         timeout=60,
         what="no NetworkPolicy left in the namespace",
     )
+
+
+def test_a_policy_deleted_under_a_running_job_comes_back_before_its_next_pod(sandbox, jobs, kubelet):
+    """The policy is a fact the operator watches, not one it assumes from the Service: deleted under a
+    running job (by a tenant with `edit`, or by hand), it is made again, and the job's next pod starts
+    after it."""
+    networking = k8s.NetworkingV1Api(sandbox.api_client)
+    jobs.create(plain_job("train"))
+    (first,) = jobs.wait_pods_running("train", 1)
+    before = policy_of(sandbox, jobs.namespace, "train")
+    assert before is not None
+    networking.delete_namespaced_network_policy("train", jobs.namespace)
+    again = wait_for(
+        lambda: (
+            (p := policy_of(sandbox, jobs.namespace, "train")) and p.metadata.uid != before.metadata.uid and p
+        ),
+        timeout=30,
+        what="the job's NetworkPolicy made again",
+    )
+    (owner,) = again.metadata.owner_references
+    assert owner.uid == jobs.get("train")["metadata"]["uid"]
+    kubelet.fail(jobs.namespace, first.metadata.name)  # a restart: the next attempt's pod
+    (second,) = jobs.wait_pods_running("train", 1, attempt=1, timeout=90)
+    assert again.metadata.creation_timestamp <= second.metadata.creation_timestamp
+    assert policy_of(sandbox, jobs.namespace, "train").metadata.uid == again.metadata.uid, "made once"

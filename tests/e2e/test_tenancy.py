@@ -167,3 +167,43 @@ def test_a_namespace_over_its_chip_limit_holds_the_next_job_before_any_pool(limi
     limited.wait_phase("first", "Succeeded")
     # The first job's pool goes, and with it its chips: the second is admitted and runs.
     limited.wait_pods_running("second", 1, timeout=90)
+
+
+def test_a_poisoned_pod_in_one_namespace_leaves_another_namespaces_job_running_to_succeeded(
+    team_a, jobs, core, kubelet
+):
+    """A tenant with `edit` in its own namespace labels its worker pod `tpujob.dev/slice=x`: the pod watch
+    serves every namespace, and that label once raised out of it for ever. The pod is left out and said
+    once, by an Event in its own namespace; team B's job is watched to the end."""
+
+    def unreadable() -> list[Any]:
+        return [
+            e
+            for e in core.list_namespaced_event(team_a.namespace).items
+            if e.involved_object.kind == "Pod"
+            and e.involved_object.name == evil.metadata.name
+            and e.reason == "Unreadable"
+        ]
+
+    team_a.create(plain_job("evil"))
+    (evil,) = team_a.wait_pods_running("evil", 1)
+    poison = {"metadata": {"labels": {c.LABEL_SLICE: "x"}}}
+    core.patch_namespaced_pod(evil.metadata.name, team_a.namespace, poison)
+    (said,) = wait_for(unreadable, timeout=30, what="the Event on the poisoned pod")
+    assert "tpujob.dev/slice" in said.message and "'x'" in said.message
+    # The pod changes again, still unreadable: the watch sees it before team B's job (one stream, in order).
+    core.patch_namespaced_pod(
+        evil.metadata.name, team_a.namespace, {"metadata": {"annotations": {"again": "1"}}}
+    )
+    jobs.create(plain_job("victim"))
+    (pod,) = jobs.wait_pods_running("victim", 1, timeout=90)
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    done = jobs.wait_phase("victim", "Succeeded", timeout=60)
+    # Events are posted in order from one queue: once the victim's last one is there, any second Event
+    # about the poisoned pod would be too.
+    wait_for(
+        lambda: [e for e in jobs.events("victim") if e.reason == (done.get("reason") or "Succeeded")],
+        timeout=30,
+        what="the victim's Succeeded Event",
+    )
+    assert len(unreadable()) == 1, "said once, not at each change of the pod"

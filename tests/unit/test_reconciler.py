@@ -320,8 +320,10 @@ class SettledReconciler(Reconciler):
     """Each pass returns once its status write and Events, sent by background threads, were sent: the
     tests read what a pass wrote."""
 
-    def reconcile(self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool) -> Outcome:
-        outcome = super().reconcile(body, pods, service_exists)
+    def reconcile(
+        self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool, *more: Any, **named: Any
+    ) -> Outcome:
+        outcome = super().reconcile(body, pods, service_exists, *more, **named)
         assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
         return outcome
 
@@ -634,14 +636,61 @@ def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_on
     assert "networkpolicies.networking.k8s.io is forbidden" in status["status"]["message"]
 
 
-def test_a_service_that_exists_means_no_new_policy_and_the_setting_turns_them_off() -> None:
+def test_the_policy_is_a_fact_seen_by_its_watch_not_assumed_from_the_service() -> None:
+    """The Service may exist without the policy (deleted alone under a running job): only the policy's own
+    watch, or this operator's create of it, says it exists. The setting turns policies off."""
     api = RecordingKube()
-    reconciler(None, api).reconcile(existing_job_body(), [], True)  # the Service (so its policy) is there
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], True, None, network_policy_seen=True)
     assert api.of("create_pod") and not api.of("create_network_policy")
+    api = RecordingKube()
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], True)  # the Service is there, its policy is not
+    assert [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"][:2] == [
+        "create_network_policy",
+        "create_pod",
+    ]
+    passes.reconcile(existing_job_body(), [], True)  # created, not yet seen: not made twice
+    assert len(api.of("create_network_policy")) == 1
+    passes.reconcile(existing_job_body(), [], True, None, network_policy_seen=True)
+    passes.reconcile(existing_job_body(), [], True)  # seen, then gone: deleted under the job, made again
+    assert len(api.of("create_network_policy")) == 2
     api = RecordingKube()
     off = SettledReconciler(Cluster(network_policy=False), api, None)  # type: ignore[arg-type]
     off.reconcile(existing_job_body(), [], False)
     assert api.of("create_service") and not api.of("create_network_policy")
+
+
+class PolicyTaken(RecordingKube):
+    """The policy's name is taken (a create answers 409): a read shows whose it is."""
+
+    def __init__(self, owner_uid: str | None) -> None:
+        super().__init__()
+        self.owner_uid = owner_uid
+
+    def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._call("create_network_policy", namespace, body)
+        return False
+
+    def get_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get_network_policy", namespace, name)
+        owners = [] if self.owner_uid is None else [{"uid": self.owner_uid, "controller": True}]
+        return {"metadata": {"name": name, "namespace": namespace, "ownerReferences": owners}}
+
+
+def test_a_409_on_the_policy_is_read_and_only_the_jobs_own_lets_its_pods_start() -> None:
+    """A job re-created under the same name meets its predecessor's policy (not yet collected): that one
+    selects the pods by name but is not the job's, so the pods wait, saying why."""
+    uid = existing_job_body()["metadata"]["uid"]
+    own = PolicyTaken(uid)
+    reconciler(None, own).reconcile(existing_job_body(), [], False)
+    assert own.of("get_network_policy") == ["train"] and own.of("create_pod")
+    other = PolicyTaken("uid-of-an-earlier-job")
+    reconciler(None, other).reconcile(existing_job_body(), [], False)
+    assert not other.of("create_pod") and not other.of("create_service")
+    ((_, status),) = other.of("patch_tpujob_status")
+    assert status["status"]["reason"] == Reason.POD_REJECTED
+    assert "NetworkPolicy default/train exists and is not this job's" in status["status"]["message"]
 
 
 def test_a_pool_by_the_jobs_name_that_is_another_jobs_is_neither_used_nor_deleted() -> None:

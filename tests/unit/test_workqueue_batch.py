@@ -31,7 +31,12 @@ class Reconciler:
         self.began[uid] = now
 
     def reconcile(
-        self, body: dict[str, Any], pods: list[Any], service_exists: bool, workloads: Any = None
+        self,
+        body: dict[str, Any],
+        pods: list[Any],
+        service_exists: bool,
+        workloads: Any = None,
+        network_policy_seen: bool = False,
     ) -> Outcome:
         name = body["metadata"]["name"]
         self.threads.add(threading.get_ident())

@@ -52,6 +52,15 @@ SERVICE_RESOURCE = references.Resource(
     namespaced=True,
     verbs=frozenset({"list", "watch"}),
 )
+# The jobs' NetworkPolicies (one per job, with TPUJOB_NETWORK_POLICY): a pass knows its job's exists.
+NETWORK_POLICY_RESOURCE = references.Resource(
+    group="networking.k8s.io",
+    version="v1",
+    plural="networkpolicies",
+    kind="NetworkPolicy",
+    namespaced=True,
+    verbs=frozenset({"list", "watch"}),
+)
 # Kueue's Workloads the operator made (one per job labelled kueue.x-k8s.io/queue-name), with TPUJOB_KUEUE.
 WORKLOAD_RESOURCE = references.Resource(
     group=c.KUEUE_GROUP,
@@ -84,6 +93,12 @@ class View(Protocol):
 
 # Told of an object left out of the map, or with fields read as absent: (the object, what is wrong).
 Unreadable = Callable[[Mapping[str, Any], str], None]
+
+
+def controller_uid(body: Mapping[str, Any], _warn: Callable[[str], None]) -> str:
+    """An owned object's view where only its owner matters: its controller's UID ("" without one)."""
+    owners = [o for o in body["metadata"].get("ownerReferences") or [] if o.get("controller")]
+    return str(owners[0].get("uid") or "") if owners else ""
 
 
 def _said_nowhere(_body: Mapping[str, Any], _problem: str) -> None:

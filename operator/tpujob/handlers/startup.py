@@ -14,7 +14,7 @@ from tpujob import gke, gke_cluster, kube, kubelogin, metrics, metrics_auth, pee
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
-from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
+from tpujob.handlers.events import NETWORK_POLICIES, OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
 from tpujob.handlers.indexes import namespace_jobs
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever, trim_heap_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
@@ -73,7 +73,7 @@ def set_peering(settings: kopf.OperatorSettings, config: OperatorConfig, priorit
 def watch_only_owned(settings: kopf.OperatorSettings) -> None:
     """kopf watches only the operator's own pods and Services: the API server filters them by label, so
     the handlers and indexes filter nothing, and pods of other workloads cost the operator nothing."""
-    for resource in (PODS, SERVICES, WORKLOADS):
+    for resource in (PODS, SERVICES, NETWORK_POLICIES, WORKLOADS):
         settings.watching.label_selectors[resource] = OWNED_SELECTOR
 
 
@@ -181,15 +181,17 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     if runtime.config.kueue:
         workload_kind = (f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "Workload")
         workloads = owned.OwnedCache(workload_view, partial(reconciler.unreadable, workload_kind))
-    runtime.indexes = Indexes({}, pods, services, workloads)  # the jobs' map is filled by their watch handler
+    policies = owned.OwnedCache(owned.controller_uid) if runtime.config.network_policy else None
+    # The jobs' map is filled by their watch handler.
+    runtime.indexes = Indexes({}, pods, services, workloads, policies)
     runtime.reconciler.observer.chips.jobs_of = partial(namespace_jobs, runtime.indexes.jobs)
 
     def listed(changed: set[tuple[str, str]]) -> None:
         if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed
             for job in changed:
                 request_pass(runtime, *job)
-        elif pods.listed and services.listed:  # the first listings: the jobs' own listing asks the passes
-            runtime.owned_listed.set()
+        elif pods.listed and services.listed and (policies is None or policies.listed):
+            runtime.owned_listed.set()  # the first listings: the jobs' own listing asks the passes
 
     namespace = runtime.config.namespace
     runtime.tasks = [
@@ -211,6 +213,19 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
             owned.watch_owned(settings, owned.SERVICE_RESOURCE, namespace, services, lambda *_: None, listed)
         ),
     ]
+    if policies is not None:
+
+        def policy_changed(event_type: str, _body: Any, job: tuple[str, str]) -> None:
+            if event_type == "DELETED":  # deleted under its job: made again before the job's next pod
+                request_pass(runtime, *job)
+
+        runtime.tasks.append(
+            asyncio.create_task(
+                owned.watch_owned(
+                    settings, owned.NETWORK_POLICY_RESOURCE, namespace, policies, policy_changed, listed
+                )
+            )
+        )
     if namespace is None:  # nodes are cluster-scoped: a namespaced operator cannot watch them
         nodes.watch_selector(settings)
         runtime.tasks.append(asyncio.create_task(nodes.watch_node_faults(runtime, settings)))

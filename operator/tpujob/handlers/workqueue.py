@@ -42,6 +42,8 @@ class Indexes:
     services: Mapping[tuple[str, str], list[Any]]
     # Kueue's Workloads by job (status.WorkloadView), with TPUJOB_KUEUE; None without.
     workloads: Any = None
+    # The jobs' NetworkPolicies by job (each its controller's UID), with TPUJOB_NETWORK_POLICY; None without.
+    network_policies: Any = None
 
 
 class KeyedLocks:
@@ -268,7 +270,7 @@ def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
 
 # What a pass reads, under its job's lock: the job as indexed (indexes.IndexedJob), its pods, whether its
 # Service exists, its Workloads (None: not listed, or no Workload watch).
-PassState = tuple[Any, list[Any], bool, list[Any] | None]
+PassState = tuple[Any, list[Any], bool, list[Any] | None, bool]
 
 
 def _job_uid(runtime: Runtime, key: JobKey) -> str | None:
@@ -291,11 +293,14 @@ def _begin(runtime: Runtime, key: JobKey, uid: str) -> PassState | None:
         return None
     workloads = runtime.indexes.workloads
     listed = list(_values(workloads, key)) if workloads is not None and workloads.listed else None
+    policies = runtime.indexes.network_policies
     return (
         indexed[0],
         list(_values(runtime.indexes.pods, key)),
         any(_values(runtime.indexes.services, key)),
         listed,
+        # The job's own: a policy of its name owned by an earlier job of that name is not.
+        policies is not None and indexed[0].uid in _values(policies, key),
     )
 
 
@@ -303,9 +308,9 @@ def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome 
     """One pass, in a worker thread. None: this replica stood down mid-pass (the one that leads now
     takes it from here). The job's body is decoded here, not while the pass waits for a thread (in a
     burst, thousands wait)."""
-    indexed, pods, service_exists, workloads = state
+    indexed, pods, service_exists, workloads, network_policy_seen = state
     try:
-        return reconciler.reconcile(indexed.body(), pods, service_exists, workloads)
+        return reconciler.reconcile(indexed.body(), pods, service_exists, workloads, network_policy_seen)
     except NotLeading:
         return None
     except Exception as error:

@@ -180,7 +180,9 @@ class Actions:
                 applied.stopping.add(name)
             else:
                 applied.delete_refused = True
-        if job is not None and (decision.create_pods or decision.create_service):
+        if job is not None and (
+            decision.create_pods or decision.create_service or decision.create_network_policy
+        ):
             applied.pods_refused, applied.retry_pods_after = self._create_workers(job, decision, cluster, now)
         if decision.workload and job is not None:
             applied.workload_conflict = not self.write_workload(meta, job, decision.workload, cluster)
@@ -196,16 +198,11 @@ class Actions:
         # New pods avoid nodes whose announced maintenance comes before this.
         avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
         service = render.service(job) if decision.create_service else None
-        # The NetworkPolicy before the Service and the pods, in its own step: a worker never runs open to
-        # the pod network, and a Service that exists (what a pass observes) means the policy was made.
-        policy = (
-            render_network.network_policy(job, cluster.metrics_from)
-            if service is not None and cluster.network_policy
-            else None
-        )
         try:
-            if policy is not None:
-                self.api.create_network_policy(job.metadata.namespace, policy)
+            # The NetworkPolicy before the Service and the pods, in its own step: a worker never runs open to
+            # the pod network. The pass knows it exists from its watch (a deleted one is made again).
+            if decision.create_network_policy and cluster.network_policy:
+                self.ensure_network_policy(job, cluster)
             if render.uses_hosts_config_map(job):
                 for slice_index in sorted({i for i, _ in decision.create_pods}):
                     self.apply_hosts_config_map(job, slice_index)
@@ -253,6 +250,25 @@ class Actions:
         except Exception:
             self.memory.pods_not_created(uid, names)
             raise
+
+    def ensure_network_policy(self, job: TPUJob, cluster: Cluster) -> None:
+        """The job's NetworkPolicy created; one of its name that exists already (409) is read: the job's own
+        (its owner is the job's UID) is kept, another's (an earlier job of the same name, not yet collected;
+        a tenant's) holds the pods back with a message that says so."""
+        body = render_network.network_policy(job, cluster.metrics_from)
+        namespace, name, uid = job.metadata.namespace, body["metadata"]["name"], job.metadata.uid or ""
+        if not self.api.create_network_policy(namespace, body):
+            found = self.api.get_network_policy(namespace, name)
+            if found is None:  # deleted meanwhile (the earlier job's, collected)
+                self.api.create_network_policy(namespace, body)
+            elif uid not in {ref.get("uid") for ref in found["metadata"].get("ownerReferences") or []}:
+                raise NameTaken(
+                    f"NetworkPolicy {namespace}/{name} exists and is not this job's (its ownerReferences do "
+                    f"not name TPUJob uid {uid}); the operator guards the job's pods with its own policy of "
+                    "that name: delete that NetworkPolicy (an earlier job's is collected by itself), or "
+                    "rename the job"
+                )
+        self.memory.network_policy_created(uid)
 
     def apply_hosts_config_map(self, job: TPUJob, slice_index: int) -> None:
         """A large slice's host list, before its pods: created, or brought up to date when the job's own

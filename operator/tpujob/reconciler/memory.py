@@ -146,6 +146,22 @@ class JobMemory:
 
         self.records.update(uid, keep)
 
+    def network_policy_created(self, uid: str) -> None:
+        def keep(record: JobRecord) -> None:
+            record.network_policy_in_flight = True
+
+        self.records.update(uid, keep)
+
+    def network_policy_exists(self, uid: str, seen: bool) -> bool:
+        """Seen by the watch, or created and not yet seen; once seen, a later absence is a deletion."""
+
+        def look(record: JobRecord) -> bool:
+            if seen:
+                record.network_policy_in_flight = False
+            return seen or record.network_policy_in_flight
+
+        return self.records.read(uid, look, seen)
+
     def service_exists(self, uid: str, seen: bool) -> bool:
         def look(record: JobRecord) -> bool:
             if seen:

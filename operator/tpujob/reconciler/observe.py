@@ -193,8 +193,10 @@ class Observer:
         service_exists: bool,
         now: dt.datetime,
         workloads: list[s.WorkloadView] | None = None,
+        network_policy_seen: bool = False,
     ) -> s.Observed:
-        """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them)."""
+        """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them);
+        `network_policy_seen`: the NetworkPolicy watch shows one owned by the job."""
         uid = job.metadata.uid or ""
         pods = self.volume_problems(job, pods, now)
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
@@ -209,6 +211,9 @@ class Observer:
             pods=tuple(pods),
             pools=self.pool_views(job, pods, in_flight) if looks else None,
             service_exists=self.memory.service_exists(uid, service_exists),
+            network_policy_exists=(
+                not self.cluster.network_policy or self.memory.network_policy_exists(uid, network_policy_seen)
+            ),
             pods_in_flight=in_flight,
             pods_refused=pods_refused,
             pods_refused_wait=pods_refused_wait,

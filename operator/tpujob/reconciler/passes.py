@@ -160,10 +160,12 @@ class Reconciler:
         pods: list[s.PodView],
         service_exists: bool,
         workloads: list[s.WorkloadView] | None = None,
+        network_policy_seen: bool = False,
     ) -> Outcome:
-        """`workloads`: Kueue's, as the Workload watch has them for the job (None: not listed, no watch)."""
+        """`workloads`: Kueue's, as the Workload watch has them for the job (None: not listed, no watch);
+        `network_policy_seen`: the NetworkPolicy watch shows the job's own."""
         with metrics.RECONCILE_DURATION.time(), metrics.RECONCILE_ERRORS.count_exceptions():
-            return self._reconcile(body, pods, service_exists, workloads)
+            return self._reconcile(body, pods, service_exists, workloads, network_policy_seen)
 
     def _reconcile(
         self,
@@ -171,6 +173,7 @@ class Reconciler:
         pods: list[s.PodView],
         service_exists: bool,
         workloads: list[s.WorkloadView] | None,
+        network_policy_seen: bool,
     ) -> Outcome:
         meta, now = body["metadata"], dt.datetime.now(dt.UTC)  # the pass' one clock
         status_before = self.memory.current_status(body)
@@ -191,7 +194,7 @@ class Reconciler:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)
         else:
-            observed = self.observer.observe(job, pods, service_exists, now, workloads)
+            observed = self.observer.observe(job, pods, service_exists, now, workloads, network_policy_seen)
             decision = s.decide(observed)
         if (
             decision.creates

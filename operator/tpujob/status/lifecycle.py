@@ -148,6 +148,8 @@ def _run_workers(b: Builder) -> None:
     progress.quote_last_words(b)
     if not b.observed.service_exists:
         b.decision.create_service = True
+    if not b.observed.network_policy_exists:  # never assumed from the Service: it may be deleted alone
+        b.decision.create_network_policy = True
     # A crash after creating a new attempt's pods but before recording it: adopt that attempt.
     newest = max((p.attempt for p in b.observed.pods), default=status.attempt)
     if newest > status.attempt:

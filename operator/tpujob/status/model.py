@@ -306,6 +306,9 @@ class Observed:
     pools: tuple[PoolView, ...] | None = None
     gke_errors: dict[int, GKEError] = field(default_factory=dict)
     service_exists: bool = False
+    # The job's own NetworkPolicy exists (seen by the watch with the job's UID as owner, or created by a pass
+    # and not yet seen); always True where the operator makes none (TPUJOB_NETWORK_POLICY=false).
+    network_policy_exists: bool = True
     # Pods created but not yet seen by the watch; they are not "missing".
     pods_in_flight: frozenset[str] = frozenset()
     # Why the API server refused the last pod creates ("" when it took them): a reason to show, and ask again.
@@ -391,6 +394,8 @@ class Decision:
     create_pools: list[int] = field(default_factory=list)
     delete_pools: list[str] = field(default_factory=list)
     create_service: bool = False
+    # The job's NetworkPolicy, made before any pod of the pass (and again when it was deleted under the job).
+    create_network_policy: bool = False
     create_pods: list[tuple[int, int]] = field(default_factory=list)  # (slice, worker) of status.attempt
     delete_pods: list[str] = field(default_factory=list)
     # Pods kept through a narrow restart whose trainer is told the new attempt (their annotation
@@ -407,8 +412,15 @@ class Decision:
 
     @property
     def creates(self) -> bool:
-        """Whether carrying it out creates anything (a pool, a pod, the Service, a Kueue Workload)."""
-        return bool(self.create_pools or self.create_pods or self.create_service or self.workload.create)
+        """Whether carrying it out creates anything (a pool, a pod, the Service, the NetworkPolicy, a Kueue
+        Workload)."""
+        return bool(
+            self.create_pools
+            or self.create_pods
+            or self.create_service
+            or self.create_network_policy
+            or self.workload.create
+        )
 
     def requeue(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
