@@ -150,6 +150,62 @@ def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
     assert step(preempted, pools=ready_pools(job), service_exists=True).create_pods == [(0, 0)]
 
 
+def test_uncounted_restarts_in_a_row_back_off_and_a_quiet_spell_forgets_them():
+    """A tenant who deletes its own pods again and again: each deletion is a lost node to the operator (an
+    uncounted restart), which once meant N deletes and N creates at once, every time, on the shared API
+    budget. The first restart after a quiet spell is at once; each one within 10 minutes of the one before
+    waits 10 s, 20 s, 40 s ... (the application restarts' back-off)."""
+    job = make_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    job = advance(job, step(job, pools=ready_pools(job), service_exists=True, pods=pods(job, 0, "Running")))
+    now = NOW
+    waits = []
+    for _ in range(4):
+        job = advance(
+            job,
+            step(
+                job,
+                pools=ready_pools(job),
+                service_exists=True,
+                pods=pods(job, job.status.attempt, "Running"),
+                now=now,
+            ),
+        )
+        lost = step(
+            job,
+            pools=ready_pools(job),
+            service_exists=True,
+            pods=pods(job, job.status.attempt, "Running", n=3),
+            now=now,
+        )
+        assert lost.status.reason == Reason.NODE_LOST and lost.status.application_restarts == 0
+        job = advance(job, lost)
+        now += dt.timedelta(seconds=1)
+        again = step(job, pools=ready_pools(job), service_exists=True, now=now)
+        waits.append(0 if again.create_pods else again.requeue_after)
+    assert waits == [0, 9, 19, 39]
+    assert job.status.rapid_restarts == 3
+    later = now + dt.timedelta(seconds=601)
+    job = advance(
+        job,
+        step(
+            job,
+            pools=ready_pools(job),
+            service_exists=True,
+            pods=pods(job, job.status.attempt, "Running"),
+            now=later,
+        ),
+    )
+    lost = step(
+        job,
+        pools=ready_pools(job),
+        service_exists=True,
+        pods=pods(job, job.status.attempt, "Running", n=3),
+        now=later,
+    )
+    assert lost.status.rapid_restarts == 0
+    assert step(advance(job, lost), pools=ready_pools(job), service_exists=True, now=later).create_pods
+
+
 @pytest.mark.parametrize(
     ("reason", "exit_code"),
     [("Terminated", None), ("NodeShutdown", None), ("Evicted", None), ("Terminated", 143)],

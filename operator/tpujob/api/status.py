@@ -334,6 +334,13 @@ class TPUJobStatus(ApiModel):
         default_factory=dict, max_length=MAX_STATUS_ENTRIES, description="Restarts per reason."
     )
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
+    rapid_restarts: int = Field(
+        default=0,
+        ge=0,
+        description="Restarts in a row, each within 10 minutes of the one before: uncounted ones "
+        "(preemption, a lost node, a deleted pod) back off by this number, as application restarts do by "
+        "theirs.",
+    )
     start_time: str | None = Field(default=None, description="When the operator first acted (RFC 3339).")
     zone: str | None = Field(
         default=None, description="The zone the job's node pools are in, or asked for in."

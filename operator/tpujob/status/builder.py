@@ -9,6 +9,7 @@ from tpujob.api.status import ConditionType, NodePoolStatus, Phase, Reason, Work
 from tpujob.status import cost, goodput
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
+    RAPID_RESTART_WINDOW_SECONDS,
     SAME_PROBLEM,
     WARNING_REASONS,
     Decision,
@@ -187,6 +188,10 @@ def begin_restart(
         status.application_restarts += 1
     status.attempt += 1
     status.slice_attempts = [kept.get(i, status.attempt) for i in range(slices)] if kept else []
+    previous = status.last_restart_time
+    since = (b.now - parse_timestamp(previous)).total_seconds() if previous else None
+    rapid = since is not None and since < RAPID_RESTART_WINDOW_SECONDS
+    status.rapid_restarts = status.rapid_restarts + 1 if rapid else 0
     status.last_restart_time = timestamp(b.now)
     status.starting_since = None  # the next attempt's startup clock starts when its pods do
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))

@@ -245,18 +245,21 @@ def _run_workers(b: Builder) -> None:
 
 
 def _restart_backoff_left(b: Builder) -> float:
-    """Seconds before the pods of an application restart may be created."""
+    """Seconds before the pods of a restart may be created: an application restart's, and an uncounted one
+    that came in a row of rapid restarts (RAPID_RESTART_WINDOW_SECONDS)."""
     status = b.status
-    backs_off = status.reason in (Reason.WORKER_FAILED, Reason.IGNORED_BY_POLICY, Reason.STALLED)
-    if status.phase != Phase.RESTARTING or not backs_off or not status.last_restart_time:
+    if status.phase != Phase.RESTARTING or not status.last_restart_time:
         return 0.0
     # Ignored failures do not count, but back off as counted ones do (by their own number): a worker that
     # keeps failing so would otherwise restart the slice in a tight loop.
-    failures_so_far = (
-        status.application_restarts
-        if status.reason in (Reason.WORKER_FAILED, Reason.STALLED)
-        else status.restarts_by_reason.get(Reason.IGNORED_BY_POLICY, 0)
-    )
+    if status.reason in (Reason.WORKER_FAILED, Reason.STALLED):
+        failures_so_far = status.application_restarts
+    elif status.reason == Reason.IGNORED_BY_POLICY:
+        failures_so_far = status.restarts_by_reason.get(Reason.IGNORED_BY_POLICY, 0)
+    else:  # uncounted: at once, unless rapid (the first rapid one waits the base, then doubling)
+        failures_so_far = status.rapid_restarts
+        if not failures_so_far:
+            return 0.0
     exponent = max(failures_so_far - 1, 0)
     backoff = min(b.observed.restart_backoff_seconds * float(2**exponent), RESTART_BACKOFF_CAP_SECONDS)
     elapsed = (b.now - parse_timestamp(status.last_restart_time)).total_seconds()

@@ -101,8 +101,14 @@ POOL_READY_STATES = frozenset({"RUNNING", "RUNNING_WITH_ERROR"})
 POOL_WAIT_STATES = frozenset({"PROVISIONING", "RECONCILING", "STOPPING"})
 
 # Application restarts back off like Kubernetes Jobs: base, 2x base, 4x base ... up to the cap.
-# Infrastructure restarts do not wait: the cause is gone and the pods just queue for new nodes.
+# Infrastructure restarts do not wait: the cause is gone and the pods just queue for new nodes; unless they
+# come in a row, each within RAPID_RESTART_WINDOW_SECONDS of the one before (a tenant who deletes its pods
+# again and again; a node lost at every start): then they back off as application restarts do, by their
+# number in the row. The window is the kubelet's: a container's crash-loop back-off is forgotten after it
+# ran twice its 5-minute cap without trouble (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/
+# #container-restarts: "resets the backoff timer for a container after it has been running for 10 minutes").
 RESTART_BACKOFF_CAP_SECONDS = 360.0
+RAPID_RESTART_WINDOW_SECONDS = 600.0
 
 # How long a pool may sit in ERROR before it is recreated: GKE's ERROR can be transient.
 POOL_ERROR_GRACE = dt.timedelta(seconds=60)
@@ -506,6 +512,7 @@ __all__ = [
     "POOL_RELEASED_STATES",
     "POOL_STOPPING",
     "POOL_WAIT_STATES",
+    "RAPID_RESTART_WINDOW_SECONDS",
     "REJECTED_BACKOFF_BASE_SECONDS",
     "REJECTED_BACKOFF_CAP_SECONDS",
     "RESTART_BACKOFF_CAP_SECONDS",
