@@ -56,6 +56,27 @@ RESERVATION_SHORT_WORDS = re.compile(
     re.IGNORECASE,
 )
 RESERVATION_MISSING_WORDS = re.compile(r'reservation "[^"]*" not found for node pool', re.IGNORECASE)
+# FAILED_PRECONDITION that means "another operation runs on the cluster: ask again once it is done", in
+# GKE's two wordings: "Cluster is running incompatible operation operation-..." (ErrorInfo reason
+# CLUSTER_ALREADY_HAS_OPERATION when present: kubernetes-sigs/cluster-api-provider-gcp#1363; rancher/
+# gke-operator#509) and "Operation operation-... is currently creating a node pool for cluster C. Please wait
+# and try again once it is done." (prometheus/test-infra#84; hashicorp/terraform-provider-google#10366). Any
+# other FAILED_PRECONDITION is GKE saying the request cannot be met as it is: a refusal, not "busy".
+REASON_CLUSTER_BUSY = "CLUSTER_ALREADY_HAS_OPERATION"
+BUSY_WORDS = re.compile(
+    r"running incompatible operation|is currently \w+ing .*please wait and try again", re.IGNORECASE
+)
+# A refusal of the pool's own upgrade exclusion (render/pools.py UPGRADE_SHIELD) names its field, as Google's
+# API front end names any field it does not take ('Invalid JSON payload received. Unknown name
+# "exclusionUntilEndOfSupport" at 'node_pool.maintenance_policy': Cannot find field.'). No GKE refusal of
+# the field's value is known in public; a refusal that names neither the field nor its message is about
+# something else, and is not asked again without the exclusion.
+UPGRADE_SHIELD_WORDS = re.compile(r"exclusion_?until_?end_?of_?support|maintenance_?policy", re.IGNORECASE)
+
+
+def refuses_upgrade_shield(error: s.GKEError) -> bool:
+    """Whether GKE's permanent refusal of a pool is about its upgrade exclusion."""
+    return error.reason == Reason.POOL_REJECTED and bool(UPGRADE_SHIELD_WORDS.search(error.message))
 
 
 @dataclass(frozen=True)
@@ -112,14 +133,16 @@ def classify_error(error: Exception) -> s.GKEError:
         return s.GKEError(Reason.QUOTA, message, permanent=True)
     if reason in STOCKOUT_REASONS:
         return s.GKEError(Reason.STOCKOUT, message)
-    if reason == REASON_RATE_LIMITED or status == "FAILED_PRECONDITION":  # "incompatible operation"
+    busy = status == "FAILED_PRECONDITION" and (reason == REASON_CLUSTER_BUSY or BUSY_WORDS.search(message))
+    if reason == REASON_RATE_LIMITED or busy:
         return s.GKEError(Reason.GKE_BUSY, message)
     if (reservation := _reservation_refusal(status, message)) is not None:
         # Someone must enlarge or create the reservation (or change the spec): asked again with a backoff.
         return s.GKEError(reservation, message, permanent=True)
     if status == "RESOURCE_EXHAUSTED":  # 429 without a reason: GKE's rate limits
         return s.GKEError(Reason.GKE_BUSY, message)
-    if status in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "OUT_OF_RANGE", "UNAUTHENTICATED"):
+    refusals = ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "PERMISSION_DENIED", "OUT_OF_RANGE")
+    if status in (*refusals, "UNAUTHENTICATED"):
         # The request (or the cluster it names) is wrong: the same call fails until someone changes it.
         return s.GKEError(Reason.POOL_REJECTED, message, permanent=True)
     return s.GKEError(Reason.GKE_UNAVAILABLE, message)  # INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED ...

@@ -53,10 +53,22 @@ CLASSIFIED = {
         Reason.GKE_BUSY,
         False,
     ),
-    "failed-precondition": (
-        gke_error(400, "FAILED_PRECONDITION", "Cluster is busy."),
+    "operation-in-progress": (  # GKE's other wording (hashicorp/terraform-provider-google#10366)
+        gke_error(
+            400,
+            "FAILED_PRECONDITION",
+            "Operation operation-1533161820212-e0451fc6 is currently creating a node pool for cluster c. "
+            "Please wait and try again once it is done.",
+        ),
         Reason.GKE_BUSY,
         False,
+    ),
+    # Any other FAILED_PRECONDITION is GKE refusing the request as it is: not "busy", not asked again at once
+    # with the same request for ever.
+    "failed-precondition": (
+        gke_error(400, "FAILED_PRECONDITION", "The requested node pool configuration is not supported."),
+        Reason.POOL_REJECTED,
+        True,
     ),
     "quota": (gke_error(403, "PERMISSION_DENIED", QUOTA), Reason.QUOTA, True),
     "project-quota": (gke_error(403, "PERMISSION_DENIED", PROJECT_QUOTA), Reason.QUOTA, True),

@@ -17,7 +17,7 @@ from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.api.status import Phase, Reason
-from tpujob.gke import OwnedPool
+from tpujob.gke import OwnedPool, refuses_upgrade_shield
 from tpujob.reconciler import Reconciler, Settings
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
@@ -382,22 +382,53 @@ def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
     passes.reconcile(job_body(), [], False)
     passes.reconcile(job_body(), [], False)
 
-    # Refused with its upgrade exclusion, asked once more without it (refused again: the refusal stands).
-    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True, False]
+    # A refusal that is not about the upgrade exclusion is not asked again without it: one create, the
+    # refusal stands, and the backoff holds the second pass back.
+    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True]
 
 
-def test_a_create_gke_takes_only_without_the_upgrade_shield_is_made_so_and_said() -> None:
+SHIELD_REFUSED = s.GKEError(
+    Reason.POOL_REJECTED,
+    'Invalid JSON payload received. Unknown name "exclusionUntilEndOfSupport" at '
+    "'node_pool.maintenance_policy': Cannot find field.",
+    permanent=True,
+)
+
+
+def test_a_create_gke_takes_only_without_the_upgrade_shield_is_made_so_said_and_remembered() -> None:
     api, pools = RecordingKube(), RecordingPools()
-    pools.refuse_shield = REJECTED
+    pools.refuse_shield = SHIELD_REFUSED
     before = metrics.UPGRADE_SHIELD_REFUSED._value.get()
     passes = reconciler(pools, api)
-    passes.reconcile(job_body(), [], False)
+    # Two slices: the first pool finds that GKE does not take the field; this process remembers it, and the
+    # second pool (as any later one) is asked once, without it.
+    passes.reconcile(
+        job_body(with_change("spec.tpu", {"type": "v5p", "topology": "2x2x4", "slices": 2})), [], False
+    )
     passes.actions.events.stop(5)
 
-    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True, False]
+    assert [("maintenancePolicy" in pool) for pool in pools.created] == [True, False, False]
     assert metrics.UPGRADE_SHIELD_REFUSED._value.get() == before + 1
     events = [e for e in api.of("create_event") if e["reason"] == "UpgradeShieldRefused"]
-    assert len(events) == 1 and events[0]["type"] == "Warning" and REJECTED.message in events[0]["message"]
+    assert events and all(e["type"] == "Warning" and SHIELD_REFUSED.message in e["message"] for e in events)
+
+
+@pytest.mark.parametrize(
+    ("message", "about_the_shield"),
+    [
+        (SHIELD_REFUSED.message, True),
+        ("Invalid value at 'node_pool.maintenance_policy.exclusion_until_end_of_support'", True),
+        ("Machine type ct6e-standard-4t is not available in zone us-east1-b", False),
+        ("Invalid machine type", False),
+    ],
+)
+def test_only_a_refusal_that_names_the_exclusion_is_read_as_refusing_it(
+    message: str, about_the_shield: bool
+) -> None:
+    assert (
+        refuses_upgrade_shield(s.GKEError(Reason.POOL_REJECTED, message, permanent=True)) is about_the_shield
+    )
+    assert not refuses_upgrade_shield(s.GKEError(Reason.GKE_BUSY, SHIELD_REFUSED.message))
 
 
 def test_the_upgrade_shield_is_left_out_when_the_setting_is_off_and_on_flex_start_pools() -> None:

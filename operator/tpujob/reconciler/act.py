@@ -15,8 +15,7 @@ from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
-from tpujob.api.status import Reason
-from tpujob.gke import NodePools
+from tpujob.gke import NodePools, refuses_upgrade_shield
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
@@ -118,6 +117,9 @@ class Actions:
         self.instance = socket.gethostname()  # the pod's name, in Events
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
         self.events = EventPoster(api.create_event)
+        # GKE's words the first time it refused a pool's upgrade exclusion (and took the pool without it):
+        # the cluster does not take the field, so this process asks without it from then on.
+        self.upgrade_shield_refused: str | None = None
 
     def close(self, timeout: float) -> None:
         self.events.stop(timeout)
@@ -145,27 +147,7 @@ class Actions:
                     zone=decision.status.zone,
                     placement=decision.placement.get(slice_index),
                 )
-                operation, error = self.create_pool(request)
-                if (
-                    error is not None
-                    and error.reason == Reason.POOL_REJECTED
-                    and (bare := render_pools.without_upgrade_shield(request))
-                ):
-                    # GKE refused the pool for good with its upgrade exclusion on: asked once more without
-                    # it, so a cluster that does not take the field never leaves a job without pools. Only
-                    # if GKE then accepts was the exclusion what it refused; else its second answer stands.
-                    refused_with_shield = error
-                    operation, error = self.create_pool(bare)
-                    if error is None:
-                        applied.unshielded[slice_index] = refused_with_shield.message
-                        metrics.UPGRADE_SHIELD_REFUSED.inc()
-                        log.warning(
-                            "node pool %s: GKE refused its upgrade exclusion (%s); created without it, so "
-                            "GKE may auto-upgrade it while the job runs (TPUJOB_GKE_UPGRADE_SHIELD=false "
-                            "stops asking)",
-                            request["name"],
-                            refused_with_shield.message,
-                        )
+                operation, error = self.create_pool_shielded(request, slice_index, applied)
                 if error is not None:
                     applied.refused[slice_index] = error
                 else:
@@ -250,6 +232,35 @@ class Actions:
         except Exception:
             self.memory.pods_not_created(uid, names)
             raise
+
+    def create_pool_shielded(
+        self, request: dict[str, Any], slice_index: int, applied: s.Applied
+    ) -> tuple[str, s.GKEError | None]:
+        """A pool with its upgrade exclusion, as long as GKE takes the field. A refusal that names it is asked
+        once more without it; if GKE then takes the pool, the exclusion is what it refused, and from then on
+        this process asks without it (one create per pool, not two). Any other refusal stands as it is."""
+        bare = render_pools.without_upgrade_shield(request)
+        if bare is not None and self.upgrade_shield_refused is not None:
+            operation, error = self.create_pool(bare)
+            if error is None:
+                applied.unshielded[slice_index] = self.upgrade_shield_refused
+            return operation, error
+        operation, error = self.create_pool(request)
+        if error is None or bare is None or not refuses_upgrade_shield(error):
+            return operation, error
+        operation, second = self.create_pool(bare)
+        if second is None:
+            self.upgrade_shield_refused = error.message
+            applied.unshielded[slice_index] = error.message
+            metrics.UPGRADE_SHIELD_REFUSED.inc()
+            log.warning(
+                "node pool %s: GKE refused its upgrade exclusion (%s); created without it, so GKE may "
+                "auto-upgrade it while the job runs; this operator asks without it from now on "
+                "(TPUJOB_GKE_UPGRADE_SHIELD=false stops asking at all)",
+                request["name"],
+                error.message,
+            )
+        return operation, second
 
     def ensure_network_policy(self, job: TPUJob, cluster: Cluster) -> None:
         """The job's NetworkPolicy created; one of its name that exists already (409) is read: the job's own
