@@ -138,7 +138,7 @@ class OperatorConfig(BaseSettings):
         description="the tenancy policy, YAML: what each namespace's TPUJobs may do beyond the safe default "
         "(host network, privilege, capabilities, existing pools, chips, reservations, priority classes, "
         "startup timeout); `defaults`, and `namespaces.<name>` overriding them field by field; empty: the "
-        "defaults (the README's tenancy settings)",
+        "defaults (docs: concepts/multi-tenancy.md)",
     )
     log_format: Literal["text", "json"] = Field(
         "text",
