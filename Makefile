@@ -1,5 +1,5 @@
 # One way to do each thing. `make run` and `make test` are the README's two commands; `make check` is the
-# inner loop.
+# inner loop; `make docs` builds the documentation site into build/site.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -17,7 +17,7 @@ QUICK := not (e2e or trainer or image or slow)
 # so two workers keep a 2-core machine busy.
 WORKERS ?= 2
 
-.PHONY: venv run check e2e test lint typecheck prepare generate clean
+.PHONY: venv run check e2e test lint typecheck docs prepare generate clean
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,13 +51,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check operator sandbox trainer-image tests scripts bench
 	$(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml), strict: a broken link or anchor, or a page outside the navigation, fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # mypy --strict over what pyproject.toml names: the operator, its test bed, the trainer, bench/ and scripts/.
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The inner loop: lint, import contracts, types, and every test that needs no control plane, no image
 # build and no real trainer.
-check: venv lint typecheck
+check: venv lint typecheck docs
 	$(PYTEST) -m "$(QUICK)"
 
 # The operator on the test bed, end to end, with no real trainer: its jobs run a plain image.
@@ -68,22 +72,25 @@ e2e: venv
 prepare: venv
 	$(BIN)/python -m tests.prepare
 
-# Everything CI proves: lint, types, and every test (quick, e2e on the test bed, trainer, chart, images), with
-# the 30 slowest and a JUnit report. Lint and types run beside `prepare`, which matters on a cold machine.
+# Everything CI proves: lint, types, the docs, and every test (quick, e2e on the test bed, trainer, chart, images,
+# the docs in a browser), with the 30 slowest and a JUnit report. Lint, types and the docs run beside `prepare`,
+# which matters on a cold machine.
 test: venv
 	mkdir -p $(dir $(REPORT))
-	$(MAKE) --no-print-directory -j3 lint typecheck prepare
+	$(MAKE) --no-print-directory -j3 lint typecheck docs prepare
 	$(PYTEST) -n $(WORKERS) --dist loadfile --durations=30 --junitxml=$(REPORT)
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
 # RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift); the
-# operator image's constraints (tests/unit/test_generated.py checks every dependency is named).
+# operator image's constraints (tests/unit/test_generated.py checks every dependency is named); the docs'
+# reference pages (tests/unit/test_generated.py checks drift).
 generate: $(STAMP)
 	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
 	mkdir -p charts/tpujob-operator/crds
 	cp crds/tpujob.dev_tpujobs.yaml charts/tpujob-operator/crds/tpujob.dev_tpujobs.yaml
 	$(BIN)/python scripts/generate_chart.py
 	$(BIN)/python scripts/operator_constraints.py > operator/constraints.txt
+	$(BIN)/python scripts/generate_docs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

@@ -37,6 +37,7 @@ STEPS: dict[str, Callable[[], object]] = {
     "trainer images": _images,
     "operator image": lambda: podman_image.ensure_image(podman_image.OPERATOR),
     "helm, kubectl, prometheus": lambda: (tools.helm(), tools.kubectl(), tools.prometheus()),
+    "chromium (the docs' browser test)": tools.chromium,
 }
 
 

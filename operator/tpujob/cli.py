@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.set_defaults(func=cmd_catalog)
 
     run_operator = commands.add_parser(
-        "operator", help="run the operator (settings: TPUJOB_* environment variables, see README)"
+        "operator", help="run the operator (settings: TPUJOB_* variables, docs/reference/settings.md)"
     )
     run_operator.add_argument("--verbose", action="store_true", help="log every kopf step")
     run_operator.set_defaults(func=cmd_operator)

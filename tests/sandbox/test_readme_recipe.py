@@ -20,12 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Try it without GKE: the sandbox"
 
 
-def recipe() -> list[str]:
-    """The bash block under the README's sandbox heading, one command a line, comments dropped."""
-    text = (ROOT / "README.md").read_text()
+def recipe(page: str = "README.md") -> list[str]:
+    """The bash block under the sandbox heading of the README (or a docs page), one command a line, comments
+    dropped."""
+    text = (ROOT / page).read_text()
     block = re.search(re.escape(SECTION) + r".*?```bash\n(.*?)```", text, re.S)
-    assert block, f"no bash block under {SECTION!r} in README.md"
+    assert block, f"no bash block under {SECTION!r} in {page}"
     return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_docs_quickstart_is_the_readme_recipe():
+    """The docs' sandbox page carries the same recipe, so the test below proves both."""
+    assert recipe("docs/getting-started/sandbox.md") == recipe()
 
 
 @pytest.mark.slow

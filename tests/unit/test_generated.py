@@ -150,3 +150,35 @@ def test_the_operator_image_constraints_name_every_runtime_dependency():
     pinned = {line.partition("==")[0] for line in lines if line and not line.startswith("#")}
     missing = sorted(set(script.closure("tpujob")) - pinned)
     assert not missing, f"operator/constraints.txt lacks {missing}: run `make generate`"
+
+
+def test_committed_reference_pages_match_the_code():
+    """docs/reference/{api,settings,values,metrics,alerts}.md: what scripts/generate_docs.py writes."""
+    from scripts.generate_docs import pages
+
+    for path, expected in pages().items():
+        assert path.exists(), f"{path.relative_to(ROOT)} is missing: run `make generate`"
+        assert path.read_text() == expected, f"{path.relative_to(ROOT)} drifted: run `make generate`"
+
+
+def test_the_api_reference_lists_every_field_and_every_cel_rule_of_the_crd():
+    from scripts.generate_docs import REFERENCE
+
+    page = (REFERENCE / "api.md").read_text()
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def walk(node, path):
+        for name, child in node.get("properties", {}).items():
+            yield path, name, child
+            yield from walk(child, f"{path}.{name}")
+        for key, mark in (("items", "[]"), ("additionalProperties", "{}")):
+            if isinstance(node.get(key), dict):
+                yield from walk(node[key], path + mark)
+
+    for path, name, child in walk(schema["properties"]["spec"], "TPUJob.spec"):
+        section = page.split(f"\n## `{path}`\n", 1)
+        assert len(section) == 2, f"no section for {path}"
+        assert f"| `{name}`" in section[1].split("\n## ", 1)[0], f"{path}.{name} is not in its table"
+        for rule in child.get("x-kubernetes-validations", []):
+            assert rule["rule"].split()[0] in page, f"{path}.{name}: a rule is missing"
+    assert "## `TPUJob.spec.tpu`" in page and "| `topology` (required) | string |" in page

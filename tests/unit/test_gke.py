@@ -279,3 +279,36 @@ def test_a_pool_is_deleted_only_when_its_job_uid_label_is_the_jobs(labels, delet
     client = _LabelledPool(labels)
     assert gke.NodePools(Cluster(), client).delete("p", "uid-1") is None  # type: ignore[arg-type]
     assert client.deleted == deleted
+
+
+# --- an operation read GKE refuses (403): the pass goes on, the status names the permission ------------
+
+# GKE's words for a caller without the permission (google.rpc PERMISSION_DENIED over REST: a Forbidden).
+DENIED = "Required 'container.operations.list' permission for 'projects/my-project/locations/us-central1-a'."
+
+
+class _DeniedOperations(_PoolAndOperation):
+    """A stocked-out pool whose operations GKE will not show: the role's one-cluster condition is not met by
+    `projects/P/locations/L` (ListOperations) or `.../operations/O` (GetOperation)."""
+
+    def get_operation(self, name: str, timeout: float) -> container_v1.Operation:
+        raise gke_error(403, "PERMISSION_DENIED", DENIED.replace("list", "get"))
+
+    def list_operations(self, parent: str, timeout: float) -> container_v1.ListOperationsResponse:
+        raise gke_error(403, "PERMISSION_DENIED", DENIED)
+
+
+def test_a_refused_operation_read_leaves_a_stocked_out_pool_waited_on_and_names_the_permission():
+    view = gke.NodePools(Cluster(), _DeniedOperations(GAVE_UP)).state(0, "p", "operation-1")  # type: ignore[arg-type]
+    assert view.retrying is None  # not known: waited on, never deleted on a guess
+    assert "container.operations.get" in view.denied and "one-cluster IAM condition" in view.denied
+
+
+def test_a_refused_operations_list_leaves_a_reconciling_pool_read_without_it():
+    client = _DeniedOperations(GAVE_UP)
+    client.get_node_pool = lambda name, timeout: container_v1.NodePool(  # type: ignore[method-assign]
+        name="p", status=container_v1.NodePool.Status.RECONCILING
+    )
+    view = gke.NodePools(Cluster(), client).state(0, "p")  # type: ignore[arg-type]
+    assert (view.state, view.disruption) == ("RECONCILING", "")
+    assert "container.operations.list" in view.denied and DENIED in view.denied

@@ -580,3 +580,18 @@ def test_announced_maintenance_shows_then_restarts_the_job_ahead_of_time_without
     assert (due.status.phase, due.status.reason) == (Phase.RESTARTING, Reason.MAINTENANCE)
     assert due.status.restarts_by_reason == {"Maintenance": 1} and due.status.application_restarts == 0
     assert due.delete_pools == []  # the hosts come back after the maintenance
+
+
+DENIED = "GKE refused container.operations.list on projects/p/locations/l (...): grant the operator's ..."
+
+
+def test_an_operation_read_gke_refused_is_said_in_the_status_whether_the_pools_wait_or_run():
+    job = make_job()
+    name = naming.node_pool_name(job, 0)
+    stocked = s.PoolView(0, name, "ERROR", STOCKOUT_MESSAGE, "GCE_STOCKOUT", retrying=None, denied=DENIED)
+    waiting = step(job, pools=(stocked,))
+    assert waiting.delete_pools == [] and waiting.status.reason == Reason.STOCKOUT
+    assert waiting.status.message == f"{STOCKOUT_MESSAGE}; {DENIED}"
+    running = step(job, pools=(s.PoolView(0, name, "RUNNING", denied=DENIED),))
+    ready = next(c for c in running.status.conditions if c.type == "NodePoolsReady")
+    assert ready.status == "True" and ready.message.endswith(DENIED)

@@ -194,11 +194,11 @@ def test_a_zone_the_catalog_does_not_know_for_sure_is_a_warning_and_asked_of_gke
     assert warning is not None and row in warning and "AI zone must be enabled" in warning
 
 
-def test_every_row_of_the_zone_catalog_cites_its_copy_or_is_marked_unverified_in_the_readme():
+def test_every_row_of_the_zone_catalog_cites_its_copy_or_is_marked_unverified_in_the_docs():
     assert set(tpu.ZONE_SOURCES) == set(tpu.ZONE_GENERATIONS)
     assert set(tpu.ZONE_SOURCES.values()) <= {tpu.TPU_ZONES_PAGE, tpu.FLEX_START_PAGE, tpu.UNVERIFIED}
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("### The zone catalog") :]
+    page = (Path(__file__).parents[2] / "docs" / "concepts" / "capacity.md").read_text()
+    section = page[page.index("## The zone catalog") :]
     for zone, source in tpu.ZONE_SOURCES.items():
         if source == tpu.UNVERIFIED:
             assert f"`{zone}`" in section[:4000], zone

@@ -204,6 +204,8 @@ class PoolView:
     disruption_running: bool = True
     # The pool's job-uid label as GKE has it ("" when it has none); None: not read (the pool is missing).
     job_uid: str | None = None
+    # GKE refused to show the pool's operations (403): which permission is missing, as the status says it.
+    denied: str = ""
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ def pools_ready(b: Builder) -> bool:
     # nodes are generally still usable") serves the job, unless GKE's work is why it restarted.
     usable = POOL_READY_STATES | ({"RECONCILING"} if nodes_usable(b) else set())
     ready = all(v.state in usable for v in views)
+    # An operation read GKE refused (403): the pass went on without it, the status names the permission.
+    denied = next((v.denied for v in views if v.denied), "")
     if ready:
         if job.spec.capacity.mode != CapacityMode.flex_start:  # flex-start waits on, for its VMs
             b.status.provisioning_since = None
@@ -75,12 +77,13 @@ def pools_ready(b: Builder) -> bool:
             ConditionType.NODE_POOLS_READY,
             True,
             TransitionReason.NODE_POOLS_RUNNING,
-            f"{len(views)} node pool(s) running",
+            _with_denied(f"{len(views)} node pool(s) running", denied),
         )
         return True
     # Permanent refusals first: they need someone to act, the rest only time.
     problems.sort(key=lambda problem: problem[0] not in _NEEDS_SOMEONE)
     reason, message = problems[0] if problems else (Reason.PROVISIONING, _pools_message(views))
+    message = _with_denied(message, denied)
     if reason == Reason.QUOTA:
         # Which quota to raise, and where: no zone move can help (capacity.fall_back_if_due).
         message = quota_advice(message, b.status.zone or "")
@@ -170,6 +173,10 @@ def _pool_removal_cause(b: Builder) -> tuple[str, str] | None:
     if condition.reason not in (Reason.STOCKOUT, Reason.QUOTA, Reason.POOL_LOST):
         return None
     return condition.reason, condition.message
+
+
+def _with_denied(message: str, denied: str) -> str:
+    return f"{message}; {denied}" if denied and denied not in message else message
 
 
 def _pools_message(views: list[PoolView]) -> str:
