@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from typing import Any
 
 import kopf
@@ -15,7 +14,6 @@ from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
 from tpujob.handlers.events import OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
-from tpujob.handlers.indexes import namespace_jobs
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever, trim_heap_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
@@ -177,7 +175,6 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     pods, services = owned.OwnedCache(pod_view), owned.OwnedCache(lambda _: True)
     workloads = owned.OwnedCache(workload_view) if runtime.config.kueue else None
     runtime.indexes = Indexes({}, pods, services, workloads)  # the jobs' map is filled by their watch handler
-    runtime.reconciler.observer.chips.jobs_of = partial(namespace_jobs, runtime.indexes.jobs)
 
     def listed(changed: set[tuple[str, str]]) -> None:
         if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed

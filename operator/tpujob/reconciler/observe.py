@@ -184,7 +184,7 @@ class Observer:
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
-        self.chips = NamespaceChips(memory.records)
+        self.chips = NamespaceChips(memory.records, self.has_chip_limit)
 
     def observe(
         self,
@@ -242,6 +242,9 @@ class Observer:
         if foreign := foreign_pool_errors(job, observed.pools or ()):
             observed = dataclasses.replace(observed, gke_errors={**observed.gke_errors, **foreign})
         return observed
+
+    def has_chip_limit(self, namespace: str) -> bool:
+        return self.settings.tenancy.for_namespace(namespace).max_chips is not None
 
     def chip_budget(self, job: TPUJob) -> s.ChipBudget | None:
         """A job its namespace's chip limit must admit: the others' chips, and the job counted if it fits. A
