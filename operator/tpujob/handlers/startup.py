@@ -123,6 +123,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                 log.error("%s", problem)
                 raise kopf.PermanentError(str(problem)) from None
             log.info("GKE calls act as %s", config.gke_identity)
+            if unsafe := gke_cluster.node_account_warning(config.cluster):
+                log.warning("%s", unsafe)
         pools = gke.NodePools(
             config.cluster,
             gke.make_client(config.gke_endpoint, credentials),

@@ -379,6 +379,10 @@ class Observer:
                 check.release_channel,
                 "on" if check.workload_identity else "off",
             )
+            if granted := gke_cluster.host_network_warning(
+                self.settings.tenancy, self.cluster, check.workload_identity
+            ):
+                log.warning("%s", granted)
             if too_old := tpu7x_problem(check.version):
                 # Not the whole cluster's problem (other generations run): each tpu7x job says it too.
                 log.warning("GKE cluster %s: %s", self.cluster.parent, too_old.message)
