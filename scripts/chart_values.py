@@ -98,8 +98,9 @@ class Gke(Section):
     node_service_account: str = Field(
         "",
         pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
-        description="The Google service account of the TPU pools' nodes; empty: GKE's default "
-        "(TPUJOB_GKE_NODE_SERVICE_ACCOUNT).",
+        description="The Google service account of the TPU pools' nodes: set it (least privilege: "
+        "roles/container.defaultNodeServiceAccount); empty: the Compute Engine default account, with a "
+        "warning (TPUJOB_GKE_NODE_SERVICE_ACCOUNT).",
     )
     node_o_auth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
         ["https://www.googleapis.com/auth/cloud-platform"],
@@ -278,6 +279,11 @@ class AggregatedRoles(Section):
 
 class Rbac(Section):
     create: bool = Field(True, description="Create the (Cluster)Role and its binding.")
+    protected_namespaces: list[Annotated[str, Field(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]] = Field(
+        ["kube-system", "kube-public", "kube-node-lease"],
+        description="Namespaces where a cluster-wide operator writes nothing (a ValidatingAdmissionPolicy, "
+        "Kubernetes 1.30+).",
+    )
     aggregated_roles: AggregatedRoles = Field(
         default_factory=AggregatedRoles,
         description="The users' ClusterRoles, aggregated into admin/edit and view.",
