@@ -54,6 +54,7 @@ class JobRecord:
     chips_namespace: str | None = None  # the namespace whose limit it counts against (None: counts nothing)
     chips_admitted: int | None = None  # admitted by this process with so many chips; its status not yet
     chips_seen: tuple[str, int, bool] | None = None  # (resourceVersion, chips it counts, status shows it)
+    chips_vouched: str | None = None  # the startTime of the admission this process made or kept
     # --- the progress reader (trainer_metrics.py) and the resync ---
     progress_read: float | None = None  # when worker 0's step counter was last read (monotonic)
     last_pass: float | None = None  # when the last pass began (the event loop's clock)

@@ -12,6 +12,7 @@ import pytest
 from tests.unit.test_status import advance, make_job, step
 from tpujob import status as s
 from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.records import JobRecords
 from tpujob.render import naming
@@ -261,3 +262,54 @@ def test_any_error_reading_a_stored_job_is_a_warning_not_only_a_validation_error
     watched(ledger, body(named("bad", "bad", tpu=V5E_4X4)))
     assert "TPUJob default/bad (resourceVersion 1) cannot be read" in caplog.text
     assert ledger.admit(named("new", "new", tpu=V5E_4X4), 16).others == 0
+
+
+def forged(job, phase=Phase.PROVISIONING):
+    """The job as a writer of tpujobs/status leaves it: startTime set, so it looks admitted."""
+    return job.model_copy(update={"status": status(phase)})
+
+
+def test_a_status_that_claims_an_admission_the_operator_cannot_vouch_for_is_judged_again():
+    job = forged(make_job(tpu=V5E_4X4))
+    held = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 16, 16, recheck=True))
+    assert held.status.reason == Reason.CHIP_LIMIT and held.status.start_time is None
+    assert held.create_pools == [] and held.create_pods == []
+    # With room, it goes on as admitted (its startTime kept).
+    goes = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 32, 16, recheck=True))
+    assert goes.create_pools == [0] and goes.status.start_time == job.status.start_time
+    # Without the recheck (an admission the operator vouches for), the limit never holds it again.
+    kept = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 16, 16))
+    assert kept.status.reason != Reason.CHIP_LIMIT
+
+
+def observer_with_limit(limit):
+    from tpujob.reconciler.memory import JobMemory
+    from tpujob.reconciler.observe import Observer, Settings
+    from tpujob.render import Cluster
+
+    settings = Settings(tenancy=TenancyPolicy.model_validate({"defaults": {"maxChips": limit}}))
+    return Observer(Cluster(), None, None, JobMemory(JobRecords()), settings)  # type: ignore[arg-type]
+
+
+def test_the_gate_vouches_only_for_its_own_admissions_or_a_job_with_pods():
+    observer = observer_with_limit(16)
+    other = named("other", "other", tpu=V5E_4X4)
+    watched(observer.chips, body(other, Phase.RUNNING, started=True))  # the namespace is full
+    job = named("j", "j", tpu=V5E_4X4)
+    budget = observer.chip_budget(forged(job), [])
+    assert budget is not None and budget.recheck and not budget.fits(16)
+    # A worker pod of the job (after a restart, the record is gone): it runs, nothing to judge again.
+    assert observer.chip_budget(forged(job), [object()]) is None  # type: ignore[list-item]
+    # An admission this process kept (a pass settled it with this startTime) is its own.
+    mine = named("mine", "mine", tpu=V5E_4X4)
+    observer.chips.settled("mine", status(Phase.PROVISIONING))
+    assert observer.chip_budget(forged(mine), []) is None
+    # A startTime other than the one the pass left there is not.
+    moved = mine.model_copy(
+        update={
+            "status": status(Phase.PROVISIONING).model_copy(update={"start_time": "2026-11-21T12:00:00Z"})
+        }
+    )
+    assert observer.chip_budget(moved, []).recheck
+    # Ended or suspended jobs hold no admission to judge.
+    assert observer.chip_budget(forged(job, Phase.SUCCEEDED), []) is None

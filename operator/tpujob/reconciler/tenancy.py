@@ -95,14 +95,26 @@ class NamespaceChips:
             return budget
 
     def settled(self, uid: str, status: TPUJobStatus) -> None:
-        """After a pass: a job not admitted (held, suspended) or ended counts only by its own status."""
-        if status.start_time is None or status.phase in (*s.TERMINAL_PHASES, Phase.SUSPENDED):
+        """After a pass: a job not admitted (held, suspended) or ended counts only by its own status. One
+        the pass kept admitted is vouched for with its startTime (a pass keeps only an admission it made,
+        or one it could vouch for, or judged again)."""
+        done = status.start_time is None or status.phase in (*s.TERMINAL_PHASES, Phase.SUSPENDED)
 
-            def released(record: JobRecord) -> None:
+        def released(record: JobRecord) -> None:
+            record.chips_vouched = None if done else status.start_time
+            if done:
                 record.chips_admitted = None
 
-            with self._lock:
-                self._records.update_chips(uid, released, make=False)
+        with self._lock:
+            self._records.update_chips(uid, released, make=not done)
+
+    def vouched(self, job: TPUJob) -> bool:
+        """This process admitted the job, or kept the admission a pass of its own could vouch for: the
+        startTime in its status is the one a pass left there, not one a writer of tpujobs/status set."""
+        start = (job.status or TPUJobStatus()).start_time
+        return start is not None and self._records.read(
+            job.metadata.uid or "", lambda record: record.chips_vouched == start, False
+        )
 
 
 def _own_share(namespace: str) -> Callable[[JobRecord], int]:
