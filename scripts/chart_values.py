@@ -57,6 +57,11 @@ class Image(Section):
 
     repository: str = Field("tpujob-operator", min_length=1, description="Image repository.")
     tag: str = Field("", description="Image tag; empty: the chart's appVersion.")
+    digest: str = Field(
+        "",
+        pattern="^(sha256:[a-f0-9]{64})?$",
+        description="Image digest, sha256:<64 hex>; set: the image is repository@digest, the tag unused.",
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="Image pull policy."
     )
@@ -171,6 +176,17 @@ class MetricsReader(Section):
     namespace: str = Field(min_length=1, pattern=NAMESPACE, description="Its namespace.")
 
 
+class MetricsTls(Section):
+    secret_name: str = Field(
+        "",
+        description="A kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) the operator serves and the "
+        "ServiceMonitor verifies; empty: a self-signed certificate, scraped without verification.",
+    )
+    server_name: str = Field(
+        "", description="The name verified; empty: the metrics Service's <fullname>-metrics.<namespace>.svc."
+    )
+
+
 class MetricsAuth(Section):
     enabled: bool = Field(
         False,
@@ -180,6 +196,7 @@ class MetricsAuth(Section):
     readers: list[MetricsReader] = Field(
         [], description="ServiceAccounts bound to the -metrics-reader ClusterRole (your Prometheus')."
     )
+    tls: MetricsTls = Field(default_factory=MetricsTls, description="The certificate /metrics serves.")
 
 
 class MetricsService(Section):

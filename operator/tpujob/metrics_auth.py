@@ -333,11 +333,19 @@ class _Quiet(WSGIRequestHandler):
 
 
 def serve(
-    port: int, reviews: Reviews, registry: CollectorRegistry = REGISTRY, host: str = "tpujob-operator"
+    port: int,
+    reviews: Reviews,
+    registry: CollectorRegistry = REGISTRY,
+    host: str = "tpujob-operator",
+    cert_dir: str | None = None,
 ) -> WSGIServer:
     """/metrics over HTTPS for authorized callers only, served from a daemon thread; the server (to shut
-    down)."""
-    cert, key = self_signed(Path(tempfile.mkdtemp(prefix="tpujob-metrics-")), host)
+    down). The certificate is `cert_dir`'s tls.crt and tls.key (a kubernetes.io/tls Secret's keys) when
+    given, so a scraper can verify it against its CA; else one made at start, self-signed."""
+    if cert_dir:
+        cert, key = Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key"
+    else:
+        cert, key = self_signed(Path(tempfile.mkdtemp(prefix="tpujob-metrics-")), host)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)

@@ -265,3 +265,48 @@ def test_the_cluster_wide_operator_writes_nothing_in_the_system_namespaces(helm)
     assert "ValidatingAdmissionPolicy" not in by_kind(render(helm))
     for values in ("watchNamespace=team-a", "rbac.protectedNamespaces=null"):
         assert "ValidatingAdmissionPolicy" not in by_kind(render(helm, "--set", values, apis=[VAP]))
+
+
+def test_the_metrics_certificate_is_verified_when_a_secret_gives_one_and_said_unverified_when_not(helm):
+    on = ["--set", "metrics.auth.enabled=true,metrics.serviceMonitor.enabled=true"]
+    (monitor,) = by_kind(render(helm, *on))["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"] == {"insecureSkipVerify": True}  # the default
+    kinds = by_kind(render(helm, *on, "--set", "metrics.auth.tls.secretName=operator-metrics-tls"))
+    (monitor,) = kinds["ServiceMonitor"]
+    (service,) = kinds["Service"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"] == {
+        "ca": {"secret": {"name": "operator-metrics-tls", "key": "ca.crt"}},
+        "serverName": f"{service['metadata']['name']}.tpujob-system.svc",
+    }
+    (deployment,) = kinds["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "metrics-tls"]
+    assert volume["secret"]["secretName"] == "operator-metrics-tls"
+    assert {"key": "tls.key", "path": "tls.key"} in volume["secret"]["items"]  # ca.crt is not the pod's
+    (container,) = pod["containers"]
+    assert {"name": "metrics-tls", "mountPath": "/etc/tpujob/metrics-tls", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TPUJOB_METRICS_CERT_DIR"] == "/etc/tpujob/metrics-tls"
+    named_one = render(
+        helm,
+        *on,
+        "--set",
+        "metrics.auth.tls.secretName=s,metrics.auth.tls.serverName=metrics.example.internal",
+    )
+    (monitor,) = by_kind(named_one)["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == "metrics.example.internal"
+
+
+def test_the_image_can_be_pinned_by_digest(helm):
+    digest = "sha256:" + "ab" * 32
+
+    def image(*values: str) -> str:
+        (deployment,) = by_kind(render(helm, *values))["Deployment"]
+        return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert image() == "tpujob-operator:0.1.0"  # by tag (the chart's appVersion) unless a digest is given
+    assert image("--set", f"image.digest={digest},image.tag=v9") == f"tpujob-operator@{digest}"
+    refused = run_helm(helm, "template", "rel", str(CHART), "--set", "image.digest=latest")
+    assert refused.returncode != 0 and "digest" in refused.stderr

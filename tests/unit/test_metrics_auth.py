@@ -236,3 +236,29 @@ def status_or_none(port: int, token: str) -> int | None:
         return get(port, token)[0]
     except OSError:  # a connection closed while the idle ones still held every slot
         return None
+
+
+def test_a_certificate_given_is_served_and_verifies_against_its_ca(tmp_path):
+    """TPUJOB_METRICS_CERT_DIR (the chart's metrics.auth.tls.secretName): a scraper verifies the name."""
+    name = "tpujob-operator-metrics.tpujob-system.svc"
+    cert, key = metrics_auth.self_signed(tmp_path, name)  # its own CA: what the scraper is given
+    cert.rename(tmp_path / "tls.crt")
+    key.rename(tmp_path / "tls.key")
+    port = free_port()
+    server = metrics_auth.serve(port, Reviews(), CollectorRegistry(), cert_dir=str(tmp_path))
+    try:
+        verifying = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            verifying.wrap_socket(raw, server_hostname=name) as tls,
+        ):
+            tls.sendall(b"GET /metrics HTTP/1.0\r\nAuthorization: Bearer prometheus-token\r\n\r\n")
+            assert tls.recv(64).startswith(b"HTTP/1.0 200")
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            verifying.wrap_socket(raw, server_hostname="someone-else.svc")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -154,7 +154,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register(reconciler.recorder)  # its collectors read the jobs' records at scrape time
         if config.metrics_auth:
-            metrics_auth.serve(config.metrics_port, api)
+            metrics_auth.serve(config.metrics_port, api, cert_dir=config.metrics_cert_dir or None)
         else:
             start_http_server(config.metrics_port)
     if config.peering is not None:
