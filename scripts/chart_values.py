@@ -57,6 +57,11 @@ class Image(Section):
 
     repository: str = Field("tpujob-operator", min_length=1, description="Image repository.")
     tag: str = Field("", description="Image tag; empty: the chart's appVersion.")
+    digest: str = Field(
+        "",
+        pattern="^(sha256:[a-f0-9]{64})?$",
+        description="Image digest, sha256:<64 hex>; set: the image is repository@digest, the tag unused.",
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="Image pull policy."
     )
@@ -98,8 +103,9 @@ class Gke(Section):
     node_service_account: str = Field(
         "",
         pattern=f"({GOOGLE_IDENTITY_PATTERN})|^$",
-        description="The Google service account of the TPU pools' nodes; empty: GKE's default "
-        "(TPUJOB_GKE_NODE_SERVICE_ACCOUNT).",
+        description="The Google service account of the TPU pools' nodes: set it (least privilege: "
+        "roles/container.defaultNodeServiceAccount); empty: the Compute Engine default account, with a "
+        "warning (TPUJOB_GKE_NODE_SERVICE_ACCOUNT).",
     )
     node_o_auth_scopes: list[Annotated[str, Field(pattern=OAUTH_SCOPE_PATTERN)]] = Field(
         ["https://www.googleapis.com/auth/cloud-platform"],
@@ -170,6 +176,17 @@ class MetricsReader(Section):
     namespace: str = Field(min_length=1, pattern=NAMESPACE, description="Its namespace.")
 
 
+class MetricsTls(Section):
+    secret_name: str = Field(
+        "",
+        description="A kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) the operator serves and the "
+        "ServiceMonitor verifies; empty: a self-signed certificate, scraped without verification.",
+    )
+    server_name: str = Field(
+        "", description="The name verified; empty: the metrics Service's <fullname>-metrics.<namespace>.svc."
+    )
+
+
 class MetricsAuth(Section):
     enabled: bool = Field(
         False,
@@ -179,6 +196,7 @@ class MetricsAuth(Section):
     readers: list[MetricsReader] = Field(
         [], description="ServiceAccounts bound to the -metrics-reader ClusterRole (your Prometheus')."
     )
+    tls: MetricsTls = Field(default_factory=MetricsTls, description="The certificate /metrics serves.")
 
 
 class MetricsService(Section):
@@ -278,6 +296,11 @@ class AggregatedRoles(Section):
 
 class Rbac(Section):
     create: bool = Field(True, description="Create the (Cluster)Role and its binding.")
+    protected_namespaces: list[Annotated[str, Field(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]] = Field(
+        ["kube-system", "kube-public", "kube-node-lease"],
+        description="Namespaces where a cluster-wide operator writes nothing (a ValidatingAdmissionPolicy, "
+        "Kubernetes 1.30+).",
+    )
     aggregated_roles: AggregatedRoles = Field(
         default_factory=AggregatedRoles,
         description="The users' ClusterRoles, aggregated into admin/edit and view.",

@@ -151,6 +151,12 @@ class OperatorConfig(BaseSettings):
         description="serve /metrics over HTTPS (a self-signed certificate) to callers whose bearer token the "
         "API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview) only",
     )
+    metrics_cert_dir: str = Field(
+        "",
+        description="with metrics_auth: a folder holding tls.crt and tls.key (a kubernetes.io/tls Secret "
+        "mounted, e.g. cert-manager's) that /metrics serves, so a scraper can verify it; empty: a "
+        "self-signed certificate made at start (a scraper must then skip verification)",
+    )
     health_port: int = Field(8081, ge=1, le=65535, description="port of the liveness endpoint /healthz")
     resync_seconds: float = Field(
         30,

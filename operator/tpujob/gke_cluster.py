@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1
 
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.gke import CALL_TIMEOUT, classify_error
 from tpujob.render import Cluster
 
@@ -125,3 +126,53 @@ def maintenance_summary(policy: container_v1.MaintenancePolicy, now: dt.datetime
 
 def _rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# What GKE's nodes are without a service account of their own: "If a custom service account is not specified,
+# GKE uses the Compute Engine default service account" (GKE's node service accounts guide; CIS GKE 5.2.1),
+# which has the project's Editor role unless an organization policy removed it; and the operator asks for
+# the cloud-platform scope (api/spec.py DEFAULT_OAUTH_SCOPES), so the scope does not narrow it either.
+LEAST_PRIVILEGE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
+
+
+def node_account_warning(cluster: Cluster) -> str:
+    """Why the TPU pools' nodes would run with too much Google access ("" when they have their own account).
+    Said at start: every process on a TPU node (a tenant's trainer included, where Workload Identity does not
+    intercept its metadata requests) can take the node account's token."""
+    if cluster.node_service_account:
+        return ""
+    scopes = ", ".join(scope.rsplit("/", 1)[-1] for scope in cluster.node_oauth_scopes)
+    return (
+        "TPUJOB_GKE_NODE_SERVICE_ACCOUNT (the chart's gke.nodeServiceAccount) is empty: the TPU pools' nodes "
+        "run as the project's Compute Engine default service account (often Editor), with scopes "
+        f"{scopes}; give them an account of their own with {LEAST_PRIVILEGE_NODE_ROLE} "
+        "(and roles/artifactregistry.reader for private images)"
+    )
+
+
+def host_network_warning(tenancy: TenancyPolicy, cluster: Cluster, workload_identity: bool) -> str:
+    """Why granting host networking gives a tenant the nodes' Google identity ("" when nobody is granted
+    it, or the identity is safe to share). A pod on the node's network reaches the node's metadata server
+    as the node itself does (api/tenancy.py's hostNetwork: "its Google identity"); without Workload
+    Identity every pod does, and with the default node account that identity is the project's Editor."""
+    if tenancy.defaults.host_network:
+        granted = "every namespace (the tenancy policy's defaults)"
+    else:
+        names = sorted(name for name in tenancy.namespaces if tenancy.for_namespace(name).host_network)
+        if not names:
+            return ""
+        granted = "namespace" + ("s " if len(names) > 1 else " ") + ", ".join(names)
+    unsafe = []
+    if not workload_identity:
+        unsafe.append("the cluster runs without Workload Identity (enable it: the cluster's workloadPool)")
+    if not cluster.node_service_account:
+        unsafe.append(
+            "the TPU nodes run as the Compute Engine default service account (give them their own: "
+            "TPUJOB_GKE_NODE_SERVICE_ACCOUNT)"
+        )
+    if not unsafe:
+        return ""
+    return (
+        f"the tenancy policy grants hostNetwork to {granted}, whose trainers can act as the TPU nodes' "
+        f"Google service account, and {' and '.join(unsafe)}; or take hostNetwork back"
+    )

@@ -176,10 +176,11 @@ class Kube:
 
     def review_token(self, token: str) -> dict[str, Any]:
         """A TokenReview's status: whether the API server authenticates `token`, and as whom. Every replica
-        answers /metrics, a standby too: reviews write nothing, so the write gate does not hold them."""
+        answers /metrics, a standby too: reviews write nothing, so the write gate does not hold them. EVENT:
+        a caller of /metrics never goes before a pass' request (metrics_auth bounds how many it asks)."""
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         path = "/apis/authentication.k8s.io/v1/tokenreviews"
-        answer = self._json("POST", path, Priority.STATUS, body=body, gated=False)
+        answer = self._json("POST", path, Priority.EVENT, body=body, gated=False)
         status: dict[str, Any] = answer.get("status") or {}
         return status
 
@@ -195,7 +196,7 @@ class Kube:
             spec["extra"] = user["extra"]
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         path_ = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-        answer = self._json("POST", path_, Priority.STATUS, body=body, gated=False)
+        answer = self._json("POST", path_, Priority.EVENT, body=body, gated=False)
         status: dict[str, Any] = answer.get("status") or {}
         return status
 

@@ -3,6 +3,16 @@
 Least privilege: no wildcards, no secrets; only what the handlers call. Nodes are only read, and only by a
 cluster-wide operator (a Role cannot grant a cluster-scoped resource): their maintenance notices and the TPU
 device plugin's hardware conditions.
+
+Nothing the operator does needs kube-system: the TPU device plugin is scraped by Prometheus (the chart's
+PodMonitor), not read by the operator; host lists are ConfigMaps in each job's namespace; the replicas
+meet in a ClusterKopfPeering (a KopfPeering in the watched namespace when namespace-scoped). A
+cluster-wide operator still gets RULES in a ClusterRole, so it may write pods and ConfigMaps in
+kube-system too: a TPUJob may be created in any namespace, and its pods go there, and RBAC grants but
+never subtracts. RoleBindings per team namespace would need every namespace named at install and the
+operator watching a list of them. The chart takes the system namespaces back instead with a
+ValidatingAdmissionPolicy (templates/protected-namespaces.yaml, rbac.protectedNamespaces) that refuses the
+operator's own ServiceAccount every write there, on Kubernetes 1.30+.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ What is not here is not kept per job beyond a pass: the work queue's state (a jo
 timer, its lock) lasts only while the job waits or runs, and the watch-fed indexes mirror the API server.
 
 Thread-safe through one lock: passes run in worker threads, the collectors read at scrape time.
+
+One sum across records is kept as they change, not gathered: the chips each namespace's jobs count against
+its limit (reconciler/tenancy.py), so an admission reads one number however many jobs the namespace has.
+A record's share of it changes only through `update_chips`, and leaves the sum with the record.
 """
 
 from __future__ import annotations
@@ -48,11 +52,22 @@ class JobRecord:
     chips: tuple[str, str, int] | None = None  # (tpu type, capacity mode, chips held)
     maintenance: float | None = None  # Unix time of the next host maintenance announced
     # --- its namespace's chip limit (reconciler/tenancy.py) ---
+    chips_namespace: str | None = None  # the namespace whose limit it counts against (None: counts nothing)
     chips_admitted: int | None = None  # admitted by this process with so many chips; its status not yet
     chips_seen: tuple[str, int, bool] | None = None  # (resourceVersion, chips it counts, status shows it)
+    chips_vouched: str | None = None  # the startTime of the admission this process made or kept
     # --- the progress reader (trainer_metrics.py) and the resync ---
     progress_read: float | None = None  # when worker 0's step counter was last read (monotonic)
     last_pass: float | None = None  # when the last pass began (the event loop's clock)
+
+
+def counted_chips(record: JobRecord) -> int:
+    """The chips a record counts against its namespace: as its status shows, or as this process admitted
+    it before the status shows it, whichever is more."""
+    if record.chips_namespace is None:
+        return 0
+    seen = record.chips_seen[1] if record.chips_seen is not None else 0
+    return max(seen, record.chips_admitted or 0)
 
 
 class JobRecords:
@@ -62,6 +77,32 @@ class JobRecords:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._records: dict[str, JobRecord] = {}
+        self._namespace_chips: dict[str, int] = {}  # namespace -> sum of its records' counted_chips
+
+    def update_chips(self, uid: str, change: Callable[[JobRecord], None], *, make: bool = True) -> None:
+        """`change` the chip fields of the job's record (made if `make`), the namespace's sum with them."""
+        with self._lock:
+            record = self._records.get(uid)
+            if record is None:
+                if not make:
+                    return
+                record = self._records[uid] = JobRecord()
+            self._add_chips(record, -1)
+            change(record)
+            self._add_chips(record, +1)
+
+    def namespace_chips(self, namespace: str) -> int:
+        with self._lock:
+            return self._namespace_chips.get(namespace, 0)
+
+    def _add_chips(self, record: JobRecord, sign: int) -> None:
+        chips = counted_chips(record)
+        if chips and record.chips_namespace is not None:
+            total = self._namespace_chips.get(record.chips_namespace, 0) + sign * chips
+            if total:
+                self._namespace_chips[record.chips_namespace] = total
+            else:
+                self._namespace_chips.pop(record.chips_namespace, None)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -96,7 +137,9 @@ class JobRecords:
 
     def forget(self, uid: str) -> None:
         with self._lock:
-            self._records.pop(uid, None)
+            record = self._records.pop(uid, None)
+            if record is not None:
+                self._add_chips(record, -1)
 
     def retain(self, live: set[str]) -> list[str]:
         """Forget every job not in `live` (the resync's safety net: a pass racing its job's deletion may
@@ -104,9 +147,20 @@ class JobRecords:
         with self._lock:
             gone = [uid for uid in self._records if uid not in live]
             for uid in gone:
-                del self._records[uid]
+                self._add_chips(self._records.pop(uid), -1)
         return gone
 
     def forget_all(self) -> None:
+        """Everything but what the TPUJob watch showed of each job's chips: the watch runs on, and sends
+        a job again only when it changes."""
         with self._lock:
+            kept = {
+                uid: JobRecord(chips_namespace=record.chips_namespace, chips_seen=record.chips_seen)
+                for uid, record in self._records.items()
+                if record.chips_seen is not None
+            }
             self._records.clear()
+            self._namespace_chips.clear()
+            for uid, record in kept.items():
+                self._records[uid] = record
+                self._add_chips(record, +1)

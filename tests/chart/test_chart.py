@@ -149,6 +149,7 @@ def test_every_operator_setting_is_a_value(helm):
         "--set", "gke.nodeOAuthScopes={https://www.googleapis.com/auth/devstorage.read_write,"
         "https://www.googleapis.com/auth/logging.write}",
         "--set", "metrics.auth.enabled=true,networkPolicy.jobs.enabled=false",
+        "--set", "metrics.auth.tls.secretName=operator-metrics-tls",
         "--set", "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prom",
         "--set", "tenancy.namespaces.ml.hostNetwork=true,tenancy.namespaces.ml.maxChips=256",
     )  # fmt: skip
@@ -197,6 +198,7 @@ def test_every_operator_setting_is_a_value(helm):
         "TPUJOB_GKE_NODE_OAUTH_SCOPES": "https://www.googleapis.com/auth/devstorage.read_write,"
         "https://www.googleapis.com/auth/logging.write",
         "TPUJOB_METRICS_AUTH": "true",
+        "TPUJOB_METRICS_CERT_DIR": "/etc/tpujob/metrics-tls",
         "TPUJOB_NETWORK_POLICY": "false",
         "TPUJOB_NETWORK_POLICY_METRICS_FROM": json.dumps(
             [

@@ -7,9 +7,17 @@ from __future__ import annotations
 import json
 
 from tests.chart.conftest import CHART
-from tests.chart.test_chart import by_kind, named, render, run_helm
+from tests.chart.test_chart import MONITORING_APIS, by_kind, named, render, run_helm
+from tpujob.api import constants as c
 from tpujob.config import NetworkPolicyPeer
-from tpujob.rbac import METRICS_AUTH_RULES, METRICS_READER_RULES, USER_EDIT_RULES, USER_VIEW_RULES
+from tpujob.rbac import (
+    KUEUE_RULES,
+    METRICS_AUTH_RULES,
+    METRICS_READER_RULES,
+    RULES,
+    USER_EDIT_RULES,
+    USER_VIEW_RULES,
+)
 
 MONITORING = ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
 PROMETHEUS = {
@@ -186,3 +194,119 @@ def test_the_install_notes_warn_when_the_operator_would_refuse_to_start_for_want
         gke, "serviceAccount.gcpServiceAccount=tpujob-ops@my-project.iam.gserviceaccount.com"
     )
     assert "WARNING: no Google identity" not in notes(gke, "gke.endpoint=http://gke.local")  # a simulated GKE
+
+
+def test_the_install_notes_warn_when_the_tpu_nodes_would_run_as_the_default_compute_account(helm):
+    gke = "gke.project=my-project,gke.location=us-central1,gke.cluster=c"
+
+    def notes(*values: str) -> str:
+        result = run_helm(helm, "install", "--dry-run=client", "rel", str(CHART), "--set", ",".join(values))
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("NOTES:", 1)[1]
+
+    warned = notes(gke)
+    assert "WARNING: gke.nodeServiceAccount is empty" in warned
+    assert "scopes https://www.googleapis.com/auth/cloud-platform" in warned
+    assert "roles/container.defaultNodeServiceAccount" in warned
+    own = "gke.nodeServiceAccount=tpu-nodes@my-project.iam.gserviceaccount.com"
+    assert "gke.nodeServiceAccount is empty" not in notes(gke, own)
+    assert "gke.nodeServiceAccount is empty" not in notes(gke, "gke.endpoint=http://gke.local")  # simulated
+
+
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+def test_the_cluster_wide_operator_writes_nothing_in_the_system_namespaces(helm):
+    """RBAC grants and never subtracts: the ClusterRole lets the operator write pods and ConfigMaps in every
+    namespace. A ValidatingAdmissionPolicy takes the system namespaces back, for the operator's own
+    ServiceAccount only, covering every resource of its rules with a write verb but its own TPUJobs, the
+    peering and Events (a job there still says why it gets no pods)."""
+    kinds = by_kind(render(helm, "--set", "kueue.enabled=true", apis=[*MONITORING_APIS, VAP]))
+    (policy,), (binding,) = kinds["ValidatingAdmissionPolicy"], kinds["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": ["kube-system", "kube-public", "kube-node-lease"],
+    }
+    (account,) = kinds["ServiceAccount"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        f"request.userInfo.username == 'system:serviceaccount:tpujob-system:{account['metadata']['name']}'"
+    )
+    assert [v["expression"] for v in policy["spec"]["validations"]] == ["false"]
+    covered = {
+        (group, resource)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    for rule in policy["spec"]["matchConstraints"]["resourceRules"]:
+        assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    writes = {
+        (group, resource)
+        for rule in RULES + KUEUE_RULES
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    kept = {(g, r) for g, r in writes if g in (c.GROUP, "kopf.dev") or r == "events"}
+    assert covered == writes - kept
+    assert {
+        ("", "pods"),
+        ("", "configmaps"),
+        ("", "services"),
+        ("networking.k8s.io", "networkpolicies"),
+    } <= covered
+    # Where it cannot be: no such API (before 1.30), a namespace-scoped operator (its Role is its namespace
+    # only), or switched off.
+    assert "ValidatingAdmissionPolicy" not in by_kind(render(helm))
+    for values in ("watchNamespace=team-a", "rbac.protectedNamespaces=null"):
+        assert "ValidatingAdmissionPolicy" not in by_kind(render(helm, "--set", values, apis=[VAP]))
+
+
+def test_the_metrics_certificate_is_verified_when_a_secret_gives_one_and_said_unverified_when_not(helm):
+    on = ["--set", "metrics.auth.enabled=true,metrics.serviceMonitor.enabled=true"]
+    (monitor,) = by_kind(render(helm, *on))["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"] == {"insecureSkipVerify": True}  # the default
+    kinds = by_kind(render(helm, *on, "--set", "metrics.auth.tls.secretName=operator-metrics-tls"))
+    (monitor,) = kinds["ServiceMonitor"]
+    (service,) = kinds["Service"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"] == {
+        "ca": {"secret": {"name": "operator-metrics-tls", "key": "ca.crt"}},
+        "serverName": f"{service['metadata']['name']}.tpujob-system.svc",
+    }
+    (deployment,) = kinds["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "metrics-tls"]
+    assert volume["secret"]["secretName"] == "operator-metrics-tls"
+    assert {"key": "tls.key", "path": "tls.key"} in volume["secret"]["items"]  # ca.crt is not the pod's
+    (container,) = pod["containers"]
+    assert {"name": "metrics-tls", "mountPath": "/etc/tpujob/metrics-tls", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TPUJOB_METRICS_CERT_DIR"] == "/etc/tpujob/metrics-tls"
+    named_one = render(
+        helm,
+        *on,
+        "--set",
+        "metrics.auth.tls.secretName=s,metrics.auth.tls.serverName=metrics.example.internal",
+    )
+    (monitor,) = by_kind(named_one)["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == "metrics.example.internal"
+
+
+def test_the_image_can_be_pinned_by_digest(helm):
+    digest = "sha256:" + "ab" * 32
+
+    def image(*values: str) -> str:
+        (deployment,) = by_kind(render(helm, *values))["Deployment"]
+        return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert image() == "tpujob-operator:0.1.0"  # by tag (the chart's appVersion) unless a digest is given
+    assert image("--set", f"image.digest={digest},image.tag=v9") == f"tpujob-operator@{digest}"
+    refused = run_helm(helm, "template", "rel", str(CHART), "--set", "image.digest=latest")
+    assert refused.returncode != 0 and "digest" in refused.stderr

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tests.unit.test_status import advance, make_job, step
 from tpujob import status as s
 from tpujob.api.status import Phase, Reason, TPUJobStatus
+from tpujob.api.tenancy import TenancyPolicy
 from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.records import JobRecords
 from tpujob.render import naming
@@ -99,21 +102,25 @@ def named(name, uid, **spec):
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"name": name, "uid": uid})})
 
 
+def watched(ledger, *bodies):
+    """The TPUJob watch handing the ledger each job's version (handlers/events.py)."""
+    for manifest in bodies:
+        ledger.seen(manifest)
+
+
 def test_the_ledger_admits_while_there_is_room_and_counts_its_admissions_before_their_status_shows_them():
     ledger = NamespaceChips(JobRecords())
     a, b, c = (named(n, n, tpu=V5E_4X4) for n in "abc")
-    watched = [body(a), body(b), body(c)]  # none admitted, as the watch has them
-    ledger.jobs_of = lambda namespace: watched if namespace == "default" else []
+    watched(ledger, body(a), body(b), body(c))  # none admitted, as the watch has them
     assert ledger.admit(a, 32).fits(16)  # 0 held: a admitted
     assert ledger.admit(b, 32).others == 16  # a counted though its status does not show it yet
     budget = ledger.admit(c, 32)
     assert budget.others == 32 and not budget.fits(16)  # c waits
-    # a ends: its status shows it, and the ledger lets its own admission go.
     # a's status shows it admitted (a new resourceVersion): the ledger lets its own record go.
-    watched[0] = body(a, Phase.RUNNING, started=True, version="2")
+    watched(ledger, body(a, Phase.RUNNING, started=True, version="2"))
     assert ledger.admit(c, 32).others == 32
     # a ends: its status says so, and its chips are free.
-    watched[0] = body(a, Phase.SUCCEEDED, started=True, version="3")
+    watched(ledger, body(a, Phase.SUCCEEDED, started=True, version="3"))
     ledger.settled("a", status(Phase.SUCCEEDED))
     assert ledger.admit(c, 32).fits(16)
 
@@ -123,35 +130,37 @@ def test_a_job_another_replica_admitted_counts_once_its_status_shows_it():
     records = JobRecords()
     ledger = NamespaceChips(records)
     c_job, d = named("c", "c", tpu=V5E_4X4), named("d", "d", tpu=V5E_4X4)
-    watched = [body(c_job), body(d)]
-    ledger.jobs_of = lambda _namespace: watched
+    watched(ledger, body(c_job), body(d))
     assert ledger.admit(c_job, 16).others == 0
     records.forget("c")  # as when c is deleted: its admission goes with its record
-    watched[1] = body(d, Phase.RUNNING, started=True, version="2")
+    watched(ledger, body(d, Phase.RUNNING, started=True, version="2"))
     assert ledger.admit(c_job, 16).others == 16
+    decodes = ledger.decodes
+    watched(ledger, body(d, Phase.RUNNING, started=True, version="2"))  # the same version again: not read
+    assert ledger.decodes == decodes
 
 
 def test_a_deleted_or_suspended_job_frees_its_chips_and_other_namespaces_count_nothing():
-    ledger = NamespaceChips(JobRecords())
+    records = JobRecords()
+    ledger = NamespaceChips(records)
     a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
-    watched = {
-        "default": [body(a), body(b)],
-        "team-b": [body(named("x", "x", tpu=V5E_4X4), Phase.RUNNING, True)],
-    }
-    ledger.jobs_of = lambda namespace: watched[namespace]
+    x = named("x", "x", tpu=V5E_4X4)
+    x = x.model_copy(update={"metadata": x.metadata.model_copy(update={"namespace": "team-b"})})
+    watched(ledger, body(a), body(b), body(x, Phase.RUNNING, True))
     ledger.admit(a, 16)
     assert not ledger.admit(b, 16).fits(16)
-    watched["default"] = [body(b)]  # a deleted
+    records.forget("a")  # a deleted (handlers/events.py forgets its record)
     assert ledger.admit(b, 16).fits(16)
     ledger.settled("b", status(Phase.SUSPENDED, started=False))
     assert ledger.admit(a, 16).others == 0
+    assert records.namespace_chips("team-b") == 16
 
 
 def test_passes_side_by_side_never_admit_past_the_limit():
     """Twenty jobs of 16 chips each, admitted from twenty threads at once, under a limit of 64: four."""
     ledger = NamespaceChips(JobRecords())
     jobs = [named(f"j{i}", f"u{i}", tpu=V5E_4X4) for i in range(20)]
-    ledger.jobs_of = lambda _namespace: [body(job) for job in jobs]
+    watched(ledger, *(body(job) for job in jobs))
     start = threading.Barrier(len(jobs))
     admitted: list[str] = []
 
@@ -170,14 +179,137 @@ def test_passes_side_by_side_never_admit_past_the_limit():
 
 def test_what_the_ledger_keeps_of_a_job_lives_in_its_record_and_goes_with_it():
     """No map of the ledger's own: forgetting a job (deleted, or no longer listed at a resync) forgets its
-    admission and its counted chips."""
+    admission and its counted chips, and the namespace's sum with them."""
     records = JobRecords()
     ledger = NamespaceChips(records)
     a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
-    ledger.jobs_of = lambda _namespace: [body(a), body(b)]
+    watched(ledger, body(a), body(b))
     ledger.admit(a, 32)
     ledger.admit(b, 32)
-    assert records.uids() == {"a", "b"}
+    assert records.uids() == {"a", "b"} and records.namespace_chips("default") == 32
     records.forget("a")
     records.retain({"a"})  # b: no longer listed
-    assert records.uids() == set()
+    assert records.uids() == set() and records.namespace_chips("default") == 0
+
+
+def test_a_replica_standing_by_keeps_what_the_watch_showed_and_drops_its_own_admissions():
+    """A standby forgets what it remembered (Reconciler.forget_all), but the watch sends a job again only
+    when it changes: the chips the jobs' statuses show stay counted for the day it takes over."""
+    records = JobRecords()
+    ledger = NamespaceChips(records)
+    a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
+    watched(ledger, body(a, Phase.RUNNING, started=True), body(b))
+    ledger.admit(b, 64)
+    assert records.namespace_chips("default") == 32
+    records.forget_all()
+    assert records.namespace_chips("default") == 16
+    assert ledger.admit(named("c", "c", tpu=V5E_4X4), 16).others == 16
+
+
+def test_an_admission_reads_counts_not_the_namespace_s_jobs():
+    """The gate's cost per pass does not grow with the namespace's jobs: each job's version is read once,
+    when the watch shows it; an admission reads none (counted in reads of stored jobs, not time)."""
+    for jobs in (10, 1000):
+        ledger = NamespaceChips(JobRecords())
+        pending = [named(f"j{i}", f"u{i}", tpu=V5E_4X4) for i in range(jobs)]
+        watched(ledger, *(body(job) for job in pending))
+        assert ledger.decodes == jobs  # once each, as the watch delivered them
+        for job in pending[:20]:  # twenty passes of admission
+            ledger.admit(job, 10_000)
+        assert ledger.decodes == jobs  # and not once more
+        watched(ledger, body(pending[0], Phase.PROVISIONING, started=True, version="2"))
+        ledger.admit(pending[1], 10_000)
+        assert ledger.decodes == jobs + 1  # one job changed: one read
+
+
+def test_a_namespace_without_a_limit_costs_nothing():
+    ledger = NamespaceChips(JobRecords(), limited=lambda namespace: namespace == "limited")
+    watched(ledger, *(body(named(f"j{i}", f"u{i}", tpu=V5E_4X4)) for i in range(50)))
+    assert ledger.decodes == 0
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda m: m["spec"].update(tpu={"type": "v9z", "topology": "1x1"}), id="unknown TPU"),
+        pytest.param(lambda m: m["spec"].update(tpu="not an object"), id="tpu a string"),
+        pytest.param(
+            lambda m: m.update(status={"phase": ["a", "list"], "startTime": 7}), id="status garbage"
+        ),
+        pytest.param(lambda m: m.update(spec=None), id="no spec"),
+        pytest.param(
+            lambda m: m["spec"].update(tpu={"type": "v5e", "topology": "4x4", "slices": 10**400}),
+            id="a huge number",
+        ),
+    ],
+)
+def test_a_stored_job_that_cannot_be_read_counts_nothing_with_a_warning_and_the_ledger_goes_on(spoil, caplog):
+    ledger = NamespaceChips(JobRecords())
+    good, bad = named("good", "good", tpu=V5E_4X4), named("bad", "bad", tpu=V5E_4X4)
+    manifest = body(bad)
+    spoil(manifest)
+    watched(ledger, manifest, body(good, Phase.RUNNING, started=True))
+    assert "TPUJob default/bad (resourceVersion 1) cannot be read" in caplog.text
+    assert ledger.admit(named("new", "new", tpu=V5E_4X4), 32).others == 16
+
+
+def test_any_error_reading_a_stored_job_is_a_warning_not_only_a_validation_error(monkeypatch, caplog):
+    def broken(_job):
+        raise KeyError("v5e")  # e.g. a catalog lookup the model let through
+
+    monkeypatch.setattr(s, "chips_counted", broken)
+    ledger = NamespaceChips(JobRecords())
+    watched(ledger, body(named("bad", "bad", tpu=V5E_4X4)))
+    assert "TPUJob default/bad (resourceVersion 1) cannot be read" in caplog.text
+    assert ledger.admit(named("new", "new", tpu=V5E_4X4), 16).others == 0
+
+
+def forged(job, phase=Phase.PROVISIONING):
+    """The job as a writer of tpujobs/status leaves it: startTime set, so it looks admitted."""
+    return job.model_copy(update={"status": status(phase)})
+
+
+def test_a_status_that_claims_an_admission_the_operator_cannot_vouch_for_is_judged_again():
+    job = forged(make_job(tpu=V5E_4X4))
+    held = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 16, 16, recheck=True))
+    assert held.status.reason == Reason.CHIP_LIMIT and held.status.start_time is None
+    assert held.create_pools == [] and held.create_pods == []
+    # With room, it goes on as admitted (its startTime kept).
+    goes = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 32, 16, recheck=True))
+    assert goes.create_pools == [0] and goes.status.start_time == job.status.start_time
+    # Without the recheck (an admission the operator vouches for), the limit never holds it again.
+    kept = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", 16, 16))
+    assert kept.status.reason != Reason.CHIP_LIMIT
+
+
+def observer_with_limit(limit):
+    from tpujob.reconciler.memory import JobMemory
+    from tpujob.reconciler.observe import Observer, Settings
+    from tpujob.render import Cluster
+
+    settings = Settings(tenancy=TenancyPolicy.model_validate({"defaults": {"maxChips": limit}}))
+    return Observer(Cluster(), None, None, JobMemory(JobRecords()), settings)  # type: ignore[arg-type]
+
+
+def test_the_gate_vouches_only_for_its_own_admissions_or_a_job_with_pods():
+    observer = observer_with_limit(16)
+    other = named("other", "other", tpu=V5E_4X4)
+    watched(observer.chips, body(other, Phase.RUNNING, started=True))  # the namespace is full
+    job = named("j", "j", tpu=V5E_4X4)
+    budget = observer.chip_budget(forged(job), [])
+    assert budget is not None and budget.recheck and not budget.fits(16)
+    # A worker pod of the job (after a restart, the record is gone): it runs, nothing to judge again.
+    assert observer.chip_budget(forged(job), [object()]) is None  # type: ignore[list-item]
+    # An admission this process kept (a pass settled it with this startTime) is its own.
+    mine = named("mine", "mine", tpu=V5E_4X4)
+    observer.chips.settled("mine", status(Phase.PROVISIONING))
+    assert observer.chip_budget(forged(mine), []) is None
+    # A startTime other than the one the pass left there is not.
+    moved = mine.model_copy(
+        update={
+            "status": status(Phase.PROVISIONING).model_copy(update={"start_time": "2026-11-21T12:00:00Z"})
+        }
+    )
+    assert observer.chip_budget(moved, []).recheck
+    # Ended or suspended jobs hold no admission to judge.
+    assert observer.chip_budget(forged(job, Phase.SUCCEEDED), []) is None

@@ -4,16 +4,19 @@ tests/chart/test_install.py asks the real one, with a real Prometheus scraping t
 
 from __future__ import annotations
 
+import socket
 import ssl
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from tpujob import metrics_auth
-from tpujob_sandbox import free_port
+from tpujob_sandbox import free_port, wait_for
 
 READER = "system:serviceaccount:monitoring:prometheus"
 
@@ -97,11 +100,81 @@ def test_a_failed_review_is_an_error_not_a_pass():
     assert metrics_auth.Gate(Down()).verdict("Bearer prometheus-token", "GET", "/metrics").status == 500
 
 
-def test_the_cache_is_bounded_against_made_up_tokens():
-    gate = metrics_auth.Gate(Reviews())
+def test_the_caches_are_bounded_and_refusals_never_push_out_a_reader():
+    reviews, clock = Reviews(), Clock()
+    gate = metrics_auth.Gate(reviews, clock)
+    assert gate.verdict("Bearer prometheus-token", "GET", "/metrics").status == 200
     for n in range(metrics_auth.MAX_CACHED + 50):
-        gate.verdict(f"Bearer forged-{n}", "GET", "/metrics")
-    assert len(gate._tokens._items) == metrics_auth.MAX_CACHED
+        clock.now += 1 / metrics_auth.REVIEW_PER_SECOND  # within the budget: every made-up token is asked
+        assert gate.verdict(f"Bearer forged-{n}", "GET", "/metrics").status == 401
+    assert len(gate._refused) == metrics_auth.MAX_CACHED
+    assert len(gate._users) == 1
+    # No token is kept, only its keyed hash.
+    assert all(isinstance(key, bytes) and b"forged" not in key for key in gate._refused._items)
+
+
+def test_the_least_recently_used_answer_goes_first():
+    cache = metrics_auth._Expiring()
+    for n in range(metrics_auth.MAX_CACHED):
+        cache.put(n, n, until=10.0)
+    assert cache.get(0, now=1.0) == 0  # used: now the newest
+    cache.put("one more", 1, until=10.0)
+    assert cache.get(0, now=1.0) == 0 and cache.get(1, now=1.0) is None
+
+
+def test_many_requests_with_one_token_make_one_review_even_at_once():
+    reviews = Reviews()
+    release, together = threading.Event(), threading.Barrier(8)
+
+    class Slow(Reviews):
+        def review_token(self, token: str) -> dict[str, Any]:
+            reviews.asked.append(("token", token))
+            release.wait(10)  # every other caller arrives while this review is under way
+            return {"authenticated": True, "user": {"username": READER}}
+
+        def review_access(self, user: dict[str, Any], verb: str, path: str) -> dict[str, Any]:
+            return reviews.review_access(user, verb, path)
+
+    gate = metrics_auth.Gate(Slow())
+
+    def scrape() -> int:
+        together.wait()
+        return gate.verdict("Bearer prometheus-token", "GET", "/metrics").status
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(scrape) for _ in range(8)]
+        wait_for(lambda: reviews.asked, timeout=10, what="the first TokenReview")
+        release.set()
+        assert [answer.result() for answer in answers] == [200] * 8
+    assert [kind for kind, _ in reviews.asked] == ["token", "access"]
+    # And one after another: still the one review.
+    for _ in range(50):
+        assert gate.verdict("Bearer prometheus-token", "GET", "/metrics").status == 200
+    assert len(reviews.asked) == 2
+
+
+def test_a_flood_of_made_up_tokens_costs_the_api_server_the_budget_only():
+    """Each unseen token would cost a TokenReview from the operator's own request budget: a flood of them
+    is answered 429 once the review budget is spent, asking nothing, and the budget comes back with time."""
+    reviews, clock = Reviews(), Clock()
+    gate = metrics_auth.Gate(reviews, clock)
+    answers = [gate.verdict(f"Bearer forged-{n}", "GET", "/metrics") for n in range(1000)]
+    assert len(reviews.asked) == metrics_auth.REVIEW_BURST
+    assert [a.status for a in answers].count(401) == metrics_auth.REVIEW_BURST
+    over = answers[-1]
+    assert over.status == 429 and over.retry_after >= 1
+    # A minute of flood at 100 a second asks the API server REVIEW_PER_SECOND a second, no more.
+    for _ in range(60):
+        clock.now += 1
+        for n in range(100):
+            gate.verdict(f"Bearer forged-{clock.now}-{n}", "GET", "/metrics")
+    assert len(reviews.asked) == metrics_auth.REVIEW_BURST + 60 * metrics_auth.REVIEW_PER_SECOND
+    # A reader already known is served from its cache all along, the flood notwithstanding.
+    gate2 = metrics_auth.Gate(reviews, clock)
+    assert gate2.verdict("Bearer prometheus-token", "GET", "/metrics").status == 200
+    for n in range(100):
+        gate2.verdict(f"Bearer forged-again-{n}", "GET", "/metrics")
+    assert gate2.verdict("Bearer prometheus-token", "GET", "/metrics").status == 200
 
 
 def get(port: int, token: str | None) -> tuple[int, bytes]:
@@ -136,3 +209,56 @@ def test_the_endpoint_serves_https_to_readers_only():
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
     finally:
         server.shutdown()
+
+
+def test_connections_past_the_bound_are_closed_not_given_threads():
+    port = free_port()
+    server = metrics_auth.serve(port, Reviews(), CollectorRegistry())
+    idle = []
+    try:
+        threads = threading.active_count()
+        # Connections that say nothing hold their pooled thread until the read deadline.
+        for _ in range(metrics_auth.MAX_CONNECTIONS + 20):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        wait_for(lambda: server.refused == 20, timeout=10, what="20 connections refused")
+        assert threading.active_count() <= threads + metrics_auth.MAX_CONNECTIONS
+        for held in idle:
+            held.close()
+        # Once they go, a reader is served again.
+        wait_for(lambda: status_or_none(port, "prometheus-token") == 200, timeout=20, what="a reader served")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def status_or_none(port: int, token: str) -> int | None:
+    try:
+        return get(port, token)[0]
+    except OSError:  # a connection closed while the idle ones still held every slot
+        return None
+
+
+def test_a_certificate_given_is_served_and_verifies_against_its_ca(tmp_path):
+    """TPUJOB_METRICS_CERT_DIR (the chart's metrics.auth.tls.secretName): a scraper verifies the name."""
+    name = "tpujob-operator-metrics.tpujob-system.svc"
+    cert, key = metrics_auth.self_signed(tmp_path, name)  # its own CA: what the scraper is given
+    cert.rename(tmp_path / "tls.crt")
+    key.rename(tmp_path / "tls.key")
+    port = free_port()
+    server = metrics_auth.serve(port, Reviews(), CollectorRegistry(), cert_dir=str(tmp_path))
+    try:
+        verifying = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            verifying.wrap_socket(raw, server_hostname=name) as tls,
+        ):
+            tls.sendall(b"GET /metrics HTTP/1.0\r\nAuthorization: Bearer prometheus-token\r\n\r\n")
+            assert tls.recv(64).startswith(b"HTTP/1.0 200")
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            verifying.wrap_socket(raw, server_hostname="someone-else.svc")
+    finally:
+        server.shutdown()
+        server.server_close()

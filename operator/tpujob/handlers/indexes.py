@@ -37,12 +37,6 @@ JobKey = tuple[str, str]  # (namespace, name)
 JobIndex = dict[JobKey, list["IndexedJob"]]
 
 
-def namespace_jobs(jobs: JobIndex, namespace: str) -> list[dict[str, Any]]:
-    """The bodies of a namespace's watched jobs (for its chip limit: reconciler/tenancy.py). Read from a
-    pass' thread while the watch writes the map: the list of its items is taken in one step."""
-    return [entries[0].body() for (where, _), entries in list(jobs.items()) if where == namespace and entries]
-
-
 def index_job(jobs: JobIndex, event_type: str | None, key: JobKey, body: Any) -> None:
     """A TPUJob watch event into the map: a deleted job leaves it; any other replaces the job's entry."""
     if event_type == "DELETED":

@@ -22,6 +22,7 @@ from kopf._cogs.structs import references
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.handlers.workqueue import Runtime, request_pass
+from tpujob.status.model import parse_timestamp
 from tpujob.status.recovery import HARDWARE_CONDITIONS
 
 log = logging.getLogger(__name__)
@@ -33,23 +34,47 @@ NODES = ("", "v1", "nodes")
 RESTART_SECONDS = 5.0
 
 
-# A condition's message as kept: the device plugin's are one line; a node's status is not the operator's.
+# A node's status is written by its kubelet and the device plugin: a compromised node writes anything.
+# What is read of it is bounded: the first MAX_CONDITIONS conditions (a node has about a dozen), one fault
+# per hardware condition type, its message cut to MAX_FAULT_MESSAGE characters (it goes into the job's
+# status and Events), and a heartbeat that is not an RFC 3339 time is no heartbeat (no restart from it).
+MAX_CONDITIONS = 64
 MAX_FAULT_MESSAGE = 1024
 
 
 def node_faults(body: Mapping[str, Any]) -> tuple[s.NodeFault, ...]:
-    """The device plugin's conditions that are True on the node, with their heartbeat and message. A
-    condition that is not what Kubernetes types (an object of strings) is not read."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return tuple(
-        s.NodeFault(cond["type"], _text(cond.get("lastHeartbeatTime")), _text(cond.get("message")))
-        for cond in (conditions if isinstance(conditions, list) else ())
-        if isinstance(cond, dict) and cond.get("type") in HARDWARE_CONDITIONS and cond.get("status") == "True"
-    )
+    """The device plugin's conditions that are True on the node, with their heartbeat and message; what is
+    not as Kubernetes writes a NodeCondition is left out, never raised into the watch."""
+    node_status = body.get("status")
+    conditions = node_status.get("conditions") if isinstance(node_status, Mapping) else None
+    if not isinstance(conditions, list):
+        return ()
+    found: dict[str, s.NodeFault] = {}
+    for cond in conditions[:MAX_CONDITIONS]:
+        if not isinstance(cond, Mapping):
+            continue
+        kind = cond.get("type")
+        if not isinstance(kind, str) or kind not in HARDWARE_CONDITIONS or kind in found:
+            continue
+        if cond.get("status") != "True":
+            continue
+        message = cond.get("message")
+        found[kind] = s.NodeFault(
+            kind,
+            _heartbeat(cond.get("lastHeartbeatTime")),
+            message[:MAX_FAULT_MESSAGE] if isinstance(message, str) else "",
+        )
+    return tuple(found.values())
 
 
-def _text(value: object) -> str:
-    return value[:MAX_FAULT_MESSAGE] if isinstance(value, str) else ""
+def _heartbeat(value: object) -> str:
+    if not isinstance(value, str) or len(value) != len("2026-01-01T00:00:00Z"):
+        return ""
+    try:
+        parse_timestamp(value)
+    except ValueError:
+        return ""
+    return value
 
 
 def jobs_on_node(runtime: Runtime, node: str) -> set[tuple[str, str]]:

@@ -15,7 +15,6 @@ from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
 from tpujob.handlers.events import NETWORK_POLICIES, OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
-from tpujob.handlers.indexes import namespace_jobs
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever, trim_heap_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
@@ -125,6 +124,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                 log.error("%s", problem)
                 raise kopf.PermanentError(str(problem)) from None
             log.info("GKE calls act as %s", config.gke_identity)
+            if unsafe := gke_cluster.node_account_warning(config.cluster):
+                log.warning("%s", unsafe)
         pools = gke.NodePools(
             config.cluster,
             gke.make_client(config.gke_endpoint, credentials),
@@ -154,7 +155,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if config.metrics_port:
         metrics.register(reconciler.recorder)  # its collectors read the jobs' records at scrape time
         if config.metrics_auth:
-            metrics_auth.serve(config.metrics_port, api)
+            metrics_auth.serve(config.metrics_port, api, cert_dir=config.metrics_cert_dir or None)
         else:
             start_http_server(config.metrics_port)
     if config.peering is not None:
@@ -184,7 +185,6 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     policies = owned.OwnedCache(owned.controller_uid) if runtime.config.network_policy else None
     # The jobs' map is filled by their watch handler.
     runtime.indexes = Indexes({}, pods, services, workloads, policies)
-    runtime.reconciler.observer.chips.jobs_of = partial(namespace_jobs, runtime.indexes.jobs)
 
     def listed(changed: set[tuple[str, str]]) -> None:
         if runtime.owned_listed.is_set():  # listed again (410 Gone): the jobs whose objects changed

@@ -184,7 +184,7 @@ class Observer:
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
-        self.chips = NamespaceChips(memory.records)
+        self.chips = NamespaceChips(memory.records, self.has_chip_limit)
 
     def observe(
         self,
@@ -232,7 +232,7 @@ class Observer:
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
             queue=self.kueue.view(job, workloads, self.kueue_problem),
         )
-        if observed.queue is None and (budget := self.chip_budget(job)):
+        if observed.queue is None and (budget := self.chip_budget(job, pods)):
             observed = dataclasses.replace(observed, chips=budget)
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))
@@ -248,13 +248,25 @@ class Observer:
             observed = dataclasses.replace(observed, gke_errors={**observed.gke_errors, **foreign})
         return observed
 
-    def chip_budget(self, job: TPUJob) -> s.ChipBudget | None:
+    def has_chip_limit(self, namespace: str) -> bool:
+        return self.settings.tenancy.for_namespace(namespace).max_chips is not None
+
+    def chip_budget(self, job: TPUJob, pods: list[s.PodView]) -> s.ChipBudget | None:
         """A job its namespace's chip limit must admit: the others' chips, and the job counted if it fits. A
-        job queued through Kueue is the queue's to admit."""
+        job queued through Kueue is the queue's to admit.
+
+        The gate does not trust a status it did not write: a job whose status says admitted is judged
+        again unless this process left that admission there (its record) or the job runs pods already
+        (after a restart, the record is gone and the pods vouch). A writer of tpujobs/status who sets
+        startTime on a job over the limit gets it held, its startTime taken back."""
         limit = self.settings.tenancy.for_namespace(job.metadata.namespace or "default").max_chips
-        if limit is None or not s.needs_admission(job):
+        if limit is None:
             return None
-        return self.chips.admit(job, limit)
+        if s.needs_admission(job):
+            return self.chips.admit(job, limit)
+        if not s.claims_admission(job) or pods or self.chips.vouched(job):
+            return None
+        return dataclasses.replace(self.chips.admit(job, limit), recheck=True)
 
     def volume_problems(self, job: TPUJob, pods: list[s.PodView], now: dt.datetime) -> list[s.PodView]:
         """The first worker of a starting job still creating its container past the startup grace, with the
@@ -381,6 +393,10 @@ class Observer:
                 check.release_channel,
                 "on" if check.workload_identity else "off",
             )
+            if granted := gke_cluster.host_network_warning(
+                self.settings.tenancy, self.cluster, check.workload_identity
+            ):
+                log.warning("%s", granted)
             if too_old := tpu7x_problem(check.version):
                 # Not the whole cluster's problem (other generations run): each tpu7x job says it too.
                 log.warning("GKE cluster %s: %s", self.cluster.parent, too_old.message)

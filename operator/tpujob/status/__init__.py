@@ -29,7 +29,7 @@ from tpujob.status.pool_conditions import (
 )
 from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, Applied, settle
-from tpujob.status.tenancy import chips_counted, needs_admission
+from tpujob.status.tenancy import chips_counted, claims_admission, needs_admission
 
 __all__ = [
     "FIRST_POLL_SECONDS",
@@ -39,6 +39,7 @@ __all__ = [
     "chips_counted",
     "decide",
     "decide_invalid",
+    "claims_admission",
     "needs_admission",
     "node_recreation",
     "pool_error_reason",

@@ -300,6 +300,9 @@ class ChipBudget:
     namespace: str
     limit: int
     others: int
+    # The job's status says it was admitted, but nothing the operator knows vouches for it (its own
+    # admission, or the job's pods): a writer of tpujobs/status may have set startTime. Judged again.
+    recheck: bool = False
 
     def fits(self, chips: int) -> bool:
         return self.others + chips <= self.limit

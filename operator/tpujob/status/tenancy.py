@@ -32,15 +32,28 @@ def needs_admission(job: TPUJob) -> bool:
     )
 
 
+def claims_admission(job: TPUJob) -> bool:
+    """Its status says admitted and it may still run: what a status writer could set to pass the gate."""
+    status = job.status or TPUJobStatus()
+    return (
+        status.start_time is not None
+        and status.phase not in (*TERMINAL_PHASES, Phase.SUSPENDED)
+        and not job.spec.run_policy.suspend
+    )
+
+
 def over_limit(b: Builder) -> bool:
     """Hold a job its namespace's limit has no room for (True): nothing of it is created, the status says
-    why, and the next pass looks again (the others' chips free up as they end)."""
+    why, and the next pass looks again (the others' chips free up as they end). A job whose status claims
+    an admission the operator cannot vouch for (budget.recheck) is judged as if it had none."""
     budget = b.observed.chips
-    if budget is None or b.status.start_time is not None:
+    if budget is None or (b.status.start_time is not None and not budget.recheck):
         return False
     chips = job_chips(b.job)
     if budget.fits(chips):
         return False
+    if budget.recheck:
+        b.status.start_time = None  # not admitted by the operator: its clocks have not started
     b.set_phase(
         Phase.PENDING,
         Reason.CHIP_LIMIT,
