@@ -874,3 +874,103 @@ REFUSED: list[Case] = [
 ]
 
 CASES: list[Case] = [*ACCEPTED, *REFUSED]
+
+
+# --- Edits of a stored job: a running job's shape is fixed (status/shape.py) ---------------------------
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An update: `old` is the stored job (with the status the operator wrote), `new` the edit. Both judges
+    give the same verdict: the CRD's transition rules at `kubectl apply`, and the operator, which runs the
+    job as admitted and names the field. `cel`: whether the CRD can say it at all (a label: no)."""
+
+    name: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    refused_at: str | None = None
+    message_part: str = ""
+    cel: bool = True
+
+
+def stored(phase: str | None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    old = copy.deepcopy(manifest or job())
+    if phase is not None:
+        old["status"] = {"phase": phase}
+    return old
+
+
+def edited(old: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    new = copy.deepcopy({key: value for key, value in old.items() if key != "status"})
+    new["spec"].update(spec)
+    return new
+
+
+def labelled(manifest: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    new = copy.deepcopy(manifest)
+    new["metadata"]["labels"] = labels
+    return new
+
+
+FIXED = "cannot change once the job has left Pending and Queued"
+QUEUED_JOB = labelled(job(), {c.LABEL_QUEUE_NAME: "team-queue"})
+TRANSITIONS: list[Transition] = [
+    *(
+        Transition(
+            f"{field}-of-a-{phase.lower()}-job",
+            stored(phase),
+            edited(stored(phase), **{field: value}),
+            "spec." + field if phase not in ("Pending", "Queued") else None,
+            FIXED if phase not in ("Pending", "Queued") else "",
+        )
+        for phase in ("Running", "Provisioning", "Suspended", "Pending", "Queued")
+        for field, value in (
+            ("tpu", {"type": "v5e", "topology": "2x4"}),
+            ("capacity", {"mode": "spot"}),
+            ("nodePool", {"policy": "existing"}),
+        )
+    ),
+    Transition(
+        "tpu-of-a-job-no-pass-has-written",
+        stored(None),
+        edited(stored(None), tpu={"type": "v6e", "topology": "2x2"}),
+    ),
+    # What may change while it runs: its suspension, its run policy's limits, its other labels.
+    Transition(
+        "suspend-a-running-job", stored("Running"), edited(stored("Running"), runPolicy={"suspend": True})
+    ),
+    Transition(
+        "labels-of-a-running-job", stored("Running"), labelled(edited(stored("Running")), {"team": "b"})
+    ),
+    # The queue label: the operator's alone to hold (CEL cannot read labels).
+    Transition(
+        "queue-label-removed-from-a-running-job",
+        stored("Running", QUEUED_JOB),
+        labelled(edited(stored("Running", QUEUED_JOB)), {}),
+        f"metadata.labels['{c.LABEL_QUEUE_NAME}']",
+        FIXED,
+        cel=False,
+    ),
+    Transition(
+        "queue-label-changed-on-a-running-job",
+        stored("Running", QUEUED_JOB),
+        labelled(edited(stored("Running", QUEUED_JOB)), {c.LABEL_QUEUE_NAME: "other-queue"}),
+        f"metadata.labels['{c.LABEL_QUEUE_NAME}']",
+        FIXED,
+        cel=False,
+    ),
+    Transition(
+        "queue-label-added-to-a-running-job",
+        stored("Running"),
+        labelled(edited(stored("Running")), {c.LABEL_QUEUE_NAME: "team-queue"}),
+        f"metadata.labels['{c.LABEL_QUEUE_NAME}']",
+        FIXED,
+        cel=False,
+    ),
+    Transition(
+        "queue-label-of-a-queued-job",
+        stored("Queued", QUEUED_JOB),
+        labelled(edited(stored("Queued", QUEUED_JOB)), {c.LABEL_QUEUE_NAME: "other-queue"}),
+        cel=False,
+    ),
+]

@@ -35,7 +35,7 @@ import pydantic
 import pytest
 import yaml
 
-from tests.apply_cases import ACCEPTED, REFUSED, Case
+from tests.apply_cases import ACCEPTED, REFUSED, TRANSITIONS, Case
 from tests.manifests import base_job
 from tpujob import tpu as catalog
 from tpujob.api import InvalidTPUJob, TPUJob, parse_tpujob
@@ -273,6 +273,10 @@ def rules_tripped() -> dict[tuple[str, str], list[str]]:
     for case in REFUSED:
         for key in all_refusals(case.manifest):
             tripped[key].append(case.name)
+    for edit in TRANSITIONS:
+        for rule in RULES:
+            if edit.refused_at and rule.transition and refusals(rule, edit.new, edit.old):
+                tripped[rule.key].append(edit.name)
     return tripped
 
 
@@ -348,6 +352,18 @@ def test_refused_cases_are_refused_at_their_field_with_their_words(case: Case):
         return
     assert {path for path, _ in found} == {case.refused_at}, found
     assert all(case.message_part in message for _, message in found), found
+
+
+CEL_TRANSITIONS = [edit for edit in TRANSITIONS if edit.cel]
+
+
+@pytest.mark.parametrize("edit", CEL_TRANSITIONS, ids=[edit.name for edit in CEL_TRANSITIONS])
+def test_the_transition_rules_give_each_edits_verdict_at_its_field(edit):
+    """An update runs every rule on the new object with oldSelf the stored one (the status of a spec update
+    is the stored status: the status subresource keeps it)."""
+    found = [refusal for rule in RULES for refusal in refusals(rule, edit.new, edit.old)]
+    assert {path for path, _ in found} == ({edit.refused_at} if edit.refused_at else set()), found
+    assert all(edit.message_part in message for _, message in found), found
 
 
 # --- The catalog's rules say what the catalog says --------------------------------------------------

@@ -15,10 +15,10 @@ from tpujob.api import constants as c
 from tpujob.api import messages as m
 from tpujob.api.base import ApiModel
 from tpujob.api.cel import rules_for
-from tpujob.api.cel_text import INVALID, CelRule, cel_format, lit
+from tpujob.api.cel_text import FORBIDDEN, INVALID, CelRule, cel_format, lit
 from tpujob.api.job import MAX_JOB_NAME_LENGTH
 from tpujob.api.spec import TPUJobSpec
-from tpujob.api.status import TPUJobStatus
+from tpujob.api.status import Phase, TPUJobStatus
 
 _DROPPED_KEYS = {"title"}
 
@@ -132,9 +132,29 @@ def openapi_schema() -> dict[str, Any]:
                 ),
                 field_path=".metadata.name",
                 reason=INVALID,
-            ).to_schema()
+            ).to_schema(),
+            *(rule.to_schema() for rule in shape_rules()),
         ],
     }
+
+
+def shape_rules() -> tuple[CelRule, ...]:
+    """A running job's shape is fixed (status/shape.py): transition rules on the object (they read the
+    stored status), one per field so the refusal names it. Open while the job has no phase, or is Pending
+    or Queued (Kueue evicted it: it holds nothing). The queue label is the operator's to hold: CEL cannot
+    read labels."""
+    open_phases = ", ".join(lit(str(phase)) for phase in (Phase.PENDING, Phase.QUEUED))
+    is_open = f"!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase in [{open_phases}]"
+    return tuple(
+        CelRule(
+            rule=f"{is_open} || (has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+            f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field}))",
+            message=m.SHAPE_FIXED,
+            field_path=f".spec.{field}",
+            reason=FORBIDDEN,
+        )
+        for field in ("tpu", "capacity", "nodePool")
+    )
 
 
 # `kubectl get tpujob` (the category, which kubectl expands before it reads resource names) lists this

@@ -10,6 +10,10 @@ from collections.abc import Sequence
 from typing import Final
 
 # metadata
+SHAPE_FIXED: Final = (
+    "cannot change once the job has left Pending and Queued (it holds TPUs of the shape it was admitted "
+    "with): put it back, or delete the job and create it anew"
+)
 NAME_TOO_LONG: Final = (
     "'{name}' is longer than {max} characters; pod hostnames add a suffix and must fit in a 63-character DNS "
     "label"

@@ -44,6 +44,9 @@ class Reason(enum.StrEnum):
     WORKER_FAILED = "WorkerFailed"  # application: counts against maxRestarts
     FAILED_BY_POLICY = "FailedByPolicy"  # a failurePolicy rule (FailJob) ended the job at once
     IGNORED_BY_POLICY = "IgnoredByPolicy"  # a failurePolicy rule (Ignore): restarts, does not count
+    # An edit of a running job's spec.tpu, spec.capacity, spec.nodePool or queue label: refused, the job runs
+    # as admitted (status/shape.py).
+    SHAPE_CHANGE_REFUSED = "ShapeChangeRefused"
     PREEMPTED = "Preempted"  # infrastructure: spot reclaim, maintenance, node shutdown
     NODE_LOST = "NodeLost"  # infrastructure: the pod vanished with its node
     POOL_LOST = "NodePoolLost"  # infrastructure: GKE lost or broke the slice's pool
@@ -334,6 +337,19 @@ class TPUJobStatus(ApiModel):
         default_factory=dict, max_length=MAX_STATUS_ENTRIES, description="Restarts per reason."
     )
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
+    admitted_shape: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="What the job holds (spec.tpu, spec.capacity, spec.nodePool) and its queue label as it "
+        "was admitted, recorded by the operator when the job first holds TPUs: a running job follows it, "
+        "never an edit (JSON).",
+    )
+    shape_change_refused: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="The edits of a running job's shape the operator refuses (each field named); the job "
+        "keeps running as it was admitted.",
+    )
     rapid_restarts: int = Field(
         default=0,
         ge=0,

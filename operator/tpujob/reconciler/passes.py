@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -190,11 +191,14 @@ class Reconciler:
             )
             if too_large := size_problems(job, self.settings.max_hosts_per_job):
                 raise InvalidTPUJob(too_large)
+            job, shape_refused = s.as_admitted(job)  # a running job's shape is the admitted one
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)
             decision = s.decide_invalid(observed)
         else:
             observed = self.observer.observe(job, pods, service_exists, now, workloads, network_policy_seen)
+            if shape_refused:
+                observed = dataclasses.replace(observed, shape_refused=tuple(map(str, shape_refused)))
             decision = s.decide(observed)
         if (
             decision.creates

@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import ConditionType, Phase, Reason, TransitionReason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress, queue, recovery, tenancy
+from tpujob.status import failures, progress, queue, recovery, shape, tenancy
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -54,6 +54,7 @@ def decide(observed: Observed) -> Decision:
 
 def _decide(b: Builder) -> None:
     status = b.status
+    _say_shape_refused(b)
     if status.phase in TERMINAL_PHASES and status.reason != Reason.INVALID_SPEC:
         _finished(b)
         return
@@ -69,11 +70,14 @@ def _decide(b: Builder) -> None:
         b.condition(ConditionType.SUSPENDED, False, TransitionReason.RESUMED, "the job was resumed")
     if not queue.admitted(b):
         # Kueue has not admitted the job: nothing of it runs, and its clocks (activeDeadlineSeconds) start
-        # when it is admitted, as a suspended Job's do when it resumes.
+        # when it is admitted, as a suspended Job's do when it resumes. Its shape may change meanwhile.
         status.start_time = None
+        status.admitted_shape = None
         return
     if tenancy.over_limit(b):  # its namespace's TPUJobs hold the chips its policy allows
         return
+    if status.phase in shape.OPEN_PHASES or not status.admitted_shape:
+        status.admitted_shape = shape.shape_of(b.job)  # from now on, what the job holds (status/shape.py)
     if status.start_time is None:
         status.start_time = timestamp(b.now)
         if status.phase is None:
@@ -90,6 +94,14 @@ def _decide(b: Builder) -> None:
     if not pools_ready(b):
         return
     _run_workers(b)
+
+
+def _say_shape_refused(b: Builder) -> None:
+    """An edit of a running job's shape, refused (the pass runs the job as admitted): said once per edit."""
+    refused = "; ".join(b.observed.shape_refused) or None
+    if refused is not None and refused != b.status.shape_change_refused:
+        b.event("Warning", Reason.SHAPE_CHANGE_REFUSED, refused)
+    b.status.shape_change_refused = refused
 
 
 def _finished(b: Builder) -> None:

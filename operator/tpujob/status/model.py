@@ -327,6 +327,8 @@ class Observed:
     # Seconds before refused pods may be asked again (the operator's backoff; 0: now).
     pods_refused_wait: float = 0.0
     restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
+    # Edits of a running job's shape that the pass refused (status/shape.py: the job is as admitted).
+    shape_refused: tuple[str, ...] = ()
     # Pools GKE is creating or deleting are looked at again this often (and refused creates asked again).
     poll_provisioning_seconds: float = DEFAULT_POLL_PROVISIONING_SECONDS
     # Pods Pending as unschedulable for this long show the scheduler's reason in the status.

@@ -14,10 +14,13 @@ from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.status.builder import Builder
 from tpujob.status.cost import chips_held, job_chips
 from tpujob.status.model import TERMINAL_PHASES
+from tpujob.status.shape import as_admitted
 
 
 def chips_counted(job: TPUJob) -> int:
-    """The chips `job` counts against its namespace's limit (see the module's note)."""
+    """The chips `job` counts against its namespace's limit (see the module's note): its admitted shape's,
+    whatever an edit says (status/shape.py)."""
+    job = as_admitted(job)[0]
     status = job.status or TPUJobStatus()
     if status.start_time is not None and status.phase not in (*TERMINAL_PHASES, Phase.SUSPENDED):
         return job_chips(job)
