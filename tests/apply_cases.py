@@ -572,6 +572,20 @@ REFUSED: list[Case] = [
         "spec.pod.labels",
         "tpujob.dev/* and app.kubernetes.io/managed-by are the operator's: it finds its pods by them",
     ),
+    # Sizes: what the API server stores, Kubernetes makes a pod of (a pod's annotations take 256 KiB at most)
+    # and Linux execs (one variable fits 128 KiB): refused at apply, not after the pools exist.
+    refused(
+        "annotation-of-300-kb",
+        pod(annotations={"note": "x" * 300_000}),
+        "spec.pod.annotations.note",
+        "3072",
+    ),
+    refused(
+        "env-value-longer-than-linux-takes",
+        trainer(env=[{"name": "BLOB", "value": "x" * 140_000}]),
+        "spec.trainer.env[0].value",
+        "130814",
+    ),
     refused(
         "reserved-annotation",
         pod(annotations={"tpujob.dev/note": "x"}),

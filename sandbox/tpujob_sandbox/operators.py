@@ -38,11 +38,16 @@ OPERATOR_ACCOUNT = "tpujob-operator"
 RESYNC_SECONDS = 2.0
 # The namespace whose TPUJobs may hold 4 chips at once on the test bed (tests/e2e/test_tenancy.py).
 CHIP_LIMITED_NAMESPACE = "tenancy-chip-limit"
+# The namespace whose TPUJobs run only through Kueue (requireQueue; tests/e2e/test_kueue.py).
+QUEUE_REQUIRED_NAMESPACE = "tenancy-queue-required"
 # The test bed's tenancy policy: the defaults, but a startupTimeoutSeconds floor of 1 s (the startup tests
-# wait seconds, not the default floor's minute), and one namespace with a chip limit.
+# wait seconds, not the default floor's minute), a namespace with a chip limit and one that needs a queue.
 TENANCY_POLICY = {
     "defaults": {"minStartupTimeoutSeconds": 1},
-    "namespaces": {CHIP_LIMITED_NAMESPACE: {"maxChips": 4}},
+    "namespaces": {
+        CHIP_LIMITED_NAMESPACE: {"maxChips": 4},
+        QUEUE_REQUIRED_NAMESPACE: {"requireQueue": True},
+    },
 }
 
 

@@ -21,6 +21,7 @@ from tests.e2e.kubectl_cli import Kubectl
 from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob.api.crd import crd
+from tpujob.api.messages import SHAPE_FIXED
 from tpujob_sandbox import wait_for
 from tpujob_sandbox.operators import install_crd
 
@@ -176,3 +177,27 @@ def test_kubectl_refuses_a_bad_job_naming_the_field_and_the_fix(kubectl, namespa
     result = kubectl.run("apply", "-n", namespace, "-f", str(path))
     assert result.returncode != 0
     assert re.search(r"spec\.tpu\.topology: Invalid value: .*v5e", result.stderr), result.stderr
+
+
+def test_a_running_jobs_shape_is_refused_at_apply_and_its_other_fields_still_change(jobs, kubelet):
+    """The CRD's transition rules on the 1.36 server: once the job has left Pending and Queued, spec.tpu,
+    spec.capacity and spec.nodePool cannot change, each refusal naming its field; a label, or the run
+    policy's suspend, still can (tests/apply_cases.py TRANSITIONS are the same verdicts without a server)."""
+    jobs.create(plain_job("running"))
+    (pod,) = jobs.wait_pods_running("running", 1)
+    for field, value in (
+        ("tpu", {"type": "v5e", "topology": "2x4"}),
+        ("capacity", {"mode": "spot"}),
+        ("nodePool", {"policy": "existing"}),
+    ):
+        with pytest.raises(k8s.ApiException) as refused:
+            jobs.custom.patch_namespaced_custom_object(
+                c.GROUP, c.VERSION, jobs.namespace, c.PLURAL, "running", {"spec": {field: value}}
+            )
+        assert refused.value.status == 422, refused.value.body
+        assert f"spec.{field}" in refused.value.body and SHAPE_FIXED in refused.value.body
+    jobs.custom.patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, jobs.namespace, c.PLURAL, "running", {"metadata": {"labels": {"team": "b"}}}
+    )
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("running", "Succeeded")

@@ -286,3 +286,94 @@ def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     status = jobs.wait_phase("slow", "Succeeded", timeout=60)
     assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] >= 1
+
+
+@pytest.fixture
+def queue_required(sandbox, core, operator, gke):
+    """The namespace whose TPUJobs run only through Kueue (the test bed's tenancy policy: requireQueue)."""
+    from tests.e2e.test_tenancy import make_namespace, tear_down
+    from tpujob_sandbox.jobs import Jobs
+    from tpujob_sandbox.operators import QUEUE_REQUIRED_NAMESPACE
+
+    make_namespace(core, QUEUE_REQUIRED_NAMESPACE)
+    handle = Jobs(sandbox, QUEUE_REQUIRED_NAMESPACE)
+    yield handle
+    tear_down(handle, core)
+    wait_for(
+        lambda: QUEUE_REQUIRED_NAMESPACE not in [n.metadata.name for n in core.list_namespace().items],
+        timeout=60,
+        what=f"namespace {QUEUE_REQUIRED_NAMESPACE} to be gone",
+    )
+
+
+def test_a_namespace_that_requires_a_queue_holds_an_unlabelled_job_until_it_is_labelled(
+    queue_required, gke, kubelet, kueue
+):
+    """requireQueue (Kueue's manageJobsWithoutQueueName): no job of the namespace runs around Kueue. An
+    unlabelled job waits, holding nothing, saying which label it needs; labelled, Kueue admits it."""
+    jobs = queue_required
+    jobs.create(plain_job("around", tpu=V5E_2X2))
+    held = wait_for(
+        lambda: (s := jobs.status("around")).get("reason") == "QueueRequired" and s,
+        timeout=30,
+        what="the unlabelled job to wait for a queue label",
+        last_state=lambda: jobs.status("around"),
+    )
+    assert held["phase"] == "Queued" and c.LABEL_QUEUE_NAME in held["message"]
+    assert pools_of(gke, "around") == [] and jobs.pods("around") == []
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    jobs.custom.patch_namespaced_custom_object(
+        c.GROUP,
+        c.VERSION,
+        jobs.namespace,
+        c.PLURAL,
+        "around",
+        {"metadata": {"labels": {c.LABEL_QUEUE_NAME: queue}}},
+    )
+    (pod,) = jobs.wait_pods_running("around", 1, timeout=90)
+    assert jobs.status("around")["queue"]["name"] == queue
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("around", "Succeeded", timeout=60)
+
+
+def test_removing_the_queue_label_of_an_admitted_job_is_refused_and_its_workload_still_followed(
+    jobs, gke, kubelet, kueue
+):
+    """A running job cannot step out of its queue: the label removed, the operator names the refused edit
+    and keeps following the job's Workload (it stays admitted, holding its quota, and finishes)."""
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    with jobs.recording_job("stays") as history:
+        jobs.create(queued(plain_job("stays", tpu=V5E_2X2), queue))
+        (pod,) = jobs.wait_pods_running("stays", 1, timeout=60)
+        workload = workload_of(jobs, kueue, "stays")["metadata"]["name"]
+        jobs.custom.patch_namespaced_custom_object(
+            c.GROUP,
+            c.VERSION,
+            jobs.namespace,
+            c.PLURAL,
+            "stays",
+            {"metadata": {"labels": {c.LABEL_QUEUE_NAME: None}}},
+        )
+        refused = wait_for(
+            lambda: (s := jobs.status("stays")).get("shapeChangeRefused") and s,
+            timeout=30,
+            what="the refused label removal in the status",
+            last_state=lambda: jobs.status("stays"),
+        )
+        assert f"metadata.labels['{c.LABEL_QUEUE_NAME}']" in refused["shapeChangeRefused"]
+        assert f"admitted with LocalQueue {queue}" in refused["shapeChangeRefused"]
+        wait_for(
+            lambda: [e for e in jobs.events("stays") if e.reason == "ShapeChangeRefused"],
+            timeout=30,
+            what="the ShapeChangeRefused Event",
+        )
+        kubelet.succeed(jobs.namespace, pod.metadata.name)
+        jobs.wait_phase("stays", "Succeeded", timeout=60)
+    # The Workload it was admitted with is the one told the job finished (no new Workload, no second pool).
+    kueue.wait_condition(jobs.namespace, workload, "Finished", reason="Succeeded")
+    assert len(pools_of(gke, "stays")) <= 1
+    assert all(
+        (state.get("queue") or {}).get("name") == queue for state in history.states() if state.get("queue")
+    )

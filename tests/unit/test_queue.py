@@ -303,3 +303,16 @@ def test_a_workload_create_counts_as_a_create_a_standby_confirms_first():
     """Reconciler.confirm_before_create reads the job before any create: a Workload is one."""
     decision = step(queued_job(), s.QueueView(QUEUE, priority=PriorityFact()))
     assert decision.workload.create and decision.creates
+
+
+def test_a_namespace_that_requires_a_queue_holds_an_unlabelled_job_before_it_holds_anything():
+    """Tenancy requireQueue (Kueue's manageJobsWithoutQueueName): a job without the queue label waits as
+    Queued, saying which label to add; nothing is asked of GKE. A job that runs already is not stopped."""
+    job = parse_tpujob(base_job())
+    held = s.decide(s.Observed(job=job, now=NOW, queue_required=True))
+    assert (held.status.phase, held.status.reason) == (Phase.QUEUED, Reason.QUEUE_REQUIRED)
+    assert c.LABEL_QUEUE_NAME in held.status.message and not held.create_pools
+    running_job = advance(job, s.decide(s.Observed(job=job, now=NOW)))
+    assert running_job.status.phase == Phase.PROVISIONING
+    still = s.decide(s.Observed(job=running_job, now=NOW, queue_required=True))
+    assert still.status.reason != Reason.QUEUE_REQUIRED

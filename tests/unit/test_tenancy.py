@@ -137,6 +137,17 @@ ESCALATIONS: list[tuple[str, dict[str, Any], str, str, Any]] = [
         ["system-cluster-critical"],
     ),
     (
+        # Kueue's WorkloadPriorityClass: its Workload's priority, and so whom it may preempt.
+        "workload-priority-class-not-listed",
+        {
+            **base_job(),
+            "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/priority-class": "production-critical"}},
+        },
+        "metadata.labels['kueue.x-k8s.io/priority-class']",
+        "priorityClasses",
+        ["production-critical"],
+    ),
+    (
         "startup-timeout-above-cap",
         base_job(runPolicy={"startupTimeoutSeconds": 86400}),
         "spec.runPolicy.startupTimeoutSeconds",
@@ -163,6 +174,7 @@ STRICTER = {
     "existing-pools": {"existingPools": False},
     "reservation-not-listed": {"reservations": ["team-a-reservation"]},
     "priority-class-not-listed": {"priorityClasses": ["team-a-high"]},
+    "workload-priority-class-not-listed": {"priorityClasses": ["team-a-high"]},
     "more-chips-than-the-namespace-may-hold": {"maxChips": 16},
 }
 IDS = [row[0] for row in ESCALATIONS]

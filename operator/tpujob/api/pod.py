@@ -58,7 +58,15 @@ MAX_CAPABILITIES = 64
 MAX_CAPABILITY_LENGTH = 64
 MAX_RESOURCES = 16
 MAX_LABELS = 64
-MAX_ANNOTATIONS = 128
+# A pod's annotations may take 256 KiB in all, keys and values (apimachinery ValidateAnnotationsSize,
+# TotalAnnotationSizeLimitB): 64 of at most 317-byte keys (a 253-byte prefix, '/', a 63-byte name) and
+# 3 KiB values take at most 217 KB, so a job the API server stores never makes a pod it refuses after its
+# pools exist. A 300 KB annotation is refused at apply, naming it.
+MAX_ANNOTATIONS = 64
+MAX_ANNOTATION_VALUE = 3072
+# One variable as exec passes it ("NAME=value" and its NUL) must fit Linux's MAX_ARG_STRLEN (131072 bytes,
+# validation.py): a longer one makes the container fail to start, after the pools exist.
+MAX_ENV_VALUE = 131072 - 256 - 2
 MAX_NODE_SELECTOR = 32
 MAX_TOLERATIONS = 32
 MAX_PULL_SECRETS = 32
@@ -141,7 +149,12 @@ class EnvVar(ApiModel):
     """An environment variable: a value, or valueFrom (not both)."""
 
     name: str = Field(pattern=ENV_NAME_PATTERN, max_length=256, description="Variable name.")
-    value: str | None = Field(default=None, description="Variable value; neither value nor valueFrom: empty.")
+    value: str | None = Field(
+        default=None,
+        max_length=MAX_ENV_VALUE,
+        description="Variable value; neither value nor valueFrom: empty. At most 130,814 characters (with its "
+        "name, Linux's 128 KiB limit on one variable).",
+    )
     value_from: EnvVarSource | None = Field(
         default=None, description="Take the value from a Secret, a ConfigMap, the pod or a resource."
     )
@@ -389,12 +402,13 @@ class WorkerPodSpec(ApiModel):
             f"At most {MAX_LABELS}."
         ),
     )
-    annotations: dict[str, str] = Field(
+    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]] = Field(
         default_factory=dict,
         max_length=MAX_ANNOTATIONS,
         description=(
             'Pod annotations, e.g. gke-gcsfuse/volumes: "true" (Cloud Storage FUSE volumes); tpujob.dev/* '
-            f"are the operator's. At most {MAX_ANNOTATIONS}."
+            f"are the operator's. At most {MAX_ANNOTATIONS}, each value at most {MAX_ANNOTATION_VALUE} "
+            "characters (a pod's annotations take at most 256 KiB)."
         ),
     )
     priority_class_name: str | None = Field(

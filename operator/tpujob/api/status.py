@@ -82,6 +82,7 @@ class Reason(enum.StrEnum):
     WORKLOAD_CREATED = "WorkloadCreated"
     ADMITTED = "Admitted"
     WORKLOAD_REPLACED = "WorkloadReplaced"  # spec.tpu changed: the Workload no longer describes the job
+    QUEUE_REQUIRED = "QueueRequired"  # its namespace runs TPUJobs only through Kueue (tenancy requireQueue)
     KUEUE_NOT_ENABLED = "KueueNotEnabled"  # labelled for a queue, but the operator runs without Kueue
     KUEUE_UNAVAILABLE = "KueueUnavailable"  # the Workload API cannot be read or written
     INVALID_FOR_KUEUE = "InvalidForKueue"  # a queued job Kueue's Workload cannot describe (over 18 slices)

@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tpujob import tpu
+from tpujob.api import constants as c
 from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, ApiModel, Problem
 from tpujob.api.job import TPUJob
 from tpujob.api.pod import Capabilities, ContainerSecurityContext, PodSecurityContext
@@ -108,8 +109,15 @@ class NamespacePolicy(ApiModel):
         Field(
             default=None,
             max_length=MAX_POLICY_LIST,
-            description="PriorityClasses spec.pod.priorityClassName may name. Unset: any; []: none.",
+            description="PriorityClasses spec.pod.priorityClassName, and WorkloadPriorityClasses the label "
+            "kueue.x-k8s.io/priority-class, may name. Unset: any; []: none.",
         )
+    )
+    require_queue: bool = Field(
+        default=False,
+        description="Run this namespace's TPUJobs only through Kueue: a job without the label "
+        "kueue.x-k8s.io/queue-name waits (Queued, reason QueueRequired) until it has one, as Kueue's "
+        "manageJobsWithoutQueueName does for its own integrations.",
     )
     min_startup_timeout_seconds: int = Field(
         default=DEFAULT_MIN_STARTUP_TIMEOUT_SECONDS,
@@ -265,13 +273,18 @@ def _placement_problems(job: TPUJob, policy: NamespacePolicy, fix: str) -> Itera
             f"reservation {reservation} is not one this namespace may consume; allowed: "
             f"{', '.join(policy.reservations) or 'none'}; name one of them, {fix}reservations",
         )
-    priority = spec.pod.priority_class_name
-    if priority and policy.priority_classes is not None and priority not in policy.priority_classes:
-        yield Problem(
-            "spec.pod.priorityClassName",
-            f"PriorityClass {priority} is not allowed in this namespace; allowed: "
-            f"{', '.join(policy.priority_classes) or 'none'}; use one of them, {fix}priorityClasses",
-        )
+    labels = job.metadata.labels or {}
+    for path, priority in (
+        ("spec.pod.priorityClassName", spec.pod.priority_class_name),
+        # Kueue's WorkloadPriorityClass: the Workload (and its preemptions) take it before the pods' own.
+        (f"metadata.labels['{c.LABEL_PRIORITY_CLASS}']", labels.get(c.LABEL_PRIORITY_CLASS)),
+    ):
+        if priority and policy.priority_classes is not None and priority not in policy.priority_classes:
+            yield Problem(
+                path,
+                f"PriorityClass {priority} is not allowed in this namespace; allowed: "
+                f"{', '.join(policy.priority_classes) or 'none'}; use one of them, {fix}priorityClasses",
+            )
     yield from _startup_timeout_problems(job, policy, fix)
     if policy.max_chips is not None:
         try:

@@ -198,6 +198,7 @@ class Observer:
         """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them);
         `network_policy_seen`: the NetworkPolicy watch shows one owned by the job."""
         uid = job.metadata.uid or ""
+        policy = self.settings.tenancy.for_namespace(job.metadata.namespace or "default")
         pods = self.volume_problems(job, pods, now)
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
         in_flight = self.memory.pods_in_flight(uid, pods)
@@ -231,8 +232,11 @@ class Observer:
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
             queue=self.kueue.view(job, workloads, self.kueue_problem),
+            queue_required=policy.require_queue,
         )
-        if observed.queue is None and (budget := self.chip_budget(job, pods)):
+        # A job Kueue admits is the queue's to count; one its namespace holds for a queue label is nobody's.
+        unqueued = observed.queue is None and not observed.queue_required
+        if unqueued and (budget := self.chip_budget(job, pods)):
             observed = dataclasses.replace(observed, chips=budget)
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))

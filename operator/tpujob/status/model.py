@@ -327,6 +327,8 @@ class Observed:
     # Seconds before refused pods may be asked again (the operator's backoff; 0: now).
     pods_refused_wait: float = 0.0
     restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
+    # The namespace's tenancy policy runs its TPUJobs only through Kueue (requireQueue).
+    queue_required: bool = False
     # Edits of a running job's shape that the pass refused (status/shape.py: the job is as admitted).
     shape_refused: tuple[str, ...] = ()
     # Pools GKE is creating or deleting are looked at again this often (and refused creates asked again).

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from tpujob.api.constants import KUEUE_FINALIZER
+from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
 from tpujob.render.workload import MAX_POD_SETS, pod_set_name
@@ -51,9 +51,18 @@ GKE_OWN_LABEL_PREFIXES = ("cloud.google.com/", "kubernetes.io/", "node.kubernete
 
 
 def admitted(b: Builder) -> bool:
-    """Whether the job may hold TPUs in this pass. A job without the queue label always may; a queued one
-    only while Kueue admits its Workload, else everything of it is released (and its status says why)."""
+    """Whether the job may hold TPUs in this pass. A job without the queue label may, unless its namespace
+    requires a queue and it has not started; a queued one only while Kueue admits its Workload, else
+    everything of it is released (and its status says why)."""
     queue = b.observed.queue
+    if queue is None and b.observed.queue_required and b.status.phase in (None, Phase.PENDING, Phase.QUEUED):
+        _hold(
+            b,
+            Reason.QUEUE_REQUIRED,
+            f"namespace {b.job.metadata.namespace} runs TPUJobs only through Kueue (its tenancy policy's "
+            f"requireQueue): label the job {LABEL_QUEUE_NAME}: <a LocalQueue of the namespace>",
+        )
+        return False
     if queue is None:
         return True
     record = b.status.queue or QueueStatus(name=queue.name)
