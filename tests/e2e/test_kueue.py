@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from tests.e2e.test_tenancy import policy_namespace
 from tests.manifests import base_job, plain_job
 from tests.workloads import EXAMPLES, example_workload
 from tpujob.api import constants as c
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.render.workload import workload_name_of
 from tpujob_sandbox import log_tail, wait_for
+from tpujob_sandbox.operators import QUEUE_REQUIRED_NAMESPACE
 
 V5E_2X2 = {"type": "v5e", "topology": "2x2"}  # one host, 4 chips
 V5P_2X2X4 = {"type": "v5p", "topology": "2x2x4"}  # four hosts of 4 chips
@@ -291,19 +293,7 @@ def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted
 @pytest.fixture
 def queue_required(sandbox, core, operator, gke):
     """The namespace whose TPUJobs run only through Kueue (the test bed's tenancy policy: requireQueue)."""
-    from tests.e2e.test_tenancy import make_namespace, tear_down
-    from tpujob_sandbox.jobs import Jobs
-    from tpujob_sandbox.operators import QUEUE_REQUIRED_NAMESPACE
-
-    make_namespace(core, QUEUE_REQUIRED_NAMESPACE)
-    handle = Jobs(sandbox, QUEUE_REQUIRED_NAMESPACE)
-    yield handle
-    tear_down(handle, core)
-    wait_for(
-        lambda: QUEUE_REQUIRED_NAMESPACE not in [n.metadata.name for n in core.list_namespace().items],
-        timeout=60,
-        what=f"namespace {QUEUE_REQUIRED_NAMESPACE} to be gone",
-    )
+    yield from policy_namespace(sandbox, core, QUEUE_REQUIRED_NAMESPACE)
 
 
 def test_a_namespace_that_requires_a_queue_holds_an_unlabelled_job_until_it_is_labelled(

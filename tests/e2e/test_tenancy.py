@@ -54,18 +54,24 @@ def team_a(sandbox, core, operator, gke, request) -> Iterator[Jobs]:
     tear_down(handle, core)
 
 
-@pytest.fixture
-def limited(sandbox, core, operator, gke) -> Iterator[Jobs]:
-    """The namespace whose jobs may hold 4 chips at once (the test bed's tenancy policy)."""
-    make_namespace(core, CHIP_LIMITED_NAMESPACE)
-    handle = Jobs(sandbox, CHIP_LIMITED_NAMESPACE)
+def policy_namespace(sandbox: Any, core: k8s.CoreV1Api, name: str) -> Iterator[Jobs]:
+    """A namespace the test bed's tenancy policy names (its name is fixed), made for one test and gone
+    after it, so the next test that needs it makes it anew."""
+    make_namespace(core, name)
+    handle = Jobs(sandbox, name)
     yield handle
     tear_down(handle, core)
     wait_for(
-        lambda: CHIP_LIMITED_NAMESPACE not in [n.metadata.name for n in core.list_namespace().items],
+        lambda: name not in [n.metadata.name for n in core.list_namespace().items],
         timeout=60,
-        what=f"namespace {CHIP_LIMITED_NAMESPACE} to be gone",
+        what=f"namespace {name} to be gone",
     )
+
+
+@pytest.fixture
+def limited(sandbox, core, operator, gke) -> Iterator[Jobs]:
+    """The namespace whose jobs may hold 4 chips at once (the test bed's tenancy policy)."""
+    yield from policy_namespace(sandbox, core, CHIP_LIMITED_NAMESPACE)
 
 
 def refused_at(handle: Jobs, manifest: dict[str, Any], path: str) -> str:

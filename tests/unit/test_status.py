@@ -150,6 +150,27 @@ def test_application_restart_backoff_doubles_and_preemption_does_not_wait():
     assert step(preempted, pools=ready_pools(job), service_exists=True).create_pods == [(0, 0)]
 
 
+def lose_a_worker(job, now):
+    """The job's workers run, then one vanishes (a lost node, a deleted pod): the job restarting."""
+    running = step(
+        job,
+        pools=ready_pools(job),
+        service_exists=True,
+        pods=pods(job, job.status.attempt, "Running"),
+        now=now,
+    )
+    job = advance(job, running)
+    lost = step(
+        job,
+        pools=ready_pools(job),
+        service_exists=True,
+        pods=pods(job, job.status.attempt, "Running", n=3),
+        now=now,
+    )
+    assert lost.status.reason == Reason.NODE_LOST and lost.status.application_restarts == 0
+    return advance(job, lost)
+
+
 def test_uncounted_restarts_in_a_row_back_off_and_a_quiet_spell_forgets_them():
     """A tenant who deletes its own pods again and again: each deletion is a lost node to the operator (an
     uncounted restart), which once meant N deletes and N creates at once, every time, on the shared API
@@ -160,50 +181,16 @@ def test_uncounted_restarts_in_a_row_back_off_and_a_quiet_spell_forgets_them():
     now = NOW
     waits = []
     for _ in range(4):
-        job = advance(
-            job,
-            step(
-                job,
-                pools=ready_pools(job),
-                service_exists=True,
-                pods=pods(job, job.status.attempt, "Running"),
-                now=now,
-            ),
-        )
-        lost = step(
-            job,
-            pools=ready_pools(job),
-            service_exists=True,
-            pods=pods(job, job.status.attempt, "Running", n=3),
-            now=now,
-        )
-        assert lost.status.reason == Reason.NODE_LOST and lost.status.application_restarts == 0
-        job = advance(job, lost)
+        job = lose_a_worker(job, now)
         now += dt.timedelta(seconds=1)
         again = step(job, pools=ready_pools(job), service_exists=True, now=now)
         waits.append(0 if again.create_pods else again.requeue_after)
     assert waits == [0, 9, 19, 39]
     assert job.status.rapid_restarts == 3
     later = now + dt.timedelta(seconds=601)
-    job = advance(
-        job,
-        step(
-            job,
-            pools=ready_pools(job),
-            service_exists=True,
-            pods=pods(job, job.status.attempt, "Running"),
-            now=later,
-        ),
-    )
-    lost = step(
-        job,
-        pools=ready_pools(job),
-        service_exists=True,
-        pods=pods(job, job.status.attempt, "Running", n=3),
-        now=later,
-    )
-    assert lost.status.rapid_restarts == 0
-    assert step(advance(job, lost), pools=ready_pools(job), service_exists=True, now=later).create_pods
+    job = lose_a_worker(job, later)
+    assert job.status.rapid_restarts == 0
+    assert step(job, pools=ready_pools(job), service_exists=True, now=later).create_pods
 
 
 @pytest.mark.parametrize(
