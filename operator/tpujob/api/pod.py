@@ -152,8 +152,8 @@ class EnvVar(ApiModel):
     value: str | None = Field(
         default=None,
         max_length=MAX_ENV_VALUE,
-        description="Variable value; neither value nor valueFrom: empty. At most 130,814 characters (with its "
-        "name, Linux's 128 KiB limit on one variable).",
+        description="Variable value; neither value nor valueFrom: empty. At most 130,814 characters (with "
+        "its name, Linux's 128 KiB limit on one variable).",
     )
     value_from: EnvVarSource | None = Field(
         default=None, description="Take the value from a Secret, a ConfigMap, the pod or a resource."
