@@ -11,11 +11,13 @@ from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.api.status import Phase, Reason
+from tpujob.reconciler.kueue import workload_view
 from tpujob.render import naming
 from tpujob.render.cluster import Cluster
 from tpujob.render.plan import pod
 from tpujob.render.pools import node_pool
 from tpujob.render.workload import PriorityFact
+from tpujob.render.workload import workload as render_workload
 
 NOW = dt.datetime(2026, 11, 27, 12, 0, 0, tzinfo=dt.UTC)
 EARLIER = "2026-11-27T11:59:00Z"
@@ -316,3 +318,18 @@ def test_a_namespace_that_requires_a_queue_holds_an_unlabelled_job_before_it_hol
     assert running_job.status.phase == Phase.PROVISIONING
     still = s.decide(s.Observed(job=running_job, now=NOW, queue_required=True))
     assert still.status.reason != Reason.QUEUE_REQUIRED
+
+
+def test_a_workload_admitted_for_another_tpu_with_the_same_counts_is_replaced():
+    """Names and counts are not enough: an admitted v5e 4-chip Workload never runs a v6e 8-chip job (one host
+    each). The Workload's pod sets are read from its own templates, as the watch gives them."""
+    v5e = queued_job(tpu={"type": "v5e", "topology": "2x2"})
+    v6e = queued_job(tpu={"type": "v6e", "topology": "2x4", "machineType": "ct6e-standard-8t"})
+    made_for_v5e = workload_view(render_workload(v5e, Cluster(), PriorityFact()))
+    assert made_for_v5e.pod_sets == (("slice-0", 1),) and made_for_v5e.pod_set_tpus
+    admitted = dataclasses.replace(made_for_v5e, conditions=ADMITTED, admission=admission(flavor="v5e"))
+    replaced = step(v6e, s.QueueView(QUEUE, workload=admitted))
+    assert (replaced.status.phase, replaced.status.reason) == (Phase.QUEUED, Reason.WORKLOAD_REPLACED)
+    assert not replaced.create_pools
+    kept = step(v5e, s.QueueView(QUEUE, workload=admitted))
+    assert kept.status.reason != Reason.WORKLOAD_REPLACED

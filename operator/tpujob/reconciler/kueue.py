@@ -45,6 +45,10 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
         pod_sets=pod_sets,
+        pod_set_tpus=tuple(
+            render_workload.pod_set_tpu((p.get("template") or {}).get("spec"))
+            for p in spec.get("podSets") or ()
+        ),
     )
 
 

@@ -54,6 +54,28 @@ def queue_name(job: TPUJob) -> str | None:
     return (job.metadata.labels or {}).get(c.LABEL_QUEUE_NAME) or None
 
 
+def job_pod_set_tpu(job: TPUJob) -> str:
+    """What TPU each pod of the job's pod sets asks for, in pod_set_tpu's words."""
+    shape = slice_shape(job)
+    return f"{shape.generation.accelerator} {shape.topology} {shape.chips_per_host}"
+
+
+def pod_set_tpu(template_spec: Any) -> str:
+    """What TPU a Workload's pod set asks for, as its template says: the TPU node selector and the chips of
+    its containers' limits. A Workload is not only the operator's to write: whatever is not a map reads as
+    nothing, never raises."""
+    spec: dict[str, Any] = template_spec if isinstance(template_spec, dict) else {}
+    selector: dict[str, Any] = spec["nodeSelector"] if isinstance(spec.get("nodeSelector"), dict) else {}
+    containers: list[Any] = spec["containers"] if isinstance(spec.get("containers"), list) else []
+    chips = ""
+    for container in containers:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        limits = resources.get("limits") if isinstance(resources, dict) else None
+        if isinstance(limits, dict) and c.TPU_RESOURCE in limits:
+            chips = str(limits[c.TPU_RESOURCE])
+    return f"{selector.get(c.NODE_LABEL_ACCELERATOR, '')} {selector.get(c.NODE_LABEL_TOPOLOGY, '')} {chips}"
+
+
 def pod_set(job: TPUJob, cluster: Cluster, slice_index: int) -> dict[str, Any]:
     """One slice: its hosts, each a pod like its worker 0's (requests, node selectors, tolerations)."""
     worker = pod(job, cluster, slice_index, 0)

@@ -268,6 +268,8 @@ class WorkloadView:
     finalizers: tuple[str, ...] = ()
     generation: int = 0
     pod_sets: tuple[tuple[str, int], ...] = ()  # spec.podSets' (name, count)
+    # What TPU each pod set's template asks for (render.workload.pod_set_tpu); empty: not read.
+    pod_set_tpus: tuple[str, ...] = ()
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)

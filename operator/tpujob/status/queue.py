@@ -22,7 +22,7 @@ from typing import Any
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
-from tpujob.render.workload import MAX_POD_SETS, pod_set_name
+from tpujob.render.workload import MAX_POD_SETS, job_pod_set_tpu, pod_set_name
 from tpujob.status.builder import Builder, fail, known_pools, release
 from tpujob.status.model import (
     POOL_RELEASED_STATES,
@@ -98,7 +98,9 @@ def admitted(b: Builder) -> bool:
     if workload is None or workload.deleting:
         _no_workload(b, queue, workload)
         return False
-    if workload.pod_sets != pod_sets(b):
+    # Names and counts, and what TPU the pods ask for: an admitted v5e 4-chip Workload never runs v6e pools.
+    tpus = workload.pod_set_tpus
+    if workload.pod_sets != pod_sets(b) or (tpus and set(tpus) != {job_pod_set_tpu(b.job)}):
         _replace(b, workload)
         return False
     if workload.is_true(FINISHED):
