@@ -453,12 +453,20 @@ def test_queue_statuses_count_pending_reserving_and_admitted():
 # --- where the CRDs come from -----------------------------------------------------------------------------
 
 
-def test_the_crds_default_beside_the_repository_and_serve_v1beta2_only(monkeypatch):
+def test_the_crds_default_beside_the_repository(monkeypatch, tmp_path):
     from tpujob_sandbox.kueue import crds
 
+    assert crds.REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds" == crds.DEFAULT_KUEUE_CRDS
+    (tmp_path / "kueue.x-k8s.io_workloads.yaml").write_text("")
+    monkeypatch.setattr(crds, "DEFAULT_KUEUE_CRDS", tmp_path)  # a clone may have no ../shared
     monkeypatch.delenv(crds.ENV_KUEUE_CRDS, raising=False)
-    assert crds.crds_path() == crds.REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
-    definitions = crds.load_crds()
+    assert crds.crds_path() == tmp_path
+
+
+def test_the_crds_serve_v1beta2_only(kueue_crd_folder):
+    from tpujob_sandbox.kueue import crds
+
+    definitions = crds.load_crds(kueue_crd_folder)
     assert len(definitions) == 11
     assert all([v["name"] for v in d["spec"]["versions"] if v["served"]] == ["v1beta2"] for d in definitions)
 
@@ -468,6 +476,8 @@ def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_pat
 
     monkeypatch.setenv(crds.ENV_KUEUE_CRDS, str(tmp_path / "nowhere"))
     with pytest.raises(
-        crds.KueueCrdsMissing, match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2"
+        crds.KueueCrdsMissing,
+        match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2's config/components/crd/bases/"
+        r"\*\.yaml \(https://github\.com/kubernetes-sigs/kueue/tree/v0\.19\.2/config/components/crd/bases\)",
     ):
         crds.crds_path()
