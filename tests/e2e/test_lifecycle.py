@@ -177,7 +177,11 @@ def test_job_deleted_mid_provisioning_leaves_nothing(jobs, gke, core):
     jobs.delete("train")
     wait_for(lambda: jobs.gone("train"), timeout=60, what="the TPUJob to be deleted")
     assert not gke.node_pools()
-    assert not [n for n in core.list_node().items if "tj-train" in n.metadata.name]
+    wait_for(  # GKE removes a deleted pool's nodes after the pool (tests/e2e/test_crash.py finish)
+        lambda: not [n for n in core.list_node().items if "tj-train" in n.metadata.name],
+        timeout=30,
+        what="the TPU nodes to go",
+    )
     assert not jobs.pods("train")
     assert not core.list_namespaced_service(jobs.namespace).items
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -481,3 +484,26 @@ def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_pat
         r"\*\.yaml \(https://github\.com/kubernetes-sigs/kueue/tree/v0\.19\.2/config/components/crd/bases\)",
     ):
         crds.crds_path()
+
+
+@pytest.mark.slow  # a pytest process each (seconds: the test bed's plugin imports the Kubernetes client)
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("", "1 skipped"), ("true", "1 error")], ids=["a clone anywhere", "CI"]
+)
+def test_without_the_crds_a_test_is_skipped_naming_the_setting_but_fails_under_ci(tmp_path, ci, outcome):
+    """What a clone with no ../shared meets (one line naming TPUJOB_KUEUE_CRDS and Kueue's folder), and what
+    .ci/run (CI=true, where ../shared is beside the clone) meets instead: a failure, not a silent skip."""
+    (tmp_path / "test_needs_crds.py").write_text("def test_it(kueue_crd_folder):\n    pass\n")
+    env = {**os.environ, "CI": ci, "TPUJOB_KUEUE_CRDS": str(tmp_path / "nowhere")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert outcome in ran.stdout, ran.stdout + ran.stderr
+    (said,) = [line for line in ran.stdout.splitlines() if line.startswith(("SKIPPED", "ERROR"))]
+    assert "set TPUJOB_KUEUE_CRDS to a folder holding" in said, said
+    assert "github.com/kubernetes-sigs/kueue/tree/v0.19.2/config/components/crd/bases" in said, said
