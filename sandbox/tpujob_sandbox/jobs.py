@@ -104,11 +104,29 @@ class Jobs:
         )
 
     def events(self, name: str) -> list[Any]:
+        """The job's Events now. The operator posts them from a background queue after the pass that
+        decided them (and after its status write): a test waits for one (wait_events), never reads once."""
         return [
             e
             for e in self.core.list_namespaced_event(self.namespace).items
             if e.involved_object.kind == c.KIND and e.involved_object.name == name
         ]
+
+    def wait_events(self, name: str, reason: str, timeout: float = 30) -> list[Any]:
+        """The job's Events of `reason`, once there is one."""
+        return wait_for(
+            lambda: [e for e in self.events(name) if e.reason == reason],
+            timeout=timeout,
+            what=f"a {reason} Event of TPUJob {name}",
+            last_state=lambda: [(e.reason, e.message) for e in self.events(name)],
+        )
+
+    def events_through(self, name: str, reason: str, timeout: float = 30) -> list[Any]:
+        """Every Event of the job once one of `reason` is there. One poster posts an operator's Events in the
+        order its passes decided them, one at a time, so each Event decided before that one is in the list:
+        what a test that asserts an Event's absence reads (a wait cannot prove absence; a later Event can)."""
+        self.wait_events(name, reason, timeout)
+        return self.events(name)
 
 
 class Recording:

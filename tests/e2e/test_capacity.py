@@ -178,12 +178,26 @@ def test_a_stockout_in_the_first_zone_falls_back_to_the_second_with_no_pool_left
         what="the slice in zone 2",
     )
     assert pods
-    status = jobs.status("zones")
-    assert status["zone"] == "us-east5-b"
-    assert [p.locations for p in east.all().values()] == [["us-east5-b"]]  # nothing left in us-east5-a
-    fallbacks = [e for e in jobs.events("zones") if e.reason == "ZoneFallback"]
-    assert any(e.type == "Warning" and "Stockout in us-east5-a" in e.message for e in fallbacks), fallbacks
-    assert any("trying us-east5-b" in e.message for e in fallbacks)
+    wait_for(lambda: jobs.status("zones")["zone"] == "us-east5-b", timeout=30, what="zone 2 in the status")
+    wait_for(  # nothing left in us-east5-a
+        lambda: [p.locations for p in east.all().values()] == [["us-east5-b"]],
+        timeout=30,
+        what="the pool in us-east5-a to go",
+        last_state=lambda: [p.locations for p in east.all().values()],
+    )
+
+    def fallback_said() -> bool:
+        fallbacks = [e for e in jobs.events("zones") if e.reason == "ZoneFallback"]
+        return any(e.type == "Warning" and "Stockout in us-east5-a" in e.message for e in fallbacks) and any(
+            "trying us-east5-b" in e.message for e in fallbacks
+        )
+
+    wait_for(
+        fallback_said,
+        timeout=30,
+        what="the ZoneFallback Warning naming both zones",
+        last_state=lambda: [(e.reason, e.message) for e in jobs.events("zones")],
+    )
     for pod in pods:
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("zones", "Succeeded", timeout=60)
@@ -263,7 +277,14 @@ def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_
     assert status.get("applicationRestarts", 0) == 0
     wait_for(lambda: not jobs.pods("maint", attempt=0), timeout=60, what="the first attempt's pods to go")
     # The new pods avoid the nodes under notice: they wait until the hosts come back from maintenance.
-    assert all(p.status.phase == "Pending" for p in jobs.pods("maint", attempt=1))
+    pending = wait_for(
+        lambda: len(found := jobs.pods("maint", attempt=1)) == 2 and found,
+        timeout=30,
+        what="the second attempt's pods",
+    )
+    assert all(p.status.phase == "Pending" for p in pending), [
+        (p.metadata.name, p.status.phase) for p in pending
+    ]
     second = jobs.wait_pods_running("maint", 2, attempt=1, timeout=90)
     assert time.time() >= at
     assert {p.metadata.name for p in first}.isdisjoint(p.metadata.name for p in second)
@@ -312,10 +333,8 @@ def test_quota_with_two_zones_backs_off_in_its_zone_and_names_the_quota_to_raise
     zones = creates_in(gke)
     print(f"{len(zones)} creates in {time.monotonic() - shown:.1f} s of QuotaExceeded, all in {zones[0]}")
     assert all(z == ["us-east5-a"] for z in zones), zones  # nothing in the second zone
-    events = jobs.events("quota")
-    assert not [e for e in events if e.reason == "ZoneFallback"]
-    warnings = [e for e in events if e.reason == "QuotaExceeded"]
-    assert warnings and all(e.type == "Warning" for e in warnings)
+    warnings = jobs.wait_events("quota", "QuotaExceeded")
+    assert all(e.type == "Warning" for e in warnings)
     assert all(f"{metric} in region {FLEX_START_LOCATION}" in e.message for e in warnings)
 
     gke.set_quota(FLEX_START_LOCATION, "ct6e-standard-4t", None)  # the quota was raised
@@ -323,6 +342,10 @@ def test_quota_with_two_zones_backs_off_in_its_zone_and_names_the_quota_to_raise
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     assert jobs.wait_phase("quota", "Succeeded", timeout=60)["zone"] == "us-east5-a"
     assert all(z == ["us-east5-a"] for z in creates_in(gke))
+    # Never a fallback: every Event before the job's Succeeded one (posted in order) has none.
+    events = jobs.events_through("quota", "Succeeded")
+    assert not [e for e in events if e.reason == "ZoneFallback"]
+    assert all(e.type == "Warning" for e in events if e.reason == "QuotaExceeded")
 
 
 def test_a_flex_start_request_queued_past_the_fallback_time_keeps_its_place(
@@ -364,10 +387,11 @@ def test_a_flex_start_request_queued_past_the_fallback_time_keeps_its_place(
     )
     assert (gke.calls["CreateNodePool"], gke.calls.get("DeleteNodePool", 0)) == (1, 0)
     assert [p.locations for p in east.all().values()] == [["us-east5-a"]]
-    assert not [e for e in jobs.events("queued") if e.reason == "ZoneFallback"]
 
     gke.set_capacity("us-east5-a", "ct6e-standard-4t", None)  # its turn comes, in the zone it queued in
     for pod in jobs.wait_pods_running("queued", 4, timeout=120):
         kubelet.succeed(jobs.namespace, pod.metadata.name)
     jobs.wait_phase("queued", "Succeeded", timeout=60)
     assert gke.calls["CreateNodePool"] == 1
+    # Never a fallback: every Event before the job's Succeeded one (posted in order) has none.
+    assert not [e for e in jobs.events_through("queued", "Succeeded") if e.reason == "ZoneFallback"]

@@ -42,7 +42,9 @@ def test_an_ignore_rule_restarts_without_spending_max_restarts(jobs, gke, kubele
     kubelet.fail(jobs.namespace, pod.metadata.name, exit_code=42, message="lost the coordinator")
 
     (again,) = jobs.wait_pods_running("train", 1, attempt=1)
-    status = jobs.status("train")
+    status = wait_for(  # the status is written after the pass that decided the restart
+        lambda: (st := jobs.status("train")).get("restartsByReason") and st, timeout=30, what="the restart"
+    )
     assert status["restartsByReason"] == {"IgnoredByPolicy": 1}
     assert status.get("applicationRestarts", 0) == 0
     (event,) = wait_for(lambda: warnings(jobs, "train", "IgnoredByPolicy"), timeout=10, what="the event")

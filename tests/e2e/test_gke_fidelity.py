@@ -54,12 +54,13 @@ def test_a_stockout_gke_retries_shows_stockout_throughout_without_churn_and_succ
 
     wait_for(six_retries_later, timeout=60, interval=0.2, what="6 retries by GKE")
     assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 0)
-    warnings = [e for e in jobs.events("train") if e.reason == "Stockout"]
-    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    assert jobs.wait_events("train", "Stockout")[0].type == "Warning"
 
     gke.set_capacity("us-central1-a", "ct5p-hightpu-4t", None)  # capacity is back
     succeed_all(jobs, kubelet, "train", 2)
     assert (gke.calls["CreateNodePool"], gke.calls["DeleteNodePool"]) == (1, 1)
+    # One warning for the whole stockout, not one per retry: every Event before the job's Succeeded one.
+    assert [e.reason for e in jobs.events_through("train", "Succeeded")].count("Stockout") == 1
 
 
 def test_an_asynchronous_quota_failure_shows_quota_exceeded(jobs, gke, kubelet):
@@ -143,7 +144,19 @@ def test_a_permanent_refusal_shows_node_pool_rejected_with_gke_message_and_backs
     wait_for(lambda: gke.calls["GetNodePool"] >= looks + 3, timeout=30, what="three more passes")
     creates = [c.body["nodePool"] for c in gke.recorded if c.rpc == "CreateNodePool"]
     assert ["maintenancePolicy" in body for body in creates] == [True]
-    assert not [e for e in jobs.events("train") if e.reason == "UpgradeShieldRefused"]  # refused both ways
+    # No UpgradeShieldRefused: the pass that asked has ended (three more passes since), and a later Event is
+    # posted after whatever it decided.
+    events = events_decided_so_far(jobs, "train")
+    assert not [e for e in events if e.reason == "UpgradeShieldRefused"], events
+
+
+def events_decided_so_far(jobs, name: str) -> list:
+    """The job's Events, every one the operator decided until now among them: a job the operator refuses
+    at once (a label key only it judges) gets its InvalidSpec Event after them, from the operator's one
+    queue, posted in order (tpujob.reconciler.poster)."""
+    jobs.create(plain_job(f"{name}-later", pod={"labels": {"bad key": "x"}}))
+    jobs.wait_events(f"{name}-later", "InvalidSpec")
+    return jobs.events(name)
 
 
 def test_provisioning_timeout_fails_the_job_and_leaves_no_pool(jobs, gke):
@@ -412,5 +425,5 @@ def test_a_zone_the_catalog_does_not_list_is_asked_of_gke_with_a_warning_and_gke
     (create, *_) = [c for c in gke.recorded if c.rpc == "CreateNodePool"]
     assert create.body["nodePool"]["locations"] == ["us-central1-f"]
     assert "us-central1-f for v5e: tpujob's zone catalog does not list it" in status["message"]
-    (event, *_) = [e for e in jobs.events("train") if e.reason == "NodePoolRejected"]
+    (event, *_) = jobs.wait_events("train", "NodePoolRejected")  # posted after the status write
     assert event.type == "Warning" and "zone catalog does not list it" in event.message

@@ -117,11 +117,16 @@ def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(job
     first_workload = workload_of(jobs, kueue, "first")["metadata"]["name"]
     kueue.wait_condition(jobs.namespace, first_workload, "Finished", reason="Succeeded")
     (second_pod,) = jobs.wait_pods_running("second", 1, timeout=60)
-    status = jobs.status("second")
-    assert status["queue"]["flavors"] == {"slice-0": flavor}
-    assert [e.reason for e in jobs.events("second")].count("Admitted") == 1
+    wait_for(  # the status is written after the pass that made the pods
+        lambda: jobs.status("second")["queue"].get("flavors") == {"slice-0": flavor},
+        timeout=30,
+        what="the admitted flavor in the status",
+        last_state=lambda: jobs.status("second").get("queue"),
+    )
     kubelet.succeed(jobs.namespace, second_pod.metadata.name)
     jobs.wait_phase("second", "Succeeded", timeout=60)
+    # Admitted once: every Event before the job's Succeeded one (posted in order) has one Admitted.
+    assert [e.reason for e in jobs.events_through("second", "Succeeded")].count("Admitted") == 1
 
 
 TRAINER_STEPS = 2500
@@ -253,7 +258,8 @@ def test_a_job_without_the_label_runs_as_before_with_no_kueue_installed(
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     status = jobs.wait_phase("plain", "Succeeded", timeout=60)
     assert "queue" not in status
-    assert "Queued" not in [e.reason for e in jobs.events("plain")]
+    # Never queued: every Event before the job's Succeeded one (posted in order) has no Queued.
+    assert "Queued" not in [e.reason for e in jobs.events_through("plain", "Succeeded")]
 
 
 def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted(jobs, gke, kubelet, kueue):

@@ -87,7 +87,8 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     # The hung worker ignores SIGTERM (as a stuck collective would) and is killed after its grace period; its
     # stack dump, taken at the SIGTERM, names where it hung.
     final = jobs.wait_phase("train", "Succeeded", timeout=130 + DEADLINE)
-    events = [(e.type, e.reason, e.message) for e in jobs.events("train")]
+    # Every Event before the job's Succeeded one (posted in order): the stalled attempt's last words are.
+    events = [(e.type, e.reason, e.message) for e in jobs.events_through("train", "Succeeded")]
     quoted = [e for e in events if e[1] == "Stalled" and "last words" in e[2]]
     assert len(quoted) == 1 and quoted[0][0] == "Warning" and "hang (train.py:" in quoted[0][2], events
     words = final["progress"].get("lastWords") or ""

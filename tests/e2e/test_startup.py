@@ -67,12 +67,13 @@ def test_an_image_that_cannot_be_pulled_shows_the_kubelets_words_then_fails_at_t
     assert "not found" in status["message"] or "Back-off pulling image" in status["message"]
     failed = fails_at_its_startup_timeout(jobs, gke, "pull")
     assert MISSING_IMAGE in failed["message"]  # the last reason, quoted
-    # One Warning for the pull problem however often the kubelet retried, one for the timeout.
-    pulls = warnings(jobs, "pull", "ErrImagePull") + warnings(jobs, "pull", "ImagePullBackOff")
-    assert len(pulls) == 1
-    # Events are posted from a queue, after the status write that the wait above saw.
+    # One Warning for the pull problem however often the kubelet retried, one for the timeout. Events are
+    # posted from a queue, in order, after the status write the wait above saw: once the timeout's is there,
+    # every pull Warning is too.
     timeouts = wait_for(lambda: warnings(jobs, "pull", "StartupTimeout"), timeout=10, what="the event")
     assert len(timeouts) == 1
+    pulls = warnings(jobs, "pull", "ErrImagePull") + warnings(jobs, "pull", "ImagePullBackOff")
+    assert len(pulls) == 1
 
 
 def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_startup_timeout(
@@ -89,11 +90,12 @@ def test_a_missing_secret_shows_create_container_config_error_then_fails_at_the_
         ("CreateContainerConfigError",),
     )
     assert 'secret "hf-token" not found' in status["message"]
-    problems = wait_for(
-        lambda: warnings(jobs, "secret", "CreateContainerConfigError"), timeout=10, what="the event"
-    )
-    assert len(problems) == 1
+    wait_for(lambda: warnings(jobs, "secret", "CreateContainerConfigError"), timeout=10, what="the event")
     fails_at_its_startup_timeout(jobs, gke, "secret")
+    # One Warning however often the kubelet retried: once the timeout's Event is there (posted in order after
+    # it), every earlier one is.
+    wait_for(lambda: warnings(jobs, "secret", "StartupTimeout"), timeout=10, what="the timeout's event")
+    assert len(warnings(jobs, "secret", "CreateContainerConfigError")) == 1
 
 
 def test_an_operator_killed_while_a_job_waits_on_a_bad_image_keeps_the_startup_clock(

@@ -57,7 +57,7 @@ def test_an_auto_repair_of_one_host_restarts_the_job_as_node_repair_uncounted(op
     assert status["restartsByReason"] == {"NodeRepair": 1}
     assert status.get("applicationRestarts", 0) == 0
     assert "AUTO_REPAIR_NODES" in status["message"]
-    assert any(e.reason == "NodeRepair" for e in jobs.events("repaired"))
+    assert jobs.wait_events("repaired", "NodeRepair")  # posted after the status write
     (repair,) = operations_on(gke, pool, "AUTO_REPAIR_NODES")
     assert repair.target_link.endswith(f"/node/{sick}")
 
@@ -95,12 +95,20 @@ def test_a_pool_gke_refuses_with_its_upgrade_exclusion_is_created_without_it_and
     creates = [c.body["nodePool"] for c in gke.recorded if c.rpc == "CreateNodePool"]
     assert ["maintenancePolicy" in body for body in creates] == [True, False]
     assert not gke.node_pools()[pool].maintenance_policy.exclusion_until_end_of_support.enabled
-    (event,) = [e for e in jobs.events("unshielded") if e.reason == "UpgradeShieldRefused"]
+    (event, *_) = jobs.wait_events("unshielded", "UpgradeShieldRefused")
     assert event.type == "Warning" and "Unknown name" in event.message  # GKE's words
     assert "TPUJOB_GKE_UPGRADE_SHIELD" in event.message
-    assert "UpgradeShieldRefused" in operator.log() or "upgrade exclusion" in operator.log()
+    wait_for(
+        lambda: "UpgradeShieldRefused" in (log := operator.log()) or "upgrade exclusion" in log,
+        timeout=30,
+        what="the refused exclusion in the operator's log",
+    )
     status = succeed(jobs, kubelet, "unshielded", attempt=0)
     assert status.get("restarts", 0) == 0
+    # Said once: every Event before the job's Succeeded one (posted in order) has one UpgradeShieldRefused.
+    assert [e.reason for e in jobs.events_through("unshielded", "Succeeded")].count(
+        "UpgradeShieldRefused"
+    ) == 1
 
 
 def test_a_metadata_update_on_a_running_slices_pool_restarts_nothing(operator, jobs, gke, kubelet, core):
@@ -139,10 +147,11 @@ def test_a_metadata_update_on_a_running_slices_pool_restarts_nothing(operator, j
     )
     assert gke.operations.get(operation).status.name != "DONE"  # decided while GKE still updated the pool
     assert status["restartsByReason"] == {"WorkerFailed": 1} and status["applicationRestarts"] == 1
-    assert not [e for e in jobs.events("updated") if e.reason == "NodeUpgrade"]
     # The new attempt runs on the same nodes: the update recreated none.
     status = succeed(jobs, kubelet, "updated", attempt=1)
     assert status["restarts"] == 1
+    # Never a NodeUpgrade: every Event before the job's Succeeded one (posted in order) has none.
+    assert not [e for e in jobs.events_through("updated", "Succeeded") if e.reason == "NodeUpgrade"]
     nodes_after = {name: core.read_node(name).metadata.uid for name in gke.node_names(pool)}
     assert nodes_after == nodes_before
 
@@ -157,7 +166,9 @@ def test_a_repair_that_ended_before_the_operator_looked_is_still_node_repair(ope
     (repair,) = operations_on(gke, pool, "AUTO_REPAIR_NODES")
     wait_for(lambda: gke.operations.get(repair.name).status.name == "DONE", timeout=60, what="the repair")
     assert gke.node_pools()[pool].status.name == "RUNNING"
-    assert not jobs.pods("repaired-unseen", attempt=0)  # drained while nobody watched
+    wait_for(  # drained while nobody watched (the pods' deletion may outlast GKE's operation)
+        lambda: not jobs.pods("repaired-unseen", attempt=0), timeout=30, what="the drained pods to go"
+    )
     operator.start()
     status = wait_for(
         lambda: (st := jobs.status("repaired-unseen")).get("restartsByReason") and st,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -453,12 +456,20 @@ def test_queue_statuses_count_pending_reserving_and_admitted():
 # --- where the CRDs come from -----------------------------------------------------------------------------
 
 
-def test_the_crds_default_beside_the_repository_and_serve_v1beta2_only(monkeypatch):
+def test_the_crds_default_beside_the_repository(monkeypatch, tmp_path):
     from tpujob_sandbox.kueue import crds
 
+    assert crds.REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds" == crds.DEFAULT_KUEUE_CRDS
+    (tmp_path / "kueue.x-k8s.io_workloads.yaml").write_text("")
+    monkeypatch.setattr(crds, "DEFAULT_KUEUE_CRDS", tmp_path)  # a clone may have no ../shared
     monkeypatch.delenv(crds.ENV_KUEUE_CRDS, raising=False)
-    assert crds.crds_path() == crds.REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
-    definitions = crds.load_crds()
+    assert crds.crds_path() == tmp_path
+
+
+def test_the_crds_serve_v1beta2_only(kueue_crd_folder):
+    from tpujob_sandbox.kueue import crds
+
+    definitions = crds.load_crds(kueue_crd_folder)
     assert len(definitions) == 11
     assert all([v["name"] for v in d["spec"]["versions"] if v["served"]] == ["v1beta2"] for d in definitions)
 
@@ -468,6 +479,31 @@ def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_pat
 
     monkeypatch.setenv(crds.ENV_KUEUE_CRDS, str(tmp_path / "nowhere"))
     with pytest.raises(
-        crds.KueueCrdsMissing, match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2"
+        crds.KueueCrdsMissing,
+        match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2's config/components/crd/bases/"
+        r"\*\.yaml \(https://github\.com/kubernetes-sigs/kueue/tree/v0\.19\.2/config/components/crd/bases\)",
     ):
         crds.crds_path()
+
+
+@pytest.mark.slow  # a pytest process each (seconds: the test bed's plugin imports the Kubernetes client)
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("", "1 skipped"), ("true", "1 error")], ids=["a clone anywhere", "CI"]
+)
+def test_without_the_crds_a_test_is_skipped_naming_the_setting_but_fails_under_ci(tmp_path, ci, outcome):
+    """What a clone with no ../shared meets (one line naming TPUJOB_KUEUE_CRDS and Kueue's folder), and what
+    .ci/run (CI=true, where ../shared is beside the clone) meets instead: a failure, not a silent skip."""
+    (tmp_path / "test_needs_crds.py").write_text("def test_it(kueue_crd_folder):\n    pass\n")
+    env = {**os.environ, "CI": ci, "TPUJOB_KUEUE_CRDS": str(tmp_path / "nowhere")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert outcome in ran.stdout, ran.stdout + ran.stderr
+    (said,) = [line for line in ran.stdout.splitlines() if line.startswith(("SKIPPED", "ERROR"))]
+    assert "set TPUJOB_KUEUE_CRDS to a folder holding" in said, said
+    assert "github.com/kubernetes-sigs/kueue/tree/v0.19.2/config/components/crd/bases" in said, said

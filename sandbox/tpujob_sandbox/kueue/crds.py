@@ -18,6 +18,8 @@ ENV_KUEUE_CRDS = "TPUJOB_KUEUE_CRDS"
 # sandbox/tpujob_sandbox/kueue/ -> the repository root -> ../shared/kueue/crds beside it.
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_KUEUE_CRDS = REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
+# Where Kueue publishes them (also in its release manifests, github.com/kubernetes-sigs/kueue/releases).
+KUEUE_CRDS_SOURCE = "https://github.com/kubernetes-sigs/kueue/tree/v0.19.2/config/components/crd/bases"
 
 
 class KueueCrdsMissing(RuntimeError):
@@ -32,7 +34,7 @@ def crds_path() -> Path:
         setting = f"{ENV_KUEUE_CRDS}={configured}" if configured else f"{ENV_KUEUE_CRDS} unset, the default"
         raise KueueCrdsMissing(
             f"Kueue's CRDs are not at {path} ({setting}): set {ENV_KUEUE_CRDS} to a folder holding "
-            "Kueue v0.19.2's config/components/crd/bases/*.yaml"
+            f"Kueue v0.19.2's config/components/crd/bases/*.yaml ({KUEUE_CRDS_SOURCE})"
         )
     return path
 
