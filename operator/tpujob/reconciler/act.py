@@ -200,7 +200,7 @@ class Actions:
         if decision.create_pods:  # the pods passed: a later refusal's backoff starts over
             self.memory.pods_refused(uid, None)
         if service is not None:
-            self.memory.service_created(uid)
+            self.memory.created(uid, JobMemory.SERVICE)
         return "", 0.0
 
     def _create_batch(
@@ -279,7 +279,7 @@ class Actions:
                     "that name: delete that NetworkPolicy (an earlier job's is collected by itself), or "
                     "rename the job"
                 )
-        self.memory.network_policy_created(uid)
+        self.memory.created(uid, JobMemory.NETWORK_POLICY)
 
     def apply_hosts_config_map(self, job: TPUJob, slice_index: int) -> None:
         """A large slice's host list, before its pods: created, or brought up to date when the job's own

@@ -140,33 +140,22 @@ class JobMemory:
             return False
         return self.records.read(owners[0]["uid"], lambda r: meta["name"] in r.pods_in_flight, False)
 
-    def service_created(self, uid: str) -> None:
-        def keep(record: JobRecord) -> None:
-            record.service_in_flight = True
+    # --- the job's Service and NetworkPolicy: created by a pass, until the watch shows them -----------
 
-        self.records.update(uid, keep)
+    SERVICE = "service_in_flight"
+    NETWORK_POLICY = "network_policy_in_flight"
 
-    def network_policy_created(self, uid: str) -> None:
-        def keep(record: JobRecord) -> None:
-            record.network_policy_in_flight = True
+    def created(self, uid: str, what: str) -> None:
+        """A pass created the job's Service or NetworkPolicy (`what`: SERVICE, NETWORK_POLICY)."""
+        self.records.update(uid, lambda record: setattr(record, what, True))
 
-        self.records.update(uid, keep)
-
-    def network_policy_exists(self, uid: str, seen: bool) -> bool:
-        """Seen by the watch, or created and not yet seen; once seen, a later absence is a deletion."""
+    def exists(self, uid: str, what: str, seen: bool) -> bool:
+        """Seen by its watch, or created and not yet seen; once seen, a later absence is a deletion."""
 
         def look(record: JobRecord) -> bool:
             if seen:
-                record.network_policy_in_flight = False
-            return seen or record.network_policy_in_flight
-
-        return self.records.read(uid, look, seen)
-
-    def service_exists(self, uid: str, seen: bool) -> bool:
-        def look(record: JobRecord) -> bool:
-            if seen:
-                record.service_in_flight = False
-            return seen or record.service_in_flight
+                setattr(record, what, False)
+            return seen or bool(getattr(record, what))
 
         return self.records.read(uid, look, seen)
 

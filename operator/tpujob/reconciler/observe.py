@@ -211,9 +211,10 @@ class Observer:
             now=now,
             pods=tuple(pods),
             pools=self.pool_views(job, pods, in_flight) if looks else None,
-            service_exists=self.memory.service_exists(uid, service_exists),
+            service_exists=self.memory.exists(uid, JobMemory.SERVICE, service_exists),
             network_policy_exists=(
-                not self.cluster.network_policy or self.memory.network_policy_exists(uid, network_policy_seen)
+                not self.cluster.network_policy
+                or self.memory.exists(uid, JobMemory.NETWORK_POLICY, network_policy_seen)
             ),
             pods_in_flight=in_flight,
             pods_refused=pods_refused,
