@@ -110,7 +110,7 @@ OPERATOR_RESOURCES = {
     ("networking.k8s.io", "networkpolicies"),
 }
 JOB_CONTROLLER_RESOURCES = {("batch", "jobs"), ("", "pods"), ("", "events")}
-DIRECT_RESOURCES = {("", "pods"), ("", "services"), ("networking.k8s.io", "networkpolicies")}
+DIRECT_RESOURCES = {("", "pods"), ("", "services")}
 CREATE_THREADS = 8
 DIRECT_WORKERS = 16  # the operator's default TPUJOB_WORKERS: the threads its passes' requests run on
 OPERATOR_USER = "system:serviceaccount:tpujob-system:tpujob-operator"
@@ -126,7 +126,6 @@ class Direct:
         config = copy.copy(api.configuration)
         config.connection_pool_maxsize = DIRECT_WORKERS  # a connection per thread, as the operator has
         self.core = k8s.CoreV1Api(k8s.ApiClient(config))
-        self.networking = k8s.NetworkingV1Api(self.core.api_client)
         self.tpu = tpu
         self.limiter = RequestLimiter(qps, burst)
         self.pool = concurrent.futures.ThreadPoolExecutor(DIRECT_WORKERS, thread_name_prefix="direct")
@@ -142,8 +141,6 @@ class Direct:
             self.limiter.acquire()
             if body["kind"] == "Service":
                 self.core.create_namespaced_service(namespace, body)
-            elif body["kind"] == "NetworkPolicy":
-                self.networking.create_namespaced_network_policy(namespace, body)
             else:
                 self.core.create_namespaced_pod(namespace, body)
         with self._lock:

@@ -10,7 +10,6 @@ from tpujob.api import parse_tpujob
 from tpujob.render import Cluster
 from tpujob.render import plan as render
 from tpujob.render.cluster import slice_shape
-from tpujob.render.network import network_policy
 
 
 def tpujob_manifest(name: str, namespace: str, tpu: tuple[str, str], policy: str) -> dict[str, Any]:
@@ -45,11 +44,12 @@ def job_manifest(name: str, namespace: str, tpu: tuple[str, str], pods: int) -> 
 
 
 def direct_objects(name: str, namespace: str, tpu: tuple[str, str]) -> list[dict[str, Any]]:
-    """The NetworkPolicy, the headless Service and the pods the operator creates for a policy-existing job,
-    in its order, without owner references: there is no TPUJob to own them (an owner that does not exist
-    would have the garbage collector delete them)."""
+    """The headless Service and the pods the operator creates for a policy-existing job, in its order,
+    without owner references: there is no TPUJob to own them (an owner that does not exist would have the
+    garbage collector delete them). The namespace's workers' NetworkPolicy is made once per namespace, by its
+    first job, not per job."""
     job = parse_tpujob(tpujob_manifest(name, namespace, tpu, "existing"))
-    objects = [network_policy(job), render.service(job), *render.pods(job, Cluster())]
+    objects = [render.service(job), *render.pods(job, Cluster())]
     for body in objects:
         body["metadata"].pop("ownerReferences", None)
     return objects

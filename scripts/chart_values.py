@@ -308,7 +308,11 @@ class Rbac(Section):
 
 
 class JobNetworkPolicy(Section):
-    enabled: bool = Field(True, description="A NetworkPolicy per TPUJob (TPUJOB_NETWORK_POLICY).")
+    enabled: bool = Field(
+        True,
+        description="The TPUJob workers' NetworkPolicy, one per namespace with TPUJobs "
+        "(TPUJOB_NETWORK_POLICY).",
+    )
 
 
 class OperatorNetworkPolicy(Section):

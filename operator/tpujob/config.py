@@ -124,9 +124,10 @@ class OperatorConfig(BaseSettings):
     namespace: str | None = Field(None, description="watch only this namespace; empty: the whole cluster")
     network_policy: bool = Field(
         True,
-        description="give each TPUJob a NetworkPolicy (created before its pods, deleted with the job): its "
-        "workers admit its own pods on every port and TPUJOB_NETWORK_POLICY_METRICS_FROM on the metrics "
-        "port, nothing else",
+        description="guard TPUJob workers with one NetworkPolicy per namespace (tpujob-workers, made by the "
+        "namespace's first job before its pods, made again if deleted): the workers admit the namespace's "
+        "TPUJob workers on every port and TPUJOB_NETWORK_POLICY_METRICS_FROM on the metrics port, nothing "
+        "else",
     )
     network_policy_metrics_from: list[NetworkPolicyPeer] = Field(
         [],

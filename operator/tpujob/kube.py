@@ -142,12 +142,9 @@ class Kube:
         return self._created(f"/api/v1/namespaces/{namespace}/services", body, Priority.WORKLOAD)
 
     def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
-        """False when it exists already (a pass that died after making it)."""
+        """False when it exists already (made for an earlier job, by an operator process before this one)."""
         path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
         return self._created(path, body, Priority.WORKLOAD)
-
-    def get_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get_or_none(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}")
 
     def create_config_map(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when one of its name exists already."""

@@ -40,13 +40,13 @@ RULES: list[dict[str, Any]] = [
     },
     # The headless Service that gives workers their hostnames.
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
-    # Each job's NetworkPolicy (render/network.py), made before its pods, deleted with the job by garbage
-    # collection (its owner reference): watched, so a pass knows it exists (one deleted under a running job
-    # is made again), read when its name is taken, never changed or deleted.
+    # The namespace's workers' NetworkPolicy (render/network.py), made by its first job before its pods:
+    # watched, so a pass knows it exists (one deleted under running jobs is made again); never read one by
+    # one, changed or deleted.
     {
         "apiGroups": ["networking.k8s.io"],
         "resources": ["networkpolicies"],
-        "verbs": ["get", "list", "watch", "create"],
+        "verbs": ["list", "watch", "create"],
     },
     # A large slice's host list, once per slice (render/plan.py hosts_config_map): created, read back when
     # the name is taken (only the job's own is rewritten), its data replaced when the job's slice changed.

@@ -35,7 +35,6 @@ class JobRecord:
     written_version: str | None = None
     pods_in_flight: frozenset[str] = frozenset()  # created, maybe not yet seen by the watch
     service_in_flight: bool = False
-    network_policy_in_flight: bool = False  # created by a pass, maybe not yet seen by the watch
     # GKE's refusals of pool creates, not asked again before the monotonic time; permanent ones in a row.
     gke_refused: tuple[float, dict[int, Any]] | None = None
     rejections: int = 0

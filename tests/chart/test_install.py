@@ -33,6 +33,7 @@ from tests.chart.test_chart import by_kind, render
 from tests.manifests import base_job
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
+from tpujob.render.network import NAMESPACE_POLICY_NAME
 from tpujob_sandbox import (
     Jobs,
     OperatorProcess,
@@ -459,8 +460,8 @@ def test_the_operators_metrics_answer_only_a_token_the_api_server_authorizes(rel
 
 def test_the_chart_s_tenancy_objects_work_on_a_real_api_server(sandbox, release, run):
     """The users' roles are aggregated into Kubernetes' own edit and view (the controller-manager's
-    aggregation controller), the operator's NetworkPolicy exists, and the trained job's NetworkPolicy names
-    the chart's operator pods as a metrics peer."""
+    aggregation controller), the operator's NetworkPolicy exists, and the trained job's namespace's workers'
+    NetworkPolicy names the chart's operator pods as a metrics peer."""
     rbac = k8s.RbacAuthorizationV1Api(sandbox.api_client)
 
     def aggregated(role: str, verb: str) -> bool:
@@ -472,7 +473,7 @@ def test_the_chart_s_tenancy_objects_work_on_a_real_api_server(sandbox, release,
     networking = k8s.NetworkingV1Api(sandbox.api_client)
     operator_policy = networking.read_namespaced_network_policy(FULLNAME, release.namespace)
     assert operator_policy.spec.ingress[0].ports[0].port == release.metrics_port
-    job_policy = networking.read_namespaced_network_policy(JOB, release.namespace)
+    job_policy = networking.read_namespaced_network_policy(NAMESPACE_POLICY_NAME, release.namespace)
     deployment = k8s.AppsV1Api(sandbox.api_client).read_namespaced_deployment(FULLNAME, release.namespace)
     pod_labels = deployment.spec.template.metadata.labels
     peers = job_policy.spec.ingress[1]._from

@@ -118,11 +118,11 @@ def test_the_job_controller_gets_the_operators_own_pod(objects):
     assert c.LABEL_MANAGED_BY not in job["spec"]["template"]["metadata"]["labels"]
 
 
-def test_the_direct_floor_creates_the_operators_policy_service_and_pods_without_an_owner(objects):
+def test_the_direct_floor_creates_the_operators_service_and_pods_without_an_owner(objects):
     made = objects.direct_objects("j1", "ns", ("v5p", "2x2x2"))
-    assert [body["kind"] for body in made] == ["NetworkPolicy", "Service", "Pod", "Pod"]
+    assert [body["kind"] for body in made] == ["Service", "Pod", "Pod"]  # the policy: once a namespace
     assert all("ownerReferences" not in body["metadata"] for body in made)
-    assert {objects.direct_job_of(body) for body in made[2:]} == {"j1"}
+    assert {objects.direct_job_of(body) for body in made[1:]} == {"j1"}
     job = objects.job_manifest("j1", "ns", ("v5p", "2x2x2"), 2)
     assert (
         made[2]["spec"]["containers"][0]["image"] == job["spec"]["template"]["spec"]["containers"][0]["image"]

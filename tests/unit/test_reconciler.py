@@ -25,6 +25,7 @@ from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.passes import Outcome, with_removals
 from tpujob.render import Cluster, naming
 from tpujob.render import pools as render_pools
+from tpujob.render.network import NAMESPACE_POLICY_NAME
 
 
 class RecordingKube:
@@ -653,7 +654,7 @@ def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_on
     assert creates[0] == "create_network_policy"  # alone, before any worker exists
     assert sorted(creates[1:]) == ["create_pod", "create_service"]
     ((policy),) = api.of("create_network_policy")
-    assert policy["metadata"]["ownerReferences"][0]["uid"] == existing_job_body()["metadata"]["uid"]
+    assert policy["metadata"]["name"] == NAMESPACE_POLICY_NAME  # the namespace's, for every job of it
 
     # Refused (the operator's RBAC lacks it, an admission webhook): no pod starts unguarded, the job says why.
     api, refused = RecordingKube(), kube.ApiError(403, "Forbidden")
@@ -692,36 +693,38 @@ def test_the_policy_is_a_fact_seen_by_its_watch_not_assumed_from_the_service() -
     assert api.of("create_service") and not api.of("create_network_policy")
 
 
-class PolicyTaken(RecordingKube):
-    """The policy's name is taken (a create answers 409): a read shows whose it is."""
+def test_a_namespace_s_jobs_share_one_policy_made_by_the_first_and_no_request_of_their_own() -> None:
+    """The hot path (issue #51): the second job of a namespace, before the watch shows the policy the first
+    made, creates its Service and pods with no policy request; a job of another namespace makes its own."""
+    first = existing_job_body()
+    second = existing_job_body()
+    second["metadata"] = {**second["metadata"], "name": "second", "uid": "uid-second"}
+    other = existing_job_body()
+    other["metadata"] = {**other["metadata"], "namespace": "elsewhere", "uid": "uid-other"}
+    jobs = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in (first, second, other)}
+    api = RecordingKube(jobs)
+    passes = reconciler(None, api)
+    for body in (first, second, other):
+        passes.reconcile(body, [], False)
+    policies = [
+        (namespace, body) for method, namespace, body in api.calls if method == "create_network_policy"
+    ]
+    assert [namespace for namespace, _ in policies] == ["default", "elsewhere"]
+    assert len(api.of("create_service")) == 3 and len(api.of("create_pod")) == 3  # one host each
 
-    def __init__(self, owner_uid: str | None) -> None:
-        super().__init__()
-        self.owner_uid = owner_uid
 
-    def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
-        self._call("create_network_policy", namespace, body)
-        return False
+def test_a_409_on_the_policy_is_the_namespace_s_policy_and_the_pods_start() -> None:
+    """The policy is made again by a new operator process (its memory is empty), or the team made one of
+    that name: either way the namespace has it, and the pods start; nothing is read back."""
 
-    def get_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._call("get_network_policy", namespace, name)
-        owners = [] if self.owner_uid is None else [{"uid": self.owner_uid, "controller": True}]
-        return {"metadata": {"name": name, "namespace": namespace, "ownerReferences": owners}}
+    class Taken(RecordingKube):
+        def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
+            self._call("create_network_policy", namespace, body)
+            return False
 
-
-def test_a_409_on_the_policy_is_read_and_only_the_jobs_own_lets_its_pods_start() -> None:
-    """A job re-created under the same name meets its predecessor's policy (not yet collected): that one
-    selects the pods by name but is not the job's, so the pods wait, saying why."""
-    uid = existing_job_body()["metadata"]["uid"]
-    own = PolicyTaken(uid)
-    reconciler(None, own).reconcile(existing_job_body(), [], False)
-    assert own.of("get_network_policy") == ["train"] and own.of("create_pod")
-    other = PolicyTaken("uid-of-an-earlier-job")
-    reconciler(None, other).reconcile(existing_job_body(), [], False)
-    assert not other.of("create_pod") and not other.of("create_service")
-    ((_, status),) = other.of("patch_tpujob_status")
-    assert status["status"]["reason"] == Reason.POD_REJECTED
-    assert "NetworkPolicy default/train exists and is not this job's" in status["status"]["message"]
+    taken = Taken()
+    reconciler(None, taken).reconcile(existing_job_body(), [], False)
+    assert taken.of("create_pod") and not taken.of("get_network_policy")
 
 
 def test_a_pool_by_the_jobs_name_that_is_another_jobs_is_neither_used_nor_deleted() -> None:

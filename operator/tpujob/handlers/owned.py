@@ -36,6 +36,7 @@ from kopf._cogs.clients import watching
 from kopf._cogs.structs import references
 
 from tpujob.api import constants as c
+from tpujob.render.network import NAMESPACE_POLICY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ SERVICE_RESOURCE = references.Resource(
     namespaced=True,
     verbs=frozenset({"list", "watch"}),
 )
-# The jobs' NetworkPolicies (one per job, with TPUJOB_NETWORK_POLICY): a pass knows its job's exists.
+# The namespaces' workers' NetworkPolicies (one per namespace with TPUJobs, with TPUJOB_NETWORK_POLICY): a
+# pass knows its namespace's exists.
 NETWORK_POLICY_RESOURCE = references.Resource(
     group="networking.k8s.io",
     version="v1",
@@ -84,6 +86,15 @@ def job_key(body: Mapping[str, Any]) -> JobKey | None:
     return (namespace, job) if job and namespace else None
 
 
+def namespace_policy_key(body: Mapping[str, Any]) -> JobKey | None:
+    """The workers' NetworkPolicy of a namespace (render/network.py), by its name: (namespace, "")."""
+    meta = body.get("metadata") or {}
+    namespace = meta.get("namespace")
+    if meta.get("name") != NAMESPACE_POLICY_NAME or not isinstance(namespace, str) or not namespace:
+        return None
+    return (namespace, "")
+
+
 class View(Protocol):
     """An object made into what a pass reads; `warn` hears of each field read as absent. Raises for an
     object it cannot read at all."""
@@ -95,12 +106,6 @@ class View(Protocol):
 Unreadable = Callable[[Mapping[str, Any], str], None]
 
 
-def controller_uid(body: Mapping[str, Any], _warn: Callable[[str], None]) -> str:
-    """An owned object's view where only its owner matters: its controller's UID ("" without one)."""
-    owners = [o for o in body["metadata"].get("ownerReferences") or [] if o.get("controller")]
-    return str(owners[0].get("uid") or "") if owners else ""
-
-
 def _said_nowhere(_body: Mapping[str, Any], _problem: str) -> None:
     return None
 
@@ -110,8 +115,14 @@ class OwnedCache(Mapping[JobKey, list[Any]]):
     raises KeyError for a job with none (as kopf's indexes did). Fed one watch event at a time; pure but
     for `unreadable`, told once per object and problem."""
 
-    def __init__(self, view: View, unreadable: Unreadable = _said_nowhere) -> None:
+    def __init__(
+        self,
+        view: View,
+        unreadable: Unreadable = _said_nowhere,
+        key: Callable[[Mapping[str, Any]], JobKey | None] = job_key,
+    ) -> None:
         self._view = view
+        self._key = key  # what an object is kept by: its job (job_key), or its namespace
         self._unreadable = unreadable
         self._by_job: dict[JobKey, dict[str, Any]] = {}  # key -> {uid: view}
         self._job_of: dict[str, JobKey] = {}  # uid -> key
@@ -156,7 +167,7 @@ class OwnedCache(Mapping[JobKey, list[Any]]):
         if self._listing is None:
             self._listing, self._listing_seen = {}, set()
         self._listing_seen.add(body["metadata"]["uid"])
-        key = job_key(body)
+        key = self._key(body)
         if key is not None:
             readable, view = self._read(body)
             if readable:
@@ -186,7 +197,7 @@ class OwnedCache(Mapping[JobKey, list[Any]]):
             views.pop(uid, None)
             if not views:
                 self._by_job.pop(old_key, None)
-        key = job_key(body)
+        key = self._key(body)
         if event_type == "DELETED":
             self._said.pop(uid, None)
         elif key is not None:

@@ -182,7 +182,11 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     if runtime.config.kueue:
         workload_kind = (f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "Workload")
         workloads = owned.OwnedCache(workload_view, partial(reconciler.unreadable, workload_kind))
-    policies = owned.OwnedCache(owned.controller_uid) if runtime.config.network_policy else None
+    policies = (
+        owned.OwnedCache(lambda _body, _warn: True, key=owned.namespace_policy_key)
+        if runtime.config.network_policy
+        else None
+    )
     # The jobs' map is filled by their watch handler.
     runtime.indexes = Indexes({}, pods, services, workloads, policies)
 
@@ -215,9 +219,12 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     ]
     if policies is not None:
 
-        def policy_changed(event_type: str, _body: Any, job: tuple[str, str]) -> None:
-            if event_type == "DELETED":  # deleted under its job: made again before the job's next pod
-                request_pass(runtime, *job)
+        def policy_changed(event_type: str, _body: Any, key: tuple[str, str]) -> None:
+            if event_type == "DELETED":  # deleted under running jobs: made again by their next passes
+                namespace = key[0]
+                reconciler.memory.policy_gone(namespace)
+                for job in [job for job in runtime.indexes.jobs if job[0] == namespace]:
+                    request_pass(runtime, *job)
 
         runtime.tasks.append(
             asyncio.create_task(

@@ -42,7 +42,7 @@ class Indexes:
     services: Mapping[tuple[str, str], list[Any]]
     # Kueue's Workloads by job (status.WorkloadView), with TPUJOB_KUEUE; None without.
     workloads: Any = None
-    # The jobs' NetworkPolicies by job (each its controller's UID), with TPUJOB_NETWORK_POLICY; None without.
+    # The namespaces' workers' NetworkPolicies, by (namespace, ""), with TPUJOB_NETWORK_POLICY; None without.
     network_policies: Any = None
 
 
@@ -299,8 +299,8 @@ def _begin(runtime: Runtime, key: JobKey, uid: str) -> PassState | None:
         list(_values(runtime.indexes.pods, key)),
         any(_values(runtime.indexes.services, key)),
         listed,
-        # The job's own: a policy of its name owned by an earlier job of that name is not.
-        policies is not None and indexed[0].uid in _values(policies, key),
+        # The namespace's workers' policy (one for all its jobs).
+        policies is not None and (key[0], "") in policies,
     )
 
 

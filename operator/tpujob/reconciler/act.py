@@ -181,10 +181,11 @@ class Actions:
         avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
         service = render.service(job) if decision.create_service else None
         try:
-            # The NetworkPolicy before the Service and the pods, in its own step: a worker never runs open to
-            # the pod network. The pass knows it exists from its watch (a deleted one is made again).
+            # The namespace's NetworkPolicy before the Service and the pods, in its own step: a worker never
+            # runs open to the pod network. The pass knows it exists from its watch (a deleted one is made
+            # again); only a namespace's first job pays for it.
             if decision.create_network_policy and cluster.network_policy:
-                self.ensure_network_policy(job, cluster)
+                self.ensure_network_policy(job.metadata.namespace, cluster)
             if render.uses_hosts_config_map(job):
                 for slice_index in sorted({i for i, _ in decision.create_pods}):
                     self.apply_hosts_config_map(job, slice_index)
@@ -262,24 +263,13 @@ class Actions:
             )
         return operation, second
 
-    def ensure_network_policy(self, job: TPUJob, cluster: Cluster) -> None:
-        """The job's NetworkPolicy created; one of its name that exists already (409) is read: the job's own
-        (its owner is the job's UID) is kept, another's (an earlier job of the same name, not yet collected;
-        a tenant's) holds the pods back with a message that says so."""
-        body = render_network.network_policy(job, cluster.metrics_from)
-        namespace, name, uid = job.metadata.namespace, body["metadata"]["name"], job.metadata.uid or ""
-        if not self.api.create_network_policy(namespace, body):
-            found = self.api.get_network_policy(namespace, name)
-            if found is None:  # deleted meanwhile (the earlier job's, collected)
-                self.api.create_network_policy(namespace, body)
-            elif uid not in {ref.get("uid") for ref in found["metadata"].get("ownerReferences") or []}:
-                raise NameTaken(
-                    f"NetworkPolicy {namespace}/{name} exists and is not this job's (its ownerReferences do "
-                    f"not name TPUJob uid {uid}); the operator guards the job's pods with its own policy of "
-                    "that name: delete that NetworkPolicy (an earlier job's is collected by itself), or "
-                    "rename the job"
-                )
-        self.memory.created(uid, JobMemory.NETWORK_POLICY)
+    def ensure_network_policy(self, namespace: str, cluster: Cluster) -> None:
+        """The namespace's workers' NetworkPolicy, made once for all its jobs. One of its name that exists
+        already (409) is the namespace's: the operator's, made for an earlier job, or one the team made in its
+        place (its namespace's policies are the team's to shape; NetworkPolicies only ever add, so no policy
+        of a team's can open another team's pods)."""
+        body = render_network.network_policy(namespace, cluster.metrics_from)
+        self.memory.ensure_policy(namespace, lambda: self.api.create_network_policy(namespace, body))
 
     def apply_hosts_config_map(self, job: TPUJob, slice_index: int) -> None:
         """A large slice's host list, before its pods: created, or brought up to date when the job's own

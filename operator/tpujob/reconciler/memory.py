@@ -5,8 +5,9 @@ Thread-safe: passes run in worker threads, and the records take one lock."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tpujob import status as s
@@ -16,6 +17,10 @@ from tpujob.records import JobRecord, JobRecords
 class JobMemory:
     def __init__(self, records: JobRecords | None = None) -> None:
         self.records = records if records is not None else JobRecords()
+        # Namespaces whose workers' NetworkPolicy a pass made (or found) and the watch has not shown yet.
+        # Not a job's fact: one policy guards every job of its namespace (render/network.py).
+        self._policies_in_flight: set[str] = set()
+        self._policies_lock = threading.Lock()  # one pass makes a namespace's policy; the others wait for it
 
     # --- status writes ---------------------------------------------------------------------------
 
@@ -140,13 +145,12 @@ class JobMemory:
             return False
         return self.records.read(owners[0]["uid"], lambda r: meta["name"] in r.pods_in_flight, False)
 
-    # --- the job's Service and NetworkPolicy: created by a pass, until the watch shows them -----------
+    # --- the job's Service: created by a pass, until the watch shows it ------------------------------
 
     SERVICE = "service_in_flight"
-    NETWORK_POLICY = "network_policy_in_flight"
 
     def created(self, uid: str, what: str) -> None:
-        """A pass created the job's Service or NetworkPolicy (`what`: SERVICE, NETWORK_POLICY)."""
+        """A pass created the job's Service (`what`: SERVICE)."""
         self.records.update(uid, lambda record: setattr(record, what, True))
 
     def exists(self, uid: str, what: str, seen: bool) -> bool:
@@ -158,6 +162,28 @@ class JobMemory:
             return seen or bool(getattr(record, what))
 
         return self.records.read(uid, look, seen)
+
+    # --- the namespace's workers' NetworkPolicy: made by the first pass that needs it -----------------
+
+    def policy_exists(self, namespace: str, seen: bool) -> bool:
+        """Seen by its watch, or made by a pass and not yet seen; once seen, a later absence is a deletion."""
+        with self._policies_lock:
+            if seen:
+                self._policies_in_flight.discard(namespace)
+            return seen or namespace in self._policies_in_flight
+
+    def ensure_policy(self, namespace: str, make: Callable[[], None]) -> None:
+        """`make()` the namespace's policy unless a pass made it already: the passes of a burst of jobs in a
+        new namespace, which all saw it missing, make it once. Rare (once per namespace): one lock for all."""
+        with self._policies_lock:
+            if namespace not in self._policies_in_flight:
+                make()
+                self._policies_in_flight.add(namespace)
+
+    def policy_gone(self, namespace: str) -> None:
+        """Its watch saw the policy deleted: the next pass of the namespace's jobs makes it again."""
+        with self._policies_lock:
+            self._policies_in_flight.discard(namespace)
 
     # --- GKE refusals ----------------------------------------------------------------------------
 

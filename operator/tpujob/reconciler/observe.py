@@ -196,7 +196,7 @@ class Observer:
         network_policy_seen: bool = False,
     ) -> s.Observed:
         """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them);
-        `network_policy_seen`: the NetworkPolicy watch shows one owned by the job."""
+        `network_policy_seen`: the NetworkPolicy watch shows the job's namespace's workers' policy."""
         uid = job.metadata.uid or ""
         policy = self.settings.tenancy.for_namespace(job.metadata.namespace or "default")
         pods = self.volume_problems(job, pods, now)
@@ -214,7 +214,7 @@ class Observer:
             service_exists=self.memory.exists(uid, JobMemory.SERVICE, service_exists),
             network_policy_exists=(
                 not self.cluster.network_policy
-                or self.memory.exists(uid, JobMemory.NETWORK_POLICY, network_policy_seen)
+                or self.memory.policy_exists(job.metadata.namespace or "default", network_policy_seen)
             ),
             pods_in_flight=in_flight,
             pods_refused=pods_refused,

@@ -349,6 +349,7 @@ def hosts_config_maps(job: TPUJob) -> list[dict[str, Any]]:
 
 
 def render_plan(job: TPUJob, cluster: Cluster, attempt: int = 0) -> Plan:
-    policy = [network_policy(job, cluster.metrics_from)] if cluster.network_policy else []
+    namespace = job.metadata.namespace or "default"
+    policy = [network_policy(namespace, cluster.metrics_from)] if cluster.network_policy else []
     resources = [service(job), *hosts_config_maps(job), *pods(job, cluster, attempt), *policy]
     return Plan(node_pools=node_pools(job, cluster), resources=resources)
