@@ -139,7 +139,8 @@ class Kube:
         return self._created(f"/api/v1/namespaces/{namespace}/pods", body, Priority.WORKLOAD)
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
-        return self._created(f"/api/v1/namespaces/{namespace}/services", body, Priority.WORKLOAD)
+        # After every waiting pod: its workers need it only once they run (reconciler/behind.py).
+        return self._created(f"/api/v1/namespaces/{namespace}/services", body, Priority.STATUS)
 
     def create_network_policy(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when it exists already (made for an earlier job, by an operator process before this one)."""

@@ -6,8 +6,8 @@ A full bucket lets `burst` requests through at once; after that, `qps` a second.
 The bucket is pyrate-limiter's TokenBucket (GCRA). Passes run in worker threads: a request that finds the
 bucket empty waits (its thread sleeps), and the wait is reported to `on_wait` (the operator's metric).
 
-Waiting requests are served by priority, not by arrival: the pods and Services a job runs on before its
-status write, and its status write before its Events (Priority). One budget, ordered, as the Job
+Waiting requests are served by priority, not by arrival: the pods a job runs on before its Service and
+status write, and those before its Events (Priority). One budget, ordered, as the Job
 controller's Events share its one client-go bucket but are posted after its pods. The order is kept by a
 turn: one waiter at a time (the one `WaitQueue.next` names) may take the next token; it sleeps until the
 bucket has one and then looks again, so a request of a higher class that arrived meanwhile goes first.
@@ -41,8 +41,10 @@ AGING_SECONDS = 10.0
 class Priority(enum.IntEnum):
     """Which waiting request gets the next token: the lowest value first (after the aged ones)."""
 
-    WORKLOAD = 0  # pods and Services created or deleted, and the reads a pass makes before it creates
-    STATUS = 1  # TPUJob status writes, and any request not named otherwise (sweeps, peering)
+    WORKLOAD = (
+        0  # pods created or deleted, the namespace's NetworkPolicy, and a pass' reads before it creates
+    )
+    STATUS = 1  # TPUJob status writes, jobs' Services (reconciler/behind.py), any request not named otherwise
     EVENT = 2  # Events: best effort, posted by one background poster
 
 

@@ -181,23 +181,25 @@ def large_body(topology: str = "8x8x8") -> dict[str, Any]:
     return job_body(manifest)
 
 
-def test_pods_are_created_in_batches_after_the_service_and_the_host_list() -> None:
+def test_pods_are_created_in_batches_after_the_host_list_and_the_service_after_them() -> None:
     api = RecordingKube()
     batches: list[int] = []
     passes = reconciler(None, api)
-    creates = passes.actions.create_pods_and_service
+    creates = passes.actions.create_pods
 
-    def recording(namespace: str, pods: list[dict[str, Any]], service: dict[str, Any] | None) -> None:
+    def recording(namespace: str, pods: list[dict[str, Any]]) -> None:
         batches.append(len(pods))
-        creates(namespace, pods, service)
+        creates(namespace, pods)
 
-    passes.actions.create_pods_and_service = recording  # type: ignore[method-assign]
+    passes.actions.create_pods = recording  # type: ignore[method-assign]
     passes.reconcile(large_body(), [], False)  # v5p 8x8x8: 128 hosts
     assert batches == [CREATE_BATCH, 128 - CREATE_BATCH]
     methods = [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"]
-    # The job's NetworkPolicy first (before any worker), then the host list before any pod that reads it.
-    assert methods[:2] == ["create_network_policy", "create_config_map"]
-    assert sorted(methods[2:]) == ["create_pod"] * 128 + ["create_service"]
+    # The namespace's NetworkPolicy first (before any worker), then the host list before any pod that reads
+    # it; the Service after every pod (its workers need it once they run: reconciler/behind.py).
+    assert methods == ["create_network_policy", "create_config_map"] + ["create_pod"] * 128 + [
+        "create_service"
+    ]
 
 
 def test_a_refused_batch_stops_the_creates_and_the_rest_wait_for_the_backoff() -> None:

@@ -117,4 +117,4 @@ def test_each_kube_call_takes_its_token_at_the_priority_it_names():
         with pytest.raises(Refused):
             call()
     w, s, e = Priority.WORKLOAD, Priority.STATUS, Priority.EVENT
-    assert limiter.priorities == [w, w, w, w, s, s, e]
+    assert limiter.priorities == [w, s, w, w, s, s, e]  # a Service after every waiting pod

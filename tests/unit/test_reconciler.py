@@ -209,10 +209,25 @@ def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> No
     pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
 
     with pytest.raises(kube.ApiError, match="Forbidden"):
-        actions.create_pods_and_service("ns", pods, {"metadata": {"name": "svc"}})
+        actions.create_pods("ns", pods)
 
     created = [body["metadata"]["name"] for _, _, body in api.calls]
-    assert sorted(created) == ["svc", "w-0", "w-1", "w-2"]
+    assert sorted(created) == ["w-0", "w-1", "w-2"]
+
+
+def test_the_service_comes_after_the_pods_and_a_refused_one_is_asked_again_by_the_next_pass() -> None:
+    """The pass does not wait for its Service (reconciler/behind.py); one the API server refused is not
+    taken as made: the job's next pass asks again, and once made it is not asked twice."""
+    api = RecordingKube()
+    api.fail["create_service"] = kube.ApiError(403, "exceeded quota: services")
+    passes = reconciler(None, api)
+    passes.reconcile(existing_job_body(), [], False)
+    creates = [m for m, _, _ in api.calls if m in ("create_pod", "create_service")]
+    assert creates == ["create_pod", "create_service"]
+    del api.fail["create_service"]
+    passes.reconcile(existing_job_body(), [], False)  # the pod is in flight; the Service is not
+    passes.reconcile(existing_job_body(), [], False)  # made and in flight: not asked again
+    assert len(api.of("create_service")) == 2 and len(api.of("create_pod")) == 1
 
 
 def test_a_status_write_to_a_deleted_job_is_nothing_and_other_errors_are_raised() -> None:
@@ -318,14 +333,15 @@ def test_a_decided_status_is_forgotten_once_the_watch_shows_it() -> None:
 
 
 class SettledReconciler(Reconciler):
-    """Each pass returns once its status write and Events, sent by background threads, were sent: the
-    tests read what a pass wrote."""
+    """Each pass returns once its status write, Events and Service, sent by background threads, were sent:
+    the tests read what a pass wrote."""
 
     def reconcile(
         self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool, *more: Any, **named: Any
     ) -> Outcome:
         outcome = super().reconcile(body, pods, service_exists, *more, **named)
         assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
+        assert self.actions.behind.drain(timeout=10)
         return outcome
 
 

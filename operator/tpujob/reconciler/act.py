@@ -16,6 +16,7 @@ from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.gke import NodePools, refuses_upgrade_shield
+from tpujob.reconciler.behind import Behind
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
 from tpujob.render import Cluster
@@ -116,6 +117,9 @@ class Actions:
         self.memory = memory
         self.instance = socket.gethostname()  # the pod's name, in Events
         self._creators = concurrent.futures.ThreadPoolExecutor(CREATE_CONCURRENCY, "tpujob-create")
+        self.behind = Behind(
+            lambda ns, body: self.api.create_service(ns, body), memory.service_failed, CREATE_CONCURRENCY
+        )
         self.events = EventPoster(api.create_event)
         # GKE's words the first time it refused a pool's upgrade exclusion (and took the pool without it):
         # the cluster does not take the field, so this process asks without it from then on.
@@ -124,6 +128,7 @@ class Actions:
     def close(self, timeout: float) -> None:
         self.events.stop(timeout)
         self._creators.shutdown(wait=False)
+        self.behind.close()
 
     def apply(
         self,
@@ -173,7 +178,7 @@ class Actions:
     def _create_workers(
         self, job: TPUJob, decision: s.Decision, cluster: Cluster, now: dt.datetime
     ) -> tuple[str, float]:
-        """The decided pods, in batches of CREATE_BATCH, after the Service and the slices' host lists:
+        """The decided pods, in batches of CREATE_BATCH, after the slices' host lists, then the Service:
         ("", 0) when all were created, else the API server's words and when to ask again (a backoff that
         grows with the refusals in a row)."""
         uid = job.metadata.uid or ""
@@ -191,7 +196,10 @@ class Actions:
                     self.apply_hosts_config_map(job, slice_index)
             for start in range(0, max(len(decision.create_pods), 1), CREATE_BATCH):
                 batch = decision.create_pods[start : start + CREATE_BATCH]
-                self._create_batch(job, batch, service if start == 0 else None, cluster, decision, avoid)
+                self._create_batch(job, batch, cluster, decision, avoid)
+            if service is not None:  # after the pods, not waited for (reconciler/behind.py)
+                self.memory.created(uid, JobMemory.SERVICE)
+                self.behind.submit(uid, job.metadata.namespace, service)
         except Exception as error:
             if not is_refusal(error):
                 raise
@@ -200,15 +208,12 @@ class Actions:
             return refused, self.memory.pods_refused(uid, refused, self.refused_backoff_seconds)
         if decision.create_pods:  # the pods passed: a later refusal's backoff starts over
             self.memory.pods_refused(uid, None)
-        if service is not None:
-            self.memory.created(uid, JobMemory.SERVICE)
         return "", 0.0
 
     def _create_batch(
         self,
         job: TPUJob,
         workers: list[tuple[int, int]],
-        service: dict[str, Any] | None,
         cluster: Cluster,
         decision: s.Decision,
         avoid: int,
@@ -229,7 +234,7 @@ class Actions:
         names = [pod["metadata"]["name"] for pod in pods]
         self.memory.pods_created(uid, names)
         try:
-            self.create_pods_and_service(job.metadata.namespace, pods, service)
+            self.create_pods(job.metadata.namespace, pods)
         except Exception:
             self.memory.pods_not_created(uid, names)
             raise
@@ -372,15 +377,10 @@ class Actions:
     def delete_pod(self, namespace: str, name: str) -> None:
         self.api.delete_pod(namespace, name)
 
-    def create_pods_and_service(
-        self, namespace: str, pods: list[dict[str, Any]], service: dict[str, Any] | None
-    ) -> None:
-        """Pods all at once (a slice's hosts start together), with the Service that names them for DNS.
-        What exists already is fine; the first other error is raised after every call ended."""
-        creates = [(self.api.create_pod, pod) for pod in pods]
-        if service is not None:
-            creates.append((self.api.create_service, service))
-        futures = [self._creators.submit(create, namespace, body) for create, body in creates]
+    def create_pods(self, namespace: str, pods: list[dict[str, Any]]) -> None:
+        """Pods all at once (a slice's hosts start together). What exists already is fine; the first other
+        error is raised after every call ended."""
+        futures = [self._creators.submit(self.api.create_pod, namespace, pod) for pod in pods]
         for error in [f.exception() for f in futures]:
             if error is not None:
                 raise error

@@ -153,6 +153,11 @@ class JobMemory:
         """A pass created the job's Service (`what`: SERVICE)."""
         self.records.update(uid, lambda record: setattr(record, what, True))
 
+    def service_failed(self, uid: str) -> None:
+        """The job's Service was refused: not in flight, so the job's next pass asks again (a job forgotten
+        meanwhile gets no record back)."""
+        self.records.read(uid, lambda record: setattr(record, JobMemory.SERVICE, False), None)
+
     def exists(self, uid: str, what: str, seen: bool) -> bool:
         """Seen by its watch, or created and not yet seen; once seen, a later absence is a deletion."""
 
