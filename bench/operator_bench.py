@@ -100,6 +100,7 @@ from tpujob_sandbox import (
     stop_process,
     wait_for,
 )
+from tpujob_sandbox.bed import OPERATOR_USER
 
 WARM_UP = "warm-up"  # the job each operator phase runs first, outside the counted window
 OPERATOR_RESOURCES = {
@@ -113,7 +114,6 @@ JOB_CONTROLLER_RESOURCES = {("batch", "jobs"), ("", "pods"), ("", "events")}
 DIRECT_RESOURCES = {("", "pods"), ("", "services")}
 CREATE_THREADS = 8
 DIRECT_WORKERS = 16  # the operator's default TPUJOB_WORKERS: the threads its passes' requests run on
-OPERATOR_USER = "system:serviceaccount:tpujob-system:tpujob-operator"
 # policy create last: its cleanup (thousands of simulated nodes) is the heaviest.
 PHASES = ("operator/existing", "job-controller", "direct", "operator/create")
 

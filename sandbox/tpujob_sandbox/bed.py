@@ -24,6 +24,12 @@ from tpujob_sandbox.layout import INFO_FILE
 from tpujob_sandbox.processes import pid_alive
 
 FLEX_START_LOCATION = "us-east5"
+# The operator's ServiceAccount on the test bed (operators.py runs it so). The API server audits its every
+# request (Metadata level: who, verb, resource, namespace; no bodies), so a test counts what one job costs
+# (tests/e2e/test_request_budget.py); nobody else's.
+OPERATOR_NAMESPACE = "tpujob-system"
+OPERATOR_ACCOUNT = "tpujob-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
 
 
 @dataclass
@@ -106,7 +112,9 @@ def start_sandbox(
     kubelet serves the Nodes the simulated GKE labels with `node_owner`. Stop with `Sandbox.stop()`."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if control_plane is None:
-        control_plane = ControlPlane(binaries or find_binaries(progress=progress), state_dir).start()
+        control_plane = ControlPlane(
+            binaries or find_binaries(progress=progress), state_dir, audit_users=(OPERATOR_USER,)
+        ).start()
     api_client = k8s_config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     gke = kubelet = None
     try:

@@ -22,7 +22,7 @@ from tpujob import peering
 from tpujob.api import constants as c
 from tpujob.api.crd import crd
 from tpujob.rbac import cluster_role
-from tpujob_sandbox.bed import Sandbox
+from tpujob_sandbox.bed import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, Sandbox
 from tpujob_sandbox.processes import free_port
 from tpujob_sandbox.timescale import poll_provisioning_seconds
 from tpujob_sandbox.waiting import wait_for
@@ -30,8 +30,6 @@ from tpujob_sandbox.waiting import wait_for
 # The operator with a probe into what it keeps (probe.py, run as a script by the operator's Python).
 PROBE_SCRIPT = str(Path(__file__).with_name("probe.py"))
 PROBE_ENV = "TPUJOB_PROBE"
-OPERATOR_NAMESPACE = "tpujob-system"
-OPERATOR_ACCOUNT = "tpujob-operator"
 
 
 # How often the operator looks at every job on the test bed (TPUJOB_RESYNC_SECONDS; 30 s by default).
