@@ -83,7 +83,8 @@ test: venv
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
 # RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift); the
 # operator image's constraints (tests/unit/test_generated.py checks every dependency is named); the docs'
-# reference pages (tests/unit/test_generated.py checks drift).
+# reference pages (tests/unit/test_generated.py checks drift); the benchmark tables of docs/benchmarks.md, from
+# bench/results (tests/unit/test_bench_tables.py checks drift).
 generate: $(STAMP)
 	$(BIN)/tpujob crd > crds/tpujob.dev_tpujobs.yaml
 	mkdir -p charts/tpujob-operator/crds
@@ -91,6 +92,7 @@ generate: $(STAMP)
 	$(BIN)/python scripts/generate_chart.py
 	$(BIN)/python scripts/operator_constraints.py > operator/constraints.txt
 	$(BIN)/python scripts/generate_docs.py
+	$(BIN)/python scripts/bench_tables.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

@@ -364,14 +364,43 @@ def command_line() -> str:
     return " ".join([".venv/bin/python", *sys.argv])
 
 
+def provenance() -> dict[str, Any]:
+    """When, on what code and on what machine figures were measured: what a table made from them shows
+    beside it (scripts/bench_tables.py)."""
+    folder = Path(__file__).parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory_kib = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        memory_kib = int(Path("/proc/meminfo").read_text().split("\n", 1)[0].split()[1])
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "machine": {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(memory_kib / 2**20, 1)},
+    }
+
+
 def write_json(path: Path | None, results: list[Any], **facts: Any) -> None:
-    """The figures as JSON, with the command that made them and the machine's CPU count (every bench's)."""
+    """The figures as JSON, with the command that made them, when, on what code and machine (every
+    bench's)."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "command": command_line(),
-        "machine": {"cpus": os.cpu_count()},
+        **provenance(),
         **facts,
         "results": [asdict(r) for r in results],
     }
