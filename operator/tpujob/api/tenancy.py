@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from pydantic import Field
+import yaml
+from pydantic import Field, ValidationError
 
 from tpujob import tpu
 from tpujob.api import constants as c
@@ -154,6 +155,19 @@ class TenancyPolicy(ApiModel):
             return self.defaults
         named = {name: getattr(override, name) for name in override.model_fields_set}
         return self.defaults.model_copy(update=named)
+
+
+def parse_policy(text: str, source: str = SETTING) -> TenancyPolicy:
+    """The policy from its YAML text (TPUJOB_TENANCY_POLICY, `tpujob validate --policy FILE`): empty is the
+    default; a wrong document is a ValueError naming `source` and each field."""
+    try:
+        document = yaml.safe_load(text) if text.strip() else None
+        return TenancyPolicy.model_validate(document or {})
+    except yaml.YAMLError as error:
+        raise ValueError(f"{source} is not YAML: {error}") from None
+    except ValidationError as error:
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"{source}: {where}") from None
 
 
 def capability(name: str) -> str:
