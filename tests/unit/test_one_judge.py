@@ -118,6 +118,18 @@ CASES = [
         REFUSED,
         "spec.runPolicy.startupTimeoutSeconds",
     ),
+    Case(
+        "grace-period-above-the-namespaces-cap",
+        job(trainer={"image": "tpujob-trainer:test", "terminationGracePeriodSeconds": 600}),
+        REFUSED,
+        "spec.trainer.terminationGracePeriodSeconds",
+    ),
+    Case(
+        "grace-period-the-namespace-allows",
+        job(trainer={"image": "tpujob-trainer:test", "terminationGracePeriodSeconds": 600}),
+        ("Provisioning", "Provisioning"),
+        policy={"namespaces": {"team-a": {"maxTerminationGracePeriodSeconds": 900}}},
+    ),
     Case("above-the-host-cap", job(tpu={"type": "v5e", "topology": "4x4"}), REFUSED, "spec.tpu", max_hosts=2),
     Case(
         "queue-required",
