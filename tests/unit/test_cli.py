@@ -165,3 +165,28 @@ def test_render_checks_the_zone_it_renders_into_like_the_operator(tmp_path, caps
     assert main(["render", str(path), "--zone", "asia-northeast1-b", "--location", "asia-northeast1"]) == 0
     (pool, *_) = [o for o in yaml.safe_load(capsys.readouterr().out)["creates"] if o.get("gke")]
     assert pool["nodePool"]["locations"] == ["asia-northeast1-b"]
+
+
+def test_namespace_applies_the_jobs_into_a_namespace_and_its_policy_judges_them(tmp_path, capsys):
+    """`--namespace` is `kubectl apply -n`: a job naming no namespace is judged by that namespace's policy;
+    one naming another namespace is refused, as kubectl refuses the apply."""
+    privileged = base_job(trainer={"image": "img:1", "securityContext": {"privileged": True}})
+    del privileged["metadata"]["namespace"]
+    path = write(tmp_path, "job.yaml", privileged)
+    policy = write(tmp_path, "policy.yaml", {"namespaces": {"team-a": {"privileged": True}}})
+    assert main(["validate", str(path), "--policy", str(policy), "--namespace", "team-a"]) == 0
+    assert main(["validate", str(path), "--policy", str(policy), "--namespace", "team-b"]) == 1
+    assert "spec.trainer.securityContext.privileged: privileged containers are not allowed" in (
+        capsys.readouterr().err
+    )
+    elsewhere = write(tmp_path, "elsewhere.yaml", base_job())  # metadata.namespace: default
+    assert main(["validate", str(elsewhere), "--namespace", "team-a"]) == 1
+    assert "metadata.namespace: default, but --namespace is team-a" in capsys.readouterr().err
+
+
+def test_a_policy_file_the_operator_would_refuse_is_refused_naming_the_file_and_the_field(tmp_path):
+    path = write(tmp_path, "job.yaml", base_job())
+    policy = write(tmp_path, "policy.yaml", {"defaults": {"maxChips": -1}})
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(path), "--policy", str(policy)])
+    assert str(exited.value).startswith(f"{policy} (--policy): defaults.maxChips:")
