@@ -16,6 +16,7 @@ import yaml
 from tpujob import __version__, tpu
 from tpujob.api import DefaultZones
 from tpujob.api.crd import crd_yaml
+from tpujob.api.status import Reason
 from tpujob.api.tenancy import TenancyPolicy, parse_policy
 from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB
 from tpujob.localrun import add_subcommand as add_run
@@ -77,7 +78,10 @@ def judged(paths: list[Path], args: argparse.Namespace, rules: Rules, cluster: C
             verdict = judge(document, rules, cluster, now)
             lines = [f"{label}: {problem}" for problem in verdict.problems]
             if verdict.problems and not refused(verdict) and verdict.job is not None:
-                lines = [f"{line} (the operator would hold it: {verdict.status.reason})" for line in lines]
+                held = f"the operator would hold it: {verdict.status.reason}"
+                if verdict.status.reason == Reason.KUEUE_NOT_ENABLED:
+                    held += "; --kueue judges as an operator that runs with Kueue"
+                lines = [f"{line} ({held})" for line in lines]
             yield label, verdict, lines
 
 
