@@ -3,28 +3,93 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from tpujob import __version__, tpu
 from tpujob.api import DefaultZones
 from tpujob.api.crd import crd_yaml
-from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB, size_problems
+from tpujob.api.status import Reason
+from tpujob.api.tenancy import TenancyPolicy, parse_policy
+from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB
 from tpujob.localrun import add_subcommand as add_run
-from tpujob.manifests import load_jobs, manifest_files, problems_in
-from tpujob.render import Cluster, render_plan
+from tpujob.manifests import manifest_files, read_documents
+from tpujob.render import Cluster
+from tpujob.render.creates import creates
+from tpujob.status.verdict import Rules, Verdict, judge, refused
 
 PLUGIN_GROUP = "tpujob.commands"
 
 
+def rules_of(args: argparse.Namespace, zones: DefaultZones | None) -> Rules:
+    """The operator's settings to judge by, from the flags (each named as the setting it stands for)."""
+    policy = TenancyPolicy()
+    if args.policy is not None:
+        try:
+            policy = parse_policy(args.policy.read_text(), f"{args.policy} (--policy)")
+        except OSError as error:
+            raise SystemExit(f"{args.policy}: cannot read: {error.strerror}") from None
+        except ValueError as error:
+            raise SystemExit(str(error)) from None
+    return Rules(
+        tenancy=policy, max_hosts_per_job=args.max_hosts_per_job, kueue=args.kueue, default_zones=zones
+    )
+
+
+def in_namespace(document: Any, namespace: str | None) -> tuple[Any, str]:
+    """The document as applied into `namespace` (kubectl apply -n), or a problem when it names another one."""
+    if namespace is None or not isinstance(document, dict):
+        return document, ""
+    found = document.get("metadata")
+    metadata: dict[str, Any] = found if isinstance(found, dict) else {}
+    named = metadata.get("namespace")
+    if named and named != namespace:
+        return document, (
+            f"metadata.namespace: {named}, but --namespace is {namespace} (kubectl refuses such an apply); "
+            "remove one of them"
+        )
+    return {**document, "metadata": {**metadata, "namespace": namespace}}, ""
+
+
+# A document's label, the verdict on it (None: not judged), and its problem lines.
+Judged = tuple[str, Verdict | None, list[str]]
+
+
+def judged(paths: list[Path], args: argparse.Namespace, rules: Rules, cluster: Cluster) -> Iterator[Judged]:
+    """(label, verdict, problem lines) for every document of every file, judged as the operator's first
+    pass would judge it (tpujob.status.verdict); a file that cannot be read is one line, with no verdict."""
+    now = dt.datetime.now(dt.UTC)
+    for path in paths:
+        documents, unreadable = read_documents(path)
+        if unreadable:
+            yield str(path), None, [unreadable]
+        for label, document in documents:
+            document, wrong_namespace = in_namespace(document, args.namespace)
+            if wrong_namespace:
+                yield label, None, [f"{label}: {wrong_namespace}"]
+                continue
+            verdict = judge(document, rules, cluster, now)
+            lines = [f"{label}: {problem}" for problem in verdict.problems]
+            if verdict.problems and not refused(verdict) and verdict.job is not None:
+                held = f"the operator would hold it: {verdict.status.reason}"
+                if verdict.status.reason == Reason.KUEUE_NOT_ENABLED:
+                    held += "; --kueue judges as an operator that runs with Kueue"
+                lines = [f"{line} ({held})" for line in lines]
+            yield label, verdict, lines
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     files = manifest_files(args.files)
-    problems = [line for path in files for line in problems_in(path)]
+    cluster = Cluster(zone=args.zone) if args.zone else Cluster()
+    zones = DefaultZones(cluster.zones, "the zone given to tpujob validate --zone") if args.zone else None
+    problems = [line for _, _, lines in judged(files, args, rules_of(args, zones), cluster) for line in lines]
     problems += [
         f"{path}: no *.yaml or *.yml file in the directory"
         for path in args.files
@@ -38,21 +103,64 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """One plan per TPUJob in the file: a YAML document each, or in JSON the plan (one job) or a list."""
+    """Per TPUJob of the file, what the operator creates for it in order (a YAML document each; in JSON one
+    object, or a list of them), after its first pass' verdict: a job it would not run is not rendered."""
     cluster = Cluster(project=args.project, location=args.location, cluster=args.cluster, zone=args.zone)
     # A job that names no zone renders into --zone: checked as the operator checks its own zone.
-    jobs = load_jobs(args.file, DefaultZones(cluster.zones, "the zone given to tpujob render --zone"))
-    # What the operator would refuse with its default cap on hosts is not rendered either.
-    too_large = [f"{args.file}: {p}" for job in jobs for p in size_problems(job, DEFAULT_MAX_HOSTS_PER_JOB)]
-    if too_large:
-        print("\n".join(too_large), file=sys.stderr)
+    zones = DefaultZones(cluster.zones, "the zone given to tpujob render --zone")
+    results = list(judged([args.file], args, rules_of(args, zones), cluster))
+    problems = [line for _, _, lines in results for line in lines]
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
         return 1
-    plans = [render_plan(job, cluster).to_dict() for job in jobs]
+    plans = [rendered(verdict, cluster) for _, verdict, _ in results if verdict is not None]
     if args.output == "json":
         print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
     else:
         print(yaml.safe_dump_all(plans, sort_keys=False), end="")
     return 0
+
+
+def rendered(verdict: Verdict, cluster: Cluster) -> dict[str, Any]:
+    """One job's plan: what its first pass decides, then every object the operator creates for it."""
+    job = verdict.job
+    assert job is not None
+    wire = verdict.status.to_wire()
+    return {
+        "job": f"{job.metadata.namespace}/{job.metadata.name}",
+        "firstPass": {key: wire.get(key) for key in ("phase", "reason", "message")},
+        "creates": creates(job, cluster, queued=verdict.decision.workload.create),
+    }
+
+
+def add_rules_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's settings a job is judged by, as `tpujob operator` takes them from TPUJOB_* variables."""
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="the tenancy policy, YAML, as the operator's TPUJOB_TENANCY_POLICY (the chart's tenancy value); "
+        "default: the operator's default policy",
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        help="the namespace the jobs are applied into (kubectl apply -n); default: each job's own",
+    )
+    parser.add_argument(
+        "--max-hosts-per-job",
+        type=int,
+        default=DEFAULT_MAX_HOSTS_PER_JOB,
+        metavar="N",
+        help="the operator's TPUJOB_MAX_HOSTS_PER_JOB (chart value operator.maxHostsPerJob)",
+    )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="the operator runs with Kueue (TPUJOB_KUEUE, the chart's kueue.enabled): a job labelled "
+        "kueue.x-k8s.io/queue-name gets a Workload; without it, such a job waits as KueueNotEnabled",
+    )
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -116,10 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="check TPUJob manifests (files, or directories' *.yaml and *.yml); one line per problem",
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE_OR_DIR")
+    validate.add_argument(
+        "--zone",
+        help="the operator's zone(s) (TPUJOB_GKE_ZONE), comma-separated: a job that names no zone must have "
+        "its TPU type offered there; default: not checked",
+    )
+    add_rules_arguments(validate)
     validate.set_defaults(func=cmd_validate)
 
     render = commands.add_parser(
-        "render", help="print the node pools and manifests each TPUJob of a file becomes"
+        "render",
+        help="print what the operator creates for each TPUJob of a file, in order (Workload, node pools, "
+        "NetworkPolicy, host lists, Service, pods), after judging it as the operator does",
     )
     render.add_argument("file", type=Path, metavar="FILE")
     render.add_argument("--output", "-o", choices=("json", "yaml"), default="yaml")
@@ -133,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="zone(s) of the TPU node pools of a job that names none, comma-separated; one must offer the "
         "job's TPU type",
     )
+    add_rules_arguments(render)
     render.set_defaults(func=cmd_render)
 
     crd = commands.add_parser("crd", help="print the TPUJob CustomResourceDefinition")

@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tpujob import status as s
 from tpujob.api.spec import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPE_PATTERN
-from tpujob.api.tenancy import TenancyPolicy
+from tpujob.api.tenancy import TenancyPolicy, parse_policy
 from tpujob.render import Cluster
 
 ENV_PREFIX = "TPUJOB_"
@@ -279,14 +278,7 @@ class OperatorConfig(BaseSettings):
 
     @property
     def tenancy(self) -> TenancyPolicy:
-        try:
-            document = yaml.safe_load(self.tenancy_policy) if self.tenancy_policy.strip() else None
-            return TenancyPolicy.model_validate(document or {})
-        except yaml.YAMLError as error:
-            raise ValueError(f"{ENV_PREFIX}TENANCY_POLICY is not YAML: {error}") from None
-        except ValidationError as error:
-            where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise ValueError(f"{ENV_PREFIX}TENANCY_POLICY: {where}") from None
+        return parse_policy(self.tenancy_policy, f"{ENV_PREFIX}TENANCY_POLICY")
 
     @property
     def cluster(self) -> Cluster:

@@ -19,8 +19,6 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-# Like the pod's terminationGracePeriodSeconds: time to save a checkpoint after SIGTERM.
-STOP_GRACE_SECONDS = 30.0
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -37,8 +35,10 @@ class Worker:
 class LocalRun:
     """The worker processes: output relayed, signals forwarded, a failure stops the others."""
 
-    def __init__(self, workers: list[Worker]) -> None:
+    def __init__(self, workers: list[Worker], grace_seconds: float) -> None:
         self.workers = workers
+        # The job's spec.trainer.terminationGracePeriodSeconds, as its pods get: to save after SIGTERM.
+        self.grace_seconds = grace_seconds
         self.processes: list[subprocess.Popen[bytes]] = []
         self.relays: list[threading.Thread] = []
 
@@ -87,7 +87,7 @@ class LocalRun:
                         say(f"worker {index} exited with {codes[index]}: stopping the others")
                         self._signal_all(signal.SIGTERM)
                         stopping_since = time.monotonic()
-            if stopping_since is not None and time.monotonic() - stopping_since > STOP_GRACE_SECONDS:
+            if stopping_since is not None and time.monotonic() - stopping_since > self.grace_seconds:
                 self._signal_all(signal.SIGKILL)
         return [codes[index] for index in range(len(self.processes))]
 

@@ -378,7 +378,7 @@ def run_local(args: argparse.Namespace) -> int:
         say(f"  on GKE only: {note}")
 
     started = time.monotonic()
-    exit_codes = LocalRun(workers).wait()
+    exit_codes = LocalRun(workers, job.spec.trainer.termination_grace_period_seconds).wait()
     elapsed = time.monotonic() - started
     code = overall_exit_code(exit_codes)
     summary = _read_summary(workers[0].summary_file)

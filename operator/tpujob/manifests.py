@@ -33,34 +33,28 @@ def load_documents(path: Path) -> Iterator[tuple[str, Any]]:
         yield label, document
 
 
-def problems_in(path: Path, default_zones: DefaultZones | None = None) -> Iterator[str]:
-    """Every problem of every document, each naming its file and field; with `default_zones`, a job that
-    names no zone is also checked against them."""
+def read_documents(path: Path) -> tuple[list[tuple[str, Any]], str]:
+    """(label, document) for every YAML document of a file, or ([], the one problem that stops reading it)."""
     try:
         documents = list(load_documents(path))
     except OSError as error:
-        yield f"{path}: cannot read: {error.strerror}"
-        return
+        return [], f"{path}: cannot read: {error.strerror}"
     except yaml.YAMLError as error:
-        yield f"{path}: not valid YAML: {error}".replace("\n", " ")
-        return
-    if not documents:
-        yield f"{path}: no TPUJob in the file"
+        return [], f"{path}: not valid YAML: {error}".replace("\n", " ")
+    return documents, "" if documents else f"{path}: no TPUJob in the file"
+
+
+def problems_in(path: Path, default_zones: DefaultZones | None = None) -> Iterator[str]:
+    """Every problem of every document, each naming its file and field; with `default_zones`, a job that
+    names no zone is also checked against them."""
+    documents, unreadable = read_documents(path)
+    if unreadable:
+        yield unreadable
     for label, document in documents:
         try:
             parse_tpujob(document, default_zones)
         except InvalidTPUJob as invalid:
             yield from (f"{label}: {problem}" for problem in invalid.problems)
-
-
-def load_jobs(path: Path, default_zones: DefaultZones | None = None) -> list[TPUJob]:
-    """Every TPUJob in a file (one or more YAML documents), or SystemExit(1) after printing every problem."""
-    problems = list(problems_in(path, default_zones))
-    if not problems:
-        return [parse_tpujob(document, default_zones) for _, document in load_documents(path)]
-    for line in problems:
-        print(line, file=sys.stderr)
-    raise SystemExit(1)
 
 
 def load_one_job(path: Path) -> TPUJob:

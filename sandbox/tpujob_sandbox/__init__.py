@@ -17,6 +17,12 @@ Parts (each module says more):
 - kubelet: pod phases for pods on those nodes; the trainer image runs as a local process.
 - bed: all of it as one `Sandbox`; operators: `tpujob operator` on it as users run it.
 - pytest_plugin: the fixtures tests use (sandbox, gke, kubelet, namespace, operator, jobs).
+- kueue: Kueue's real CRDs and a simulator of its controllers; crdgate: the gate in front of the CRD API.
+- cli: `tpujob sandbox`; probe: `tpujob operator` with a probe into what it keeps.
+- addresses (loopback addresses for nodes and pods), pki (keys and certificates), exec_token (a kubeconfig
+  exec credential plugin), partition (a TCP proxy that can black-hole), processes (child processes that die
+  with their parent), machine (cache, locks, Debian packages), layout (a state folder's shared files),
+  timescale (the test bed's clock), waiting (wait on a condition with a deadline).
 
 The names below are the test bed's API for tests and benchmarks. They load on first use, so
 `tpujob sandbox status` does not import the Kubernetes and Google clients.

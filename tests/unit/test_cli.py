@@ -29,8 +29,8 @@ def test_examples_exist_and_validate(capsys):
 def test_every_example_renders(example, capsys):
     assert main(["render", str(example), "-o", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert set(plan) == {"nodePools", "resources"}
-    assert any(r["kind"] == "Pod" for r in plan["resources"])
+    assert set(plan) == {"job", "firstPass", "creates"}
+    assert any(r.get("kind") == "Pod" for r in plan["creates"])
 
 
 def test_validate_prints_one_line_per_problem_with_file_and_field(tmp_path, capsys):
@@ -52,9 +52,7 @@ def test_validate_prints_one_line_per_problem_with_file_and_field(tmp_path, caps
 )
 def test_render_refuses_malformed_input_with_the_validate_messages(tmp_path, capsys, manifest, field):
     path = write(tmp_path, "job.yaml", manifest)
-    with pytest.raises(SystemExit) as exited:
-        main(["render", str(path)])
-    assert exited.value.code == 1
+    assert main(["render", str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"{path}: {field}: " in captured.err
@@ -139,12 +137,9 @@ def test_render_takes_a_multi_document_file_as_validate_does(tmp_path, capsys):
     capsys.readouterr()
     assert main(["render", str(path)]) == 0
     plans = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [p["resources"][0]["metadata"]["name"] for p in plans] == ["first", "second"]
+    assert [p["job"] for p in plans] == ["default/first", "default/second"]
     assert main(["render", str(path), "-o", "json"]) == 0
-    assert [p["resources"][0]["metadata"]["name"] for p in json.loads(capsys.readouterr().out)] == [
-        "first",
-        "second",
-    ]
+    assert [p["job"] for p in json.loads(capsys.readouterr().out)] == ["default/first", "default/second"]
 
 
 def test_render_of_a_multi_document_file_names_the_bad_document(tmp_path, capsys):
@@ -152,9 +147,7 @@ def test_render_of_a_multi_document_file_names_the_bad_document(tmp_path, capsys
     bad["spec"]["tpu"]["slices"] = 0
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(base_job("first")) + "---\n" + yaml.safe_dump(bad))
-    with pytest.raises(SystemExit) as exited:
-        main(["render", str(path)])
-    assert exited.value.code == 1
+    assert main(["render", str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"{path} (document 2): spec.tpu.slices:")
@@ -162,9 +155,7 @@ def test_render_of_a_multi_document_file_names_the_bad_document(tmp_path, capsys
 
 def test_render_checks_the_zone_it_renders_into_like_the_operator(tmp_path, capsys):
     path = write(tmp_path, "v6e.yaml", base_job(tpu={"type": "v6e", "topology": "2x2"}))
-    with pytest.raises(SystemExit) as exited:
-        main(["render", str(path), "--zone", "us-central2-b", "--location", "us-central2"])
-    assert exited.value.code == 1
+    assert main(["render", str(path), "--zone", "us-central2-b", "--location", "us-central2"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert (
@@ -172,4 +163,30 @@ def test_render_checks_the_zone_it_renders_into_like_the_operator(tmp_path, caps
         "tpujob render --zone, which does not offer v6e TPUs" in captured.err
     )
     assert main(["render", str(path), "--zone", "asia-northeast1-b", "--location", "asia-northeast1"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["nodePools"][0]["locations"] == ["asia-northeast1-b"]
+    (pool, *_) = [o for o in yaml.safe_load(capsys.readouterr().out)["creates"] if o.get("gke")]
+    assert pool["nodePool"]["locations"] == ["asia-northeast1-b"]
+
+
+def test_namespace_applies_the_jobs_into_a_namespace_and_its_policy_judges_them(tmp_path, capsys):
+    """`--namespace` is `kubectl apply -n`: a job naming no namespace is judged by that namespace's policy;
+    one naming another namespace is refused, as kubectl refuses the apply."""
+    privileged = base_job(trainer={"image": "img:1", "securityContext": {"privileged": True}})
+    del privileged["metadata"]["namespace"]
+    path = write(tmp_path, "job.yaml", privileged)
+    policy = write(tmp_path, "policy.yaml", {"namespaces": {"team-a": {"privileged": True}}})
+    assert main(["validate", str(path), "--policy", str(policy), "--namespace", "team-a"]) == 0
+    assert main(["validate", str(path), "--policy", str(policy), "--namespace", "team-b"]) == 1
+    assert "spec.trainer.securityContext.privileged: privileged containers are not allowed" in (
+        capsys.readouterr().err
+    )
+    elsewhere = write(tmp_path, "elsewhere.yaml", base_job())  # metadata.namespace: default
+    assert main(["validate", str(elsewhere), "--namespace", "team-a"]) == 1
+    assert "metadata.namespace: default, but --namespace is team-a" in capsys.readouterr().err
+
+
+def test_a_policy_file_the_operator_would_refuse_is_refused_naming_the_file_and_the_field(tmp_path):
+    path = write(tmp_path, "job.yaml", base_job())
+    policy = write(tmp_path, "policy.yaml", {"defaults": {"maxChips": -1}})
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(path), "--policy", str(policy)])
+    assert str(exited.value).startswith(f"{policy} (--policy): defaults.maxChips:")

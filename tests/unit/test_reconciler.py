@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from tests.manifests import base_job, with_change
+from tests.unit.test_gke import gke_error
 from tpujob import kube, metrics
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.api import parse_tpujob
 from tpujob.api.spec import CapacityMode, CapacitySpec
 from tpujob.api.status import Phase, Reason
-from tpujob.gke import OwnedPool, refuses_upgrade_shield
+from tpujob.gke import OwnedPool, classify_error, refuses_upgrade_shield
 from tpujob.reconciler import Reconciler, Settings
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
@@ -402,6 +403,42 @@ def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
     # A refusal that is not about the upgrade exclusion is not asked again without it: one create, the
     # refusal stands, and the backoff holds the second pass back.
     assert [("maintenancePolicy" in pool) for pool in pools.created] == [True]
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        # A zone that offers no v6e, as GKE refuses it (tpujob_sandbox/gke's zone check).
+        ("INVALID_ARGUMENT", "Machine type ct6e-standard-4t is not available in zone us-east1-b"),
+        # A FAILED_PRECONDITION in other words than GKE's "busy" ones (gke.BUSY_WORDS): a refusal for good.
+        ("FAILED_PRECONDITION", "The requested node pool configuration is not supported."),
+    ],
+)
+def test_a_permanent_refusal_is_asked_for_once_per_backoff_step(
+    monkeypatch: pytest.MonkeyPatch, status: str, message: str
+) -> None:
+    """A pass every 0.2 s for 60 s (the passes a resync and the pool polls bring): GKE is asked once when
+    each backoff step ends (1, 2, 4 ... s, capped), each time with the upgrade exclusion (the refusal does
+    not name it), never twice in a row. Before the fix: a second create without the exclusion at once."""
+    clock = [1000.0]
+    monkeypatch.setattr(memory_module.time, "monotonic", lambda: clock[0])
+    pools = RecordingPools()
+    pools.create_error = classify_error(gke_error(400, status, message))
+    assert pools.create_error.reason == Reason.POOL_REJECTED and pools.create_error.permanent
+    passes = reconciler(pools, settings=Settings(refused_backoff_seconds=1.0))
+    asked_at: list[float] = []
+    for tick in range(300):
+        clock[0] = 1000.0 + tick * 0.2
+        before = len(pools.created)
+        passes.reconcile(job_body(), [], False)
+        asked_at += [round(clock[0] - 1000.0, 1)] * (len(pools.created) - before)
+
+    expected, when = [], 0.0
+    while when < 60:
+        expected.append(when)
+        when = round(when + s.rejected_backoff_seconds(len(expected), 1.0), 1)
+    assert asked_at == expected  # [0, 1, 3, 7, 15, 31, 51]: 7 creates, not 14 in pairs
+    assert all("maintenancePolicy" in pool for pool in pools.created)
 
 
 SHIELD_REFUSED = s.GKEError(

@@ -236,6 +236,12 @@ def test_the_export_dir_reaches_the_trainer(settings: dict[str, str], expected: 
     assert env_of(pod).get("TPUJOB_EXPORT_DIR") == expected
 
 
+@pytest.mark.parametrize(("settings", "grace"), [({}, 30), ({"terminationGracePeriodSeconds": 60}, 60)])
+def test_the_pods_grace_period_is_the_jobs(settings: dict[str, int], grace: int) -> None:
+    (pod,) = pods_of(render_plan(job(trainer={"image": "img:1", **settings}), CLUSTER))
+    assert pod["spec"]["terminationGracePeriodSeconds"] == grace
+
+
 def test_tpu7x_multihost_pool_uses_the_workload_policy():
     plan = render_plan(job(tpu=TPU7X_2X2X2, nodePool={"workloadPolicy": "wp-1"}, trainer=JAX), CLUSTER)
     (pool,) = plan.node_pools

@@ -569,6 +569,26 @@ def test_announced_maintenance_shows_then_restarts_the_job_ahead_of_time_without
     assert due.delete_pools == []  # the hosts come back after the maintenance
 
 
+def test_maintenance_stops_the_workers_at_least_their_grace_period_ahead():
+    """A lead shorter than the workers' grace period would take the host while they still save: the operator
+    stops them the longer of the two ahead."""
+    job = make_job(
+        tpu={"type": "v5p", "topology": "2x2x2"},
+        trainer={"image": "tpujob-trainer:test", "terminationGracePeriodSeconds": 600},
+        runPolicy={"maintenanceLeadSeconds": 300},
+    )
+    assert job.spec.stop_lead_seconds == 600
+    running = pods(job, 0, "Running", node="node-a")
+    first = step(job, pools=ready_pools(job), pods=running, service_exists=True)
+    at = int((NOW + dt.timedelta(hours=2)).timestamp())
+    noticed = step(advance(job, first), pools=ready_pools(job), pods=running, service_exists=True,
+                   maintenance={"node-a": at})  # fmt: skip
+    assert noticed.requeue_after == 2 * 3600 - 600
+    due = step(advance(job, noticed), pools=ready_pools(job), pods=running, service_exists=True,
+               maintenance={"node-a": at}, now=NOW + dt.timedelta(seconds=2 * 3600 - 600))  # fmt: skip
+    assert (due.status.phase, due.status.reason) == (Phase.RESTARTING, Reason.MAINTENANCE)
+
+
 DENIED = "GKE refused container.operations.list on projects/p/locations/l (...): grant the operator's ..."
 
 

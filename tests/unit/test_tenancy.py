@@ -162,6 +162,13 @@ ESCALATIONS: list[tuple[str, dict[str, Any], str, str, Any]] = [
         5,
     ),
     (
+        "grace-period-above-cap",
+        base_job(trainer={"image": "tpujob-trainer:test", "terminationGracePeriodSeconds": 600}),
+        "spec.trainer.terminationGracePeriodSeconds",
+        "maxTerminationGracePeriodSeconds",
+        600,
+    ),
+    (
         "more-chips-than-the-namespace-may-hold",
         base_job(tpu={"type": "v5p", "topology": "2x2x4", "slices": 2}),  # 2 x 16 chips
         "spec.tpu",

@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from pydantic import Field
+import yaml
+from pydantic import Field, ValidationError
 
 from tpujob import tpu
 from tpujob.api import constants as c
 from tpujob.api.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, ApiModel, Problem
 from tpujob.api.job import TPUJob
 from tpujob.api.pod import Capabilities, ContainerSecurityContext, PodSecurityContext
-from tpujob.api.spec import RESERVATION_PATTERN, CapacityMode, NodePoolPolicy
+from tpujob.api.spec import MAX_TERMINATION_GRACE_SECONDS, RESERVATION_PATTERN, CapacityMode, NodePoolPolicy
 
 # Pod Security Standards, "restricted" profile: a container drops ALL and may add back only
 # NET_BIND_SERVICE (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted).
@@ -48,6 +49,10 @@ BASELINE_CAPABILITIES = (
 # spec.runPolicy.startupTimeoutSeconds: how long pods that cannot start may hold a slice.
 DEFAULT_MIN_STARTUP_TIMEOUT_SECONDS = 60
 DEFAULT_MAX_STARTUP_TIMEOUT_SECONDS = 3600
+# spec.trainer.terminationGracePeriodSeconds: how long a stopped worker may hold its slice (and its chips,
+# and the next job's start) while it saves. Five minutes is ten times the default 30 s, enough for a large
+# model's save to a bucket; a namespace whose checkpoints take longer is given more.
+DEFAULT_MAX_TERMINATION_GRACE_SECONDS = 300
 MAX_POLICY_LIST = 256
 SETTING = "TPUJOB_TENANCY_POLICY (the chart's tenancy value)"
 
@@ -132,6 +137,15 @@ class NamespacePolicy(ApiModel):
             "slice. A job's 0 takes this value."
         ),
     )
+    max_termination_grace_period_seconds: int = Field(
+        default=DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
+        ge=0,
+        le=MAX_TERMINATION_GRACE_SECONDS,
+        description=(
+            "The cap of spec.trainer.terminationGracePeriodSeconds: how long a stopped worker may hold its "
+            "slice while it saves its checkpoint (suspend, preemption, eviction, maintenance)."
+        ),
+    )
 
 
 class TenancyPolicy(ApiModel):
@@ -154,6 +168,19 @@ class TenancyPolicy(ApiModel):
             return self.defaults
         named = {name: getattr(override, name) for name in override.model_fields_set}
         return self.defaults.model_copy(update=named)
+
+
+def parse_policy(text: str, source: str = SETTING) -> TenancyPolicy:
+    """The policy from its YAML text (TPUJOB_TENANCY_POLICY, `tpujob validate --policy FILE`): empty is the
+    default; a wrong document is a ValueError naming `source` and each field."""
+    try:
+        document = yaml.safe_load(text) if text.strip() else None
+        return TenancyPolicy.model_validate(document or {})
+    except yaml.YAMLError as error:
+        raise ValueError(f"{source} is not YAML: {error}") from None
+    except ValidationError as error:
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"{source}: {where}") from None
 
 
 def capability(name: str) -> str:
@@ -286,6 +313,17 @@ def _placement_problems(job: TPUJob, policy: NamespacePolicy, fix: str) -> Itera
                 f"{', '.join(policy.priority_classes) or 'none'}; use one of them, {fix}priorityClasses",
             )
     yield from _startup_timeout_problems(job, policy, fix)
+    grace, grace_cap = (
+        spec.trainer.termination_grace_period_seconds,
+        policy.max_termination_grace_period_seconds,
+    )
+    if grace > grace_cap:
+        yield Problem(
+            "spec.trainer.terminationGracePeriodSeconds",
+            f"{grace} s is above this namespace's cap of {grace_cap} s (a stopped worker holds its slice "
+            f"that long while it saves); set at most {grace_cap}, save checkpoints more often, "
+            f"{fix}maxTerminationGracePeriodSeconds",
+        )
     if policy.max_chips is not None:
         try:
             chips = tpu.resolve_slice(spec.tpu.type, spec.tpu.topology, spec.tpu.machine_type).chips

@@ -29,6 +29,7 @@ __all__ = [
     "InvalidTPUJob",
     "Problem",
     "is_default_trainer_image",
+    "judge_spec",
     "parse_tpujob",
     "semantic_problems",
     "size_problems",
@@ -138,6 +139,21 @@ def parse_tpujob(
     if problems:
         raise InvalidTPUJob(problems)
     return job if tenancy is None else with_defaults(job, tenancy)
+
+
+def judge_spec(
+    manifest: Any,
+    default_zones: DefaultZones | None,
+    tenancy: NamespacePolicy,
+    max_hosts: int = DEFAULT_MAX_HOSTS_PER_JOB,
+) -> TPUJob:
+    """A manifest judged as the operator judges it before anything of it is made (its pass, `tpujob validate`
+    and `render`): the schema's rules, its namespace's tenancy policy, the cap on hosts. The job as the
+    policy completes it, or InvalidTPUJob naming each field and the fix."""
+    job = parse_tpujob(manifest, default_zones, tenancy)
+    if too_large := size_problems(job, max_hosts):
+        raise InvalidTPUJob(too_large)
+    return job
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

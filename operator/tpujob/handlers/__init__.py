@@ -16,8 +16,8 @@ and one event.
 Modules by concern: startup (settings, clients, loops), workqueue (the jobs waiting for a pass, coalesced
 per job as in client-go's work queue; one pass at a time per job, requeues), loops (resync, orphan sweep),
 indexes (the jobs' map), owned (the pods' and Services' maps and their watches), events (what asks for a
-pass), deletion (the finalizer). Importing this
-package registers every handler with kopf.
+pass), deletion (the finalizer), nodes (TPU nodes' hardware conditions from GKE's device plugin).
+Importing this package registers every handler with kopf.
 """
 
 from tpujob.handlers import deletion, events, indexes, loops, startup, workqueue

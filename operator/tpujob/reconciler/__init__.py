@@ -9,7 +9,10 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
 - act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics; returns what happened;
 - passes: the Reconciler, which runs a pass: observe, decide, act, settle, one write;
-- release: a deleted job's pools given back, and the sweep of pools whose job is gone.
+- release: a deleted job's pools given back, and the sweep of pools whose job is gone;
+- pod_views: a watched pod as the pure core reads it; tenancy: a namespace's chips across passes;
+- status_writer and poster: status writes and Events, sent off the pass's thread; behind: a job's Service,
+  created after its pods, off the pass's thread too.
 """
 
 from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest

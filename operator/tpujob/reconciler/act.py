@@ -183,7 +183,7 @@ class Actions:
         grows with the refusals in a row)."""
         uid = job.metadata.uid or ""
         # New pods avoid nodes whose announced maintenance comes before this.
-        avoid = int(now.timestamp()) + job.spec.run_policy.maintenance_lead_seconds
+        avoid = int(now.timestamp()) + job.spec.stop_lead_seconds
         service = render.service(job) if decision.create_service else None
         try:
             # The namespace's NetworkPolicy before the Service and the pods, in its own step: a worker never

@@ -13,9 +13,9 @@ from typing import Any
 
 from tpujob import kube, metrics
 from tpujob import status as s
-from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob, parse_tpujob
+from tpujob.api import OPERATOR_ZONE_SETTING, DefaultZones, InvalidTPUJob, TPUJob
 from tpujob.api.status import Reason, TPUJobStatus
-from tpujob.api.validation import size_problems
+from tpujob.api.validation import judge_spec
 from tpujob.gke import NodePools, WorkloadPolicies
 from tpujob.gke_cluster import ClusterCheck
 from tpujob.reconciler.act import REASON_UNREADABLE, Actions, JobGone
@@ -186,11 +186,9 @@ class Reconciler:
             # job against its namespace's tenancy policy.
             default_zones = DefaultZones(self.observer.cluster.zones, OPERATOR_ZONE_SETTING)
             policy = self.settings.tenancy.for_namespace(meta["namespace"])
-            job = parse_tpujob({**body, "status": None}, default_zones, policy).model_copy(
-                update={"status": status}
-            )
-            if too_large := size_problems(job, self.settings.max_hosts_per_job):
-                raise InvalidTPUJob(too_large)
+            job = judge_spec(
+                {**body, "status": None}, default_zones, policy, self.settings.max_hosts_per_job
+            ).model_copy(update={"status": status})
             job, shape_refused = s.as_admitted(job)  # a running job's shape is the admitted one
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)

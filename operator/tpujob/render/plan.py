@@ -27,9 +27,6 @@ from tpujob.render.placement import Placement
 from tpujob.render.pod_parts import env_from_and_mounts, merge_pod, security_context, wire
 from tpujob.render.pools import node_pools, own_taint
 
-# Spot VMs get about 30 s notice: the trainer saves a checkpoint on SIGTERM within that time.
-TERMINATION_GRACE_SECONDS = 30
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -289,7 +286,8 @@ def pod(
         "subdomain": naming.service_name(job),
         "nodeSelector": _node_selector(job, cluster, shape, slice_index),
         "tolerations": _tolerations(job),
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # The trainer saves a checkpoint on SIGTERM within it (spec.trainer.terminationGracePeriodSeconds).
+        "terminationGracePeriodSeconds": trainer.termination_grace_period_seconds,
         "containers": [container],
     }
     if trainer.service_account_name:

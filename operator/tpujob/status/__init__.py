@@ -14,7 +14,11 @@ Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide
 operations, read once), `recreation` (GKE upgrading or repairing a slice: NodeUpgrade, NodeRepair),
 `placement` (what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
 `builder` (the decision under construction and the steps the others share), `invalid` (a spec the
-operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a namespace's chip limit).
+operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a namespace's chip limit),
+`verdict` (a new job's first pass, for `tpujob validate` and `render`), `queue` (Kueue's admission),
+`shape` (a running job's fixed shape), `failures` (the failure policy), `recovery` (how narrow a restart),
+`startup` (why workers have not started), `progress` (a trainer's step counter), `worker_numbers` (bounds on
+what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits).
 """
 
 from tpujob.status.invalid import InvalidObserved, decide_invalid

@@ -60,7 +60,7 @@ def start_run_clock(b: Builder) -> str:
         seconds = b.job.spec.capacity.max_run_duration_seconds or FLEX_START_MAX_RUN_SECONDS
         since = b.observed.slice_created or b.now
         b.status.run_deadline = timestamp(since + dt.timedelta(seconds=seconds))
-        lead = b.job.spec.run_policy.maintenance_lead_seconds
+        lead = b.job.spec.stop_lead_seconds
         act_at = since + dt.timedelta(seconds=seconds - lead)
         b.decision.requeue(max((act_at - b.now).total_seconds(), 0))
     return b.status.run_deadline
@@ -72,7 +72,7 @@ def run_duration_ends(b: Builder) -> bool:
     deadline = b.status.run_deadline
     if deadline is None:
         return False
-    lead = b.job.spec.run_policy.maintenance_lead_seconds
+    lead = b.job.spec.stop_lead_seconds
     act_at = parse_timestamp(deadline) - dt.timedelta(seconds=lead)
     if b.now < act_at:
         b.decision.requeue((act_at - b.now).total_seconds())
@@ -90,7 +90,8 @@ def run_duration_ends(b: Builder) -> bool:
 
 def maintenance_due(b: Builder) -> bool:
     """GKE announced maintenance for a host of the slice (one host's maintenance stops the whole slice):
-    shown in the status with an event, and maintenanceLeadSeconds before it the workers checkpoint (SIGTERM)
+    shown in the status with an event, and maintenanceLeadSeconds (at least the workers' grace period) before
+    it the workers checkpoint (SIGTERM)
     and the job restarts. New pods avoid nodes under notice (render.pod), so they wait for the hosts to come
     back. Not the application's fault: not counted."""
     times = [
@@ -109,7 +110,7 @@ def maintenance_due(b: Builder) -> bool:
             Reason.MAINTENANCE_SCHEDULED,
             f"GKE host maintenance for the slice at {timestamp(when)}",
         )
-    act_at = when - dt.timedelta(seconds=b.job.spec.run_policy.maintenance_lead_seconds)
+    act_at = when - dt.timedelta(seconds=b.job.spec.stop_lead_seconds)
     if b.now < act_at:
         b.decision.requeue((act_at - b.now).total_seconds())
         return False

@@ -2,7 +2,8 @@
 
 Two servers make the test bed's API: Kubernetes 1.20's kube-apiserver (pods, nodes, Services, RBAC, the
 aggregator in front; kubernetes.py) and Kubernetes 1.36's CRD server for every custom resource, with CEL
-(crdserver.py). Each is built once a machine and cached under ~/.cache/tpujob/.
+(crdserver.py). Each is built once a machine and cached under ~/.cache/tpujob/. steps: what the builds share;
+__main__: `python -m tpujob_sandbox.binaries`.
 """
 
 from __future__ import annotations

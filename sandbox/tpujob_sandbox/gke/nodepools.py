@@ -521,8 +521,7 @@ class NodePools:
         with self._lock:
             current = self._pools.get(name) is record  # a pool created again under the name stays
         if current:
-            for node in record.node_names:
-                self.nodes.drain_and_remove(node)
+            self.nodes.drain_and_remove(list(record.node_names))
             with self._lock:
                 self._pools.pop(name, None)
                 self._release_capacity(record)
@@ -540,8 +539,8 @@ class NodePools:
                 self._release_reservation(record)
         self.operations.cancel_running("The node pool was removed.")
         for record in records:
+            if drain:
+                self.nodes.drain_and_remove(list(record.node_names))
+                continue
             for node in record.node_names:
-                if drain:
-                    self.nodes.drain_and_remove(node)
-                else:
-                    self.nodes.remove(node)
+                self.nodes.remove(node)

@@ -2,7 +2,7 @@
 
 A RUNNING pool has one Node per VM, labelled, tainted and sized as GKE's TPU nodes are (labels and taint:
 GKE "About TPUs in GKE"; allocatable: GKE's node allocatable reservations). Deleting a pool drains its
-nodes (pods deleted gracefully) before the Node objects go, as GKE does.
+nodes (pods deleted gracefully, their grace periods waited for) before the Node objects go, as GKE does.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ STANDALONE_NODE_OWNER = "true"
 FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 TPU_TAINT_VALUE = "present"
 MAX_PODS_PER_NODE = 110  # GKE's default when the pool sets no maxPodsConstraint
+# A deleted pool's drain waits at most this long for its pods (GKE's cap on MAX_POD: one hour), looking this
+# often.
+MAX_POD_GRACE_SECONDS = 3600
+DRAIN_POLL_SECONDS = 0.1
 
 
 def now_rfc3339() -> str:
@@ -182,16 +186,29 @@ class NodeRegistry:
         nodes = self.core.list_node(label_selector=f"{constants.NODE_LABEL_NODEPOOL}={pool}").items
         return {node.metadata.name for node in nodes}
 
-    def drain_and_remove(self, node: str) -> None:
-        """GKE drains a node (deletes its pods gracefully) before removing its VM and Node object."""
-        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    def drain_and_remove(self, nodes: list[str]) -> None:
+        """GKE deletes a pool's nodes as it drains them: every pod deleted gracefully, and the VMs and Node
+        objects removed once the pods are gone, or after MAX_POD, "the maximum terminationGracePeriodSeconds
+        set on the Pods scheduled to the node, with a cap of one hour" (GKE "About node pools", Deleting node
+        pools: PodDisruptionBudgets are not honoured). Real seconds, as the simulated kubelet's grace periods
+        are (a worker saving its checkpoint on SIGTERM is a real process)."""
+        pods = [p for node in nodes for p in self._pods_on(node)]
         for pod in pods:
             try:
                 self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
             except ApiException as error:
                 if error.status != 404:
                     raise
-        self.remove(node)
+        graces = [p.spec.termination_grace_period_seconds for p in pods]
+        max_pod = min(max((30 if g is None else g for g in graces), default=0), MAX_POD_GRACE_SECONDS)
+        deadline = time.monotonic() + max_pod
+        while time.monotonic() < deadline and any(self._pods_on(node) for node in nodes):
+            time.sleep(DRAIN_POLL_SECONDS)
+        for node in nodes:
+            self.remove(node)
+
+    def _pods_on(self, node: str) -> list[Any]:
+        return list(self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items)
 
     def remove(self, node: str) -> None:
         try:

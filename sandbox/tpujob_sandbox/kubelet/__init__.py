@@ -33,9 +33,11 @@ container gets SIGTERM and the shutdown grace period, each pod ends `Failed` wit
 message "Pod was terminated in response to imminent node shutdown." plus a `DisruptionTarget` condition, and
 the Node object goes away with the VM. The Failed pods stay until someone deletes them (or PodGC does).
 
-Modules: podstatus (env, command line and statuses: pure), containers (trainer-image and local-image
-containers as local processes), shutdown (graceful node shutdown), podwatch (list/watch and the work
-thread), simulator (`KubeletSimulator`, which drives them).
+Modules: podstatus (env, command line and statuses: pure), config (a container's env and mounts as the
+kubelet resolves them), startup (what is checked before containers start), images (image pulls), containers
+(trainer-image and local-image containers as local processes), tpuruntime (what a pod's TPU runtime tells
+the device plugin), shutdown (graceful node shutdown), podwatch (list/watch and the work thread), simulator
+(`KubeletSimulator`, which drives them).
 """
 
 from tpujob_sandbox.kubelet.containers import LocalContainers
