@@ -501,7 +501,7 @@ def test_every_dashboard_query_parses_and_returns_data(run, release):
     # GKE's device plugin's series of the job's 4 chips (one v5e host), by job: its duty cycle (the trainer's
     # process on the test bed), TensorCore utilization and HBM (v5e: 16 GiB per chip).
     # Under GMP the chips' series keep the device plugin's namespace (GMP has no honorLabels and never lets a
-    # relabeling write namespace): README, "Metrics on GKE: Managed Service for Prometheus".
+    # relabeling write namespace): docs/operations/monitoring.md, "Metrics on GKE".
     chip_namespace = "kube-system" if release.backend == "gmp" else release.namespace
     for panel in ("TPU duty cycle / A", "TPU duty cycle / B", "TensorCore utilization / A"):
         (utilization,) = run.results[panel]
