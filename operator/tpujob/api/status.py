@@ -375,8 +375,8 @@ class TPUJobStatus(ApiModel):
     restart_history: list[RestartRecord] = Field(
         default_factory=list,
         max_length=MAX_RESTART_HISTORY,
-        description="The last {MAX_RESTART_HISTORY} restarts, oldest first: each one's cause, when its fault was "
-        "seen, when the job recovered and the steps it redid.",
+        description=f"The last {MAX_RESTART_HISTORY} restarts, oldest first: each one's cause, when its "
+        "fault was seen, when the job recovered and the steps it redid.",
     )
     admitted_shape: str | None = Field(
         default=None,
