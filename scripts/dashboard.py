@@ -110,9 +110,9 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                 ),
                 _panel(
                     "Time to recover",
-                    "What a restart cost: from the fault the operator saw to the new attempt's first training "
-                    "step (tpujob_recovery_seconds). Per job, each restart's fault, workers running again, "
-                    "first step and steps redone: status.restartHistory.",
+                    "What a restart cost: from the fault the operator saw to the new attempt's first "
+                    "training step (tpujob_recovery_seconds). Per job, each restart's fault, workers running "
+                    "again, first step and steps redone: status.restartHistory.",
                     _quantiles("tpujob_recovery_seconds_bucket"),
                     "s",
                 ),
