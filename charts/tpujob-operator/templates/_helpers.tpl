@@ -44,7 +44,7 @@ app.kubernetes.io/part-of: tpujob
 {{- $kind := index . 0 }}{{- $value := index . 1 }}{{- $ctx := index . 2 }}
 {{- $deploying := or $ctx.Release.IsInstall $ctx.Release.IsUpgrade }}
 {{- if and $deploying (not ($ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind))) }}
-{{- fail (printf "%s=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind %s), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) first, or set %s=false. With `helm template`, pass --api-versions monitoring.coreos.com/v1/%s." $value $kind $value $kind) }}
+{{- fail (printf "%s=true needs the Prometheus Operator API monitoring.coreos.com/v1 (kind %s), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) first, use GKE's Managed Service for Prometheus instead (monitoring.backend=gmp), or set %s=false. With `helm template`, pass --api-versions monitoring.coreos.com/v1/%s." $value $kind $value $kind) }}
 {{- end }}
 {{- end }}
 
