@@ -28,6 +28,10 @@ Marks per run, seconds from the fault (the bench polls the API every 50 ms; step
   first step  every worker has logged a step of the new attempt (its log's own time).
 The split is detection, teardown (detected -> torn down), pod creation (torn down -> created, 0 when the
 operator created them before the old ones were gone) and start (created or torn down -> first step).
+And the operator's own figure, `live`: the restart's status.restartHistory record, from the fault the operator
+saw to the new attempt's first step it read from worker 0 (recoverySeconds, what tpujob_recovery_seconds
+observes), set beside the bench's `from_detection` (detected -> first step); absent when worker 0 kept its
+pod through a RecreateSlice restart (its pod's attempt is the old one).
 Median of `--runs` (3) with min-max; RecreateSlice's crash runs `--in-a-row` (10) faults in a row on one
 job, the job must be Running after each.
 
@@ -101,6 +105,11 @@ def split(m: dict[str, float]) -> dict[str, float]:
         "start": max(m["first_step"] - max(m["created"], m["torn_down"]), 0.0),
         "to_running": m["running"],
         "to_first_step": m["first_step"],
+        **(
+            {"from_detection": m["first_step"] - m["detected"], "live": m["live"]}
+            if m.get("live") is not None
+            else {}
+        ),
     }
 
 
@@ -247,7 +256,23 @@ def measure(
                 if all(s is not None for s in steps):
                     marks["first_step"] = max(s for s in steps if s is not None) - t0
         time.sleep(POLL_SECONDS)
+    live = live_recovery(bed, namespace, name, old_attempt)
+    if live is not None:
+        marks["live"] = live
     return marks
+
+
+def live_recovery(bed: Bed, namespace: str, name: str, old_attempt: int, timeout: float = 20) -> float | None:
+    """The operator's recoverySeconds of the restart after `old_attempt`, once it has read a step of the new
+    attempt (within one progress read); None if it has none by then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        history = bed.status(namespace, name).get("restartHistory") or []
+        record = next((r for r in history if r["attempt"] == old_attempt + 1), None)
+        if record is not None and record.get("recoverySeconds") is not None:
+            return float(record["recoverySeconds"])
+        time.sleep(POLL_SECONDS)
+    return None
 
 
 def floor(bed: Bed, namespace: str, name: str, slices: list[int], timeout: float) -> dict[str, float]:
@@ -298,6 +323,12 @@ def summarize(values: list[float]) -> dict[str, float]:
     }
 
 
+def summary_of(splits: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each part's median and range over the runs that have it (live: those the operator recovered)."""
+    parts = dict.fromkeys(part for s in splits for part in s)
+    return {part: summarize([s[part] for s in splits if part in s]) for part in parts}
+
+
 def run_case(bed: Bed, slices: int, strategy: str, fault: str, runs: int, timeout: float) -> list[Run]:
     namespace = f"rb-{slices}x{HOSTS}-{strategy.lower()}-{fault}"
     name = "job"
@@ -317,7 +348,10 @@ def run_case(bed: Bed, slices: int, strategy: str, fault: str, runs: int, timeou
 
 def table(report: dict[str, Any]) -> str:
     """The README's table: per job and fault, Recreate (before) and RecreateSlice (after), then the floor."""
-    parts = ("detection", "teardown", "pod_creation", "start", "to_running", "to_first_step")
+    parts = (
+        "detection", "teardown", "pod_creation", "start", "to_running", "to_first_step",
+        "from_detection", "live",
+    )  # fmt: skip
     lines = [
         "| job | fault | strategy | " + " | ".join(p.replace("_", " ") for p in parts) + " |",
         "|---" * (3 + len(parts)) + "|",
@@ -329,12 +363,14 @@ def table(report: dict[str, Any]) -> str:
     for key, summary in report["summary"].items():
         job, fault, strategy = key.split(" ")
         lines.append(
-            f"| {job} | {fault} | {strategy} | " + " | ".join(cell(summary[p]) for p in parts) + " |"
+            f"| {job} | {fault} | {strategy} | "
+            + " | ".join(cell(summary[p]) if p in summary else "-" for p in parts)
+            + " |"
         )
     for key, figures in report["floor"].items():
         lines.append(
             f"| {key} | floor: a bare client | - | | | | | "
-            f"{cell(figures['to_running'])} | {cell(figures['to_first_step'])} |"
+            f"{cell(figures['to_running'])} | {cell(figures['to_first_step'])} | | |"
         )
     return "\n".join(lines)
 
@@ -356,7 +392,7 @@ def main() -> int:
                 for r in saved["runs"]
                 if (r["job"], r["fault"], r["strategy"]) == (job, fault, strategy)
             ]
-            saved["summary"][key] = {part: summarize([s[part] for s in splits]) for part in splits[0]}
+            saved["summary"][key] = summary_of(splits)
         print(table(saved))
         return 0
     folder = Path(tempfile.mkdtemp(prefix="recovery-bench-"))
@@ -373,7 +409,7 @@ def main() -> int:
             report["runs"] += [asdict(r) for r in results]
             splits = [r.split() for r in results]
             key = f"{slices}x{HOSTS} {fault} {strategy}"
-            report["summary"][key] = {part: summarize([s[part] for s in splits]) for part in splits[0]}
+            report["summary"][key] = summary_of(splits)
             namespace = f"rb-{slices}x{HOSTS}-{strategy.lower()}-{fault}"
             if (strategy, fault) == ("Recreate", "crash"):  # its pools serve the floor
                 report["floor"].update(floors(bed, namespace, slices, args))

@@ -261,6 +261,29 @@ class Metrics(Section):
     )
 
 
+class GmpCollector(Section):
+    name: str = Field("collector", min_length=1, description="ServiceAccount name.")
+    namespace: str = Field("gmp-system", min_length=1, pattern=NAMESPACE, description="Its namespace.")
+
+
+class Gmp(Section):
+    collector: GmpCollector = Field(
+        default_factory=GmpCollector,
+        description="GMP's collector ServiceAccount, granted the read of the operator's scrape token Secret.",
+    )
+
+
+class Monitoring(Section):
+    backend: Literal["prometheus-operator", "gmp", "none"] = Field(
+        "prometheus-operator",
+        description=(
+            "The API of the scrape and alert objects: prometheus-operator (monitoring.coreos.com/v1), gmp "
+            "(Managed Service for Prometheus, monitoring.googleapis.com/v1) or none."
+        ),
+    )
+    gmp: Gmp = Field(default_factory=Gmp, description="Managed Service for Prometheus (backend gmp).")
+
+
 class LivenessProbe(Section):
     initial_delay_seconds: int = Field(15, ge=0, description="Seconds before the first probe.")
     period_seconds: int = Field(20, ge=1, description="Seconds between probes.")
@@ -429,6 +452,9 @@ class Values(Section):
         description=(
             "The operator's /metrics endpoint, its Service, ServiceMonitor and the trainers' PodMonitor."
         ),
+    )
+    monitoring: Monitoring = Field(
+        default_factory=Monitoring, description="Which monitoring API the scrape and alert objects use."
     )
     health: Health = Field(default_factory=Health, description="The liveness endpoint and probe.")
     service_account: ServiceAccount = Field(

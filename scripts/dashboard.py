@@ -109,6 +109,14 @@ def operator_rows() -> list[tuple[str, list[PanelBuilder]]]:
                     "ops",
                 ),
                 _panel(
+                    "Time to recover",
+                    "What a restart cost: from the fault the operator saw to the new attempt's first "
+                    "training step (tpujob_recovery_seconds). Per job, each restart's fault, workers running "
+                    "again, first step and steps redone: status.restartHistory.",
+                    _quantiles("tpujob_recovery_seconds_bucket"),
+                    "s",
+                ),
+                _panel(
                     "Longest wait by phase",
                     "How long the longest-waiting TPUJob has been Pending, Queued (for Kueue's admission), "
                     "Provisioning (a stockout shows here long before any histogram), Starting or Restarting, "

@@ -21,7 +21,7 @@ from tpujob.api.spec import CapacityMode
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.ratelimit import Priority
 from tpujob.records import JobRecord, JobRecords
-from tpujob.status import cost, goodput, waiting
+from tpujob.status import cost, goodput, restart_history, waiting
 
 RESTART_REASONS = (
     Reason.WORKER_FAILED,
@@ -64,6 +64,16 @@ PHASE_TRANSITIONS = Counter(
     "tpujob_phase_transitions_total", "TPUJob phase changes, by the phase entered.", ["phase"]
 )
 RESTARTS = Counter("tpujob_restarts_total", "Whole-job restarts, by cause.", ["reason"])
+# Seconds to an hour: a pod recreated on a kept pool recovers in tens of seconds, a slice on new nodes in
+# minutes, one waiting for capacity in hours.
+RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
+RECOVERY_SECONDS = Histogram(
+    "tpujob_recovery_seconds",
+    "Time a restart cost, by cause: from the fault the operator saw to the first step the new attempt's "
+    "trainer reported (status.restartHistory).",
+    ["cause"],
+    buckets=RECOVERY_BUCKETS,
+)
 POOL_OPERATIONS_TOTAL = Counter(
     "tpujob_node_pool_operations_total",
     "GKE node pool calls, by operation and result.",
@@ -303,6 +313,7 @@ def register(recorder: PassRecorder, registry: CollectorRegistry = REGISTRY) -> 
         PHASE_TRANSITIONS.labels(phase)
     for reason in RESTART_REASONS:
         RESTARTS.labels(reason)
+        RECOVERY_SECONDS.labels(reason)
     for reason in GKE_ERROR_REASONS:
         GKE_ERRORS.labels(reason)
     for problem in START_PROBLEMS:
@@ -347,6 +358,8 @@ class PassRecorder:
             delta = count - before.restarts_by_reason.get(reason, 0)
             if delta > 0:
                 RESTARTS.labels(reason).inc(delta)
+        for recovered in restart_history.recovered_between(before, after):
+            RECOVERY_SECONDS.labels(recovered.reason).observe(recovered.recovery_seconds or 0.0)
         if after.running_time and not before.running_time and after.start_time:
             started = s.parse_timestamp(after.start_time)
             TIME_TO_RUNNING.observe((s.parse_timestamp(after.running_time) - started).total_seconds())

@@ -56,8 +56,16 @@ def prometheus_relabel(rule: dict[str, Any]) -> dict[str, Any]:
 
 
 class Prometheus:
-    def __init__(self, binary: Path, folder: Path, targets: list[Target]) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        folder: Path,
+        targets: list[Target],
+        scrape_configs: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """`scrape_configs`: whole scrape configurations besides the targets' (tests/chart/gmp.py's)."""
         self.binary, self.folder, self.targets = binary, folder, targets
+        self.scrape_configs = scrape_configs or []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: Any = None
@@ -70,7 +78,7 @@ class Prometheus:
                 "evaluation_interval": interval,
                 "scrape_timeout": interval,
             },
-            "scrape_configs": [t.scrape_config() for t in self.targets],
+            "scrape_configs": [t.scrape_config() for t in self.targets] + self.scrape_configs,
         }
 
     def start(self) -> Prometheus:

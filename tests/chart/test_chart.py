@@ -26,7 +26,14 @@ SCENARIOS = {
     "default": None,
     **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*"))},
 }
-MONITORING_APIS = ["monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor"]
+MONITORING_APIS = [
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PodMonitor",
+    *(
+        f"monitoring.googleapis.com/v1/{kind}"
+        for kind in ("PodMonitoring", "ClusterPodMonitoring", "ClusterRules")
+    ),
+]
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -422,6 +429,7 @@ def test_monitoring_refuses_to_render_without_the_prometheus_operator_api(helm, 
         ("watchNamespace=ML_Team", "at '/watchNamespace'"),
         ("serviceAccount.gcpServiceAccount=operator@gmail.com", "at '/serviceAccount/gcpServiceAccount'"),
         ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval'"),
+        ("monitoring.backend=datadog", "at '/monitoring/backend'"),
     ],
 )
 def test_schema_rejects_a_bad_value_naming_it(helm, setting, message):

@@ -8,6 +8,12 @@ permissions the chart grants. The chart is installed namespace-scoped (a Role), 
 without CEL (the test bed's API server is 1.20). Any other operator the session started (the e2e tests'
 cluster-wide one) is stopped for this module and started again after, so only the chart's operator
 reconciles the job; its own /metrics proves it did.
+
+The module runs once per monitoring backend. prometheus-operator: the test bed has no Prometheus Operator, so
+static targets stand in for its ServiceMonitor and PodMonitors. gmp: Managed Service for Prometheus' real CRDs
+on the test bed's CRD server, the chart's PodMonitoring and ClusterPodMonitoring objects installed by helm
+(the CRDs' validation accepts them), turned into scrape configurations as GMP's operator does and run on the
+real Prometheus (tests/chart/gmp.py, gmp_bed.py).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from tests.chart import dashboard, tools
+from tests.chart import dashboard, gmp, tools
 from tests.chart.conftest import CHART
+from tests.chart.gmp_bed import GmpCollection
 from tests.chart.prometheus import Prometheus, Target
 from tests.chart.test_chart import by_kind, render
 from tests.manifests import base_job
@@ -64,6 +71,9 @@ class Release:
     # Prometheus' is, and one that is not (a tenant's): their tokens.
     reader_token: str = ""
     tenant_token: str = ""
+    backend: str = "prometheus-operator"
+    # gmp: the token of the ServiceAccount standing for GMP's collector (monitoring.gmp.collector).
+    collector_token: str = ""
 
 
 def metrics_get(release: Release, token: str | None) -> tuple[int, str]:
@@ -138,8 +148,35 @@ def no_other_operator() -> Iterator[None]:
         process.start()
 
 
+@pytest.fixture(scope="module", params=["prometheus-operator", "gmp"])
+def backend(request: pytest.FixtureRequest, sandbox: Sandbox) -> str:
+    """monitoring.backend; for gmp, Managed Service for Prometheus' CRDs installed. They carry CEL rules: the
+    test bed serves them with its 1.36 CRD server only. A clone without them skips in one line; CI fails."""
+    if request.param == "gmp":
+        try:
+            gmp.crds_path()
+            if not sandbox.control_plane.serves_crds:
+                raise gmp.GmpCrdsMissing("GMP's CRDs need the test bed's 1.36 CRD server (their CEL rules)")
+        except gmp.GmpCrdsMissing as error:
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"{error}; CI=true: a failure, not a skip", pytrace=False)
+            pytest.skip(str(error))
+        gmp.install_crds(sandbox.api_client)
+    return str(request.param)
+
+
+GMP_SETTINGS = {
+    "monitoring.backend": "gmp",
+    "metrics.serviceMonitor.enabled": "true",
+    "metrics.podMonitor.enabled": "true",
+    "metrics.tpuDevicePlugin.podMonitor.enabled": "true",
+    "alerts.enabled": "true",
+    "monitoring.gmp.collector.name": "collector",
+}
+
+
 @pytest.fixture(scope="module")
-def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[Release]:
+def release(sandbox: Sandbox, helm: Path, backend: str, no_other_operator: None) -> Iterator[Release]:
     core = k8s.CoreV1Api(sandbox.api_client)
     namespace = namespace_name("chart-install")
     core.create_namespace({"metadata": {"name": namespace, "labels": {"tpujob.dev/test": "true"}}})
@@ -178,7 +215,10 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         "metrics.auth.readers[0].namespace": namespace,
         "networkPolicy.operator.enabled": "true",
     }
-    for account in ("prometheus", "tenant"):
+    if backend == "gmp":
+        # The collector's ServiceAccount in the test namespace stands for gmp-system/collector.
+        settings |= GMP_SETTINGS | {"monitoring.gmp.collector.namespace": namespace}
+    for account in ("prometheus", "tenant", "collector"):
         core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
     kubeconfig = sandbox.kubeconfig
     output = helm_run(
@@ -195,6 +235,8 @@ def release(sandbox: Sandbox, helm: Path, no_other_operator: None) -> Iterator[R
         output,
         reader_token=service_account_token(sandbox, namespace, "prometheus"),
         tenant_token=service_account_token(sandbox, namespace, "tenant"),
+        backend=backend,
+        collector_token=service_account_token(sandbox, namespace, "collector"),
     )
     helm_run(helm, kubeconfig, "uninstall", RELEASE, "--namespace", namespace, "--wait=hookOnly")
     sandbox.gke.remove_all_pools()
@@ -276,6 +318,19 @@ def operator_metrics(release: Release) -> str:
     return body
 
 
+def gmp_prometheus(
+    sandbox: Sandbox, release: Release, server: Path, folder: Path, trainer: k8s.V1Pod, plugin_address: str
+) -> Prometheus:
+    """A Prometheus scraping what the chart's installed GMP objects select, as GMP's collectors would: the
+    operator's pod, the trainer's and the TPU device plugin's on the trainer's node."""
+    collection = GmpCollection(sandbox, release.namespace, release.collector_token, folder)
+    deployment = k8s.AppsV1Api(sandbox.api_client).read_namespaced_deployment(FULLNAME, release.namespace)
+    trainer_pod = sandbox.api_client.sanitize_for_serialization(trainer)
+    plugin_pod = collection.device_plugin_pod(trainer.spec.node_name, plugin_address)
+    collection.discover([collection.operator_pod(deployment), trainer_pod, plugin_pod])
+    return Prometheus(server, folder, [], scrape_configs=collection.scrape_configs()).start()
+
+
 @pytest.fixture(scope="module")
 def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image) -> Iterator[Run]:
     """A real trainer job under the chart's operator, scraped by a real Prometheus: every dashboard query
@@ -310,7 +365,7 @@ def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image)
             metric_relabelings=tuple(tpu_monitor_endpoint(helm)["metricRelabelings"]),
         ),
     ]
-    prometheus = Prometheus(server, folder, targets).start()
+    prometheus: Prometheus | None = None
     outcome = Run()
     jobs = Jobs(sandbox, release.namespace)
     try:
@@ -336,6 +391,12 @@ def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image)
             what=f"GKE's TPU device plugin on {node}",
         )
         plugin_targets.write_text(json.dumps([{"targets": [address], "labels": {"node": node}}]))
+        if release.backend == "gmp":
+            prometheus = gmp_prometheus(
+                sandbox, release, server, tmp_path_factory.mktemp("gmp"), pod, address
+            )
+        else:
+            prometheus = Prometheus(server, folder, targets).start()
 
         def has_data() -> bool:
             status = jobs.status(JOB)
@@ -392,7 +453,8 @@ def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image)
         )
         yield outcome
     finally:
-        prometheus.stop()
+        if prometheus is not None:
+            prometheus.stop()
 
 
 def test_the_operator_under_the_chart_service_account_reconciles_a_job_to_succeeded(run, chart_operator):
@@ -408,8 +470,12 @@ def test_the_operator_under_the_chart_service_account_reconciles_a_job_to_succee
     assert "Forbidden" not in chart_operator.log(), chart_operator.log()[-3000:]
 
 
-def test_prometheus_scrapes_the_operator_the_trainer_and_gkes_tpu_device_plugin(run):
-    assert run.targets == {"tpujob-operator": "up", "tpujob-trainers": "up", "tpu-device-plugin": "up"}
+def test_prometheus_scrapes_the_operator_the_trainer_and_gkes_tpu_device_plugin(run, release):
+    if release.backend == "gmp":  # GMP's job label: the (Cluster)PodMonitoring's name
+        jobs = (f"{FULLNAME}-metrics", f"{FULLNAME}-trainers", f"{FULLNAME}-tpu-device-plugin")
+    else:
+        jobs = ("tpujob-operator", "tpujob-trainers", "tpu-device-plugin")
+    assert run.targets == dict.fromkeys(jobs, "up")
     assert run.succeeded_in_prometheus == 1.0
 
 
@@ -431,11 +497,16 @@ def test_every_dashboard_query_parses_and_returns_data(run, release):
     assert 0 <= float(age["value"][1]) < 120
     (throughput,) = run.results["Training throughput / A"]
     assert float(throughput["value"][1]) > 0
+    # The trainer's series name their job (the PodMonitor's relabelings, or GMP's targetLabels.fromPod).
+    assert throughput["metric"] == {"namespace": release.namespace, "tpujob": JOB}
     # GKE's device plugin's series of the job's 4 chips (one v5e host), by job: its duty cycle (the trainer's
     # process on the test bed), TensorCore utilization and HBM (v5e: 16 GiB per chip).
+    # Under GMP the chips' series keep the device plugin's namespace (GMP has no honorLabels and never lets a
+    # relabeling write namespace): docs/operations/monitoring.md, "Metrics on GKE".
+    chip_namespace = "kube-system" if release.backend == "gmp" else release.namespace
     for panel in ("TPU duty cycle / A", "TPU duty cycle / B", "TensorCore utilization / A"):
         (utilization,) = run.results[panel]
-        assert utilization["metric"] == {"namespace": release.namespace, "tpujob": JOB}, panel
+        assert utilization["metric"] == {"namespace": chip_namespace, "tpujob": JOB}, panel
         assert 0 <= float(utilization["value"][1]) <= 100, panel
     (total,) = run.results["HBM used / B"]
     assert float(total["value"][1]) == 4 * device_plugin.HBM_BYTES["tpu-v5-lite-podslice"]

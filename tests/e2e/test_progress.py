@@ -9,6 +9,7 @@ import time
 
 from tests.e2e.kubectl_cli import Kubectl, table
 from tests.manifests import base_job
+from tpujob.status.model import parse_timestamp
 from tpujob_sandbox import wait_for
 from tpujob_sandbox.operators import RESYNC_SECONDS
 
@@ -98,3 +99,11 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     goodput = final["goodput"]
     assert goodput["stepsLost"] == HANG_AT - 150, goodput
     assert goodput["badputSeconds"]["wastedProgressFromDisruption"] >= DEADLINE, goodput
+    # The restart's record: its cause, the steps the new attempt redid from the checkpoint, and its recovery,
+    # from the fault to the new attempt's first step, through every worker running again.
+    (record,) = final["restartHistory"]
+    assert (record["attempt"], record["reason"]) == (1, "Stalled"), record
+    assert (record["step"], record["checkpointStep"], record["stepsRedone"]) == (HANG_AT, 150, 20), record
+    assert record["faultTime"] <= record["runningTime"] <= record["recoveredTime"] <= final["completionTime"]
+    fault, recovered = (parse_timestamp(record[k]) for k in ("faultTime", "recoveredTime"))
+    assert record["recoverySeconds"] == (recovered - fault).total_seconds() > 0, record

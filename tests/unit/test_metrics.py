@@ -164,3 +164,22 @@ def test_time_queued_is_observed_once_per_admission():
     assert queued_seconds(waiting, admitted) == 300.0
     assert queued_seconds(admitted, admitted) is None  # the same admission, seen again
     assert queued_seconds(TPUJobStatus(), admitted) is None  # no wait recorded before
+
+
+def test_time_to_recover_is_observed_once_per_recovered_restart_by_cause():
+    from tpujob.api.status import RestartRecord
+
+    recorder = metrics.PassRecorder()
+    j = job("metrics-recovery")
+    waiting = RestartRecord(attempt=1, reason=Reason.NODE_LOST, fault_time="2026-11-21T11:58:00Z")
+    recovered = waiting.model_copy(
+        update={"recovered_time": "2026-11-21T12:00:00Z", "recovery_seconds": 120.0}
+    )
+    before = TPUJobStatus(phase=Phase.RUNNING, restart_history=[waiting])
+    after = TPUJobStatus(phase=Phase.RUNNING, restart_history=[recovered])
+    count = sample("tpujob_recovery_seconds_count", cause="NodeLost")
+    total = sample("tpujob_recovery_seconds_sum", cause="NodeLost")
+    recorder.record(j, before, after, NOW)
+    recorder.record(j, after, after, NOW)  # the same recovery, seen again
+    assert sample("tpujob_recovery_seconds_count", cause="NodeLost") == count + 1
+    assert sample("tpujob_recovery_seconds_sum", cause="NodeLost") == total + 120

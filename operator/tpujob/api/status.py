@@ -306,6 +306,40 @@ class QueueStatus(ApiModel):
     )
 
 
+MAX_RESTART_HISTORY = 10
+
+
+class RestartRecord(ApiModel):
+    """One restart and how long the job took to recover from it: from the fault the operator saw to the
+    first step the new attempt's trainer reported (worker 0's step counter, read once every worker runs)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    attempt: int = Field(description="The attempt the restart began.")
+    reason: str = Field(description="Its cause (a reason of status.restartsByReason).")
+    fault_time: str = Field(description="When the operator saw the fault and began the restart (RFC 3339).")
+    step: int | None = Field(
+        default=None, description="The step the failed attempt's trainer had last reported; unset: none read."
+    )
+    checkpoint_step: int | None = Field(
+        default=None, description="The step of its last checkpoint, where the new attempt resumes."
+    )
+    steps_redone: int | None = Field(
+        default=None, ge=0, description="Steps the new attempt trains again: step - checkpointStep."
+    )
+    running_time: str | None = Field(
+        default=None, description="When every worker of the new attempt ran (RFC 3339)."
+    )
+    recovered_time: str | None = Field(
+        default=None,
+        description="When the new attempt's trainer first reported its step (RFC 3339); unset: not yet, or "
+        "the attempt ended first, or the trainer reports no step.",
+    )
+    recovery_seconds: float | None = Field(
+        default=None, ge=0, description="recoveredTime - faultTime: the time the restart cost."
+    )
+
+
 class TPUJobStatus(ApiModel):
     """Written by the operator only."""
 
@@ -338,6 +372,12 @@ class TPUJobStatus(ApiModel):
         default_factory=dict, max_length=MAX_STATUS_ENTRIES, description="Restarts per reason."
     )
     last_restart_time: str | None = Field(default=None, description="When the last restart began (RFC 3339).")
+    restart_history: list[RestartRecord] = Field(
+        default_factory=list,
+        max_length=MAX_RESTART_HISTORY,
+        description=f"The last {MAX_RESTART_HISTORY} restarts, oldest first: each one's cause, when its "
+        "fault was seen, when the job recovered and the steps it redid.",
+    )
     admitted_shape: str | None = Field(
         default=None,
         max_length=8192,

@@ -24,6 +24,7 @@ from tpujob.status.model import (
     set_condition,
     timestamp,
 )
+from tpujob.status.restart_history import record_restart
 
 
 class Builder:
@@ -193,6 +194,7 @@ def begin_restart(
     rapid = since is not None and since < RAPID_RESTART_WINDOW_SECONDS
     status.rapid_restarts = status.rapid_restarts + 1 if rapid else 0
     status.last_restart_time = timestamp(b.now)
+    record_restart(status, reason, b.now)
     status.starting_since = None  # the next attempt's startup clock starts when its pods do
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)))
     # Live pods go now; the failed attempt's finished pods stay for `kubectl logs` until the next restart.

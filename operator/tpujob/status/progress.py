@@ -14,6 +14,7 @@ from tpujob.api.job import TPUJob
 from tpujob.api.status import Progress, Reason
 from tpujob.status.builder import Builder, begin_restart, fail
 from tpujob.status.model import PodView, ProgressSample, parse_timestamp, timestamp
+from tpujob.status.restart_history import note_recovery
 
 # What of the workers' last words goes into the status and the event (an event message is cut at 1 KiB).
 MAX_LAST_WORDS = 900
@@ -31,6 +32,7 @@ def track(b: Builder) -> bool:
     if status.progress is not None and status.progress is not current and current.last_words is None:
         current.last_words = status.progress.last_words  # a stalled attempt's, until another stalls
     status.progress = current
+    note_recovery(status, b.now)
     deadline = b.job.spec.run_policy.progress_deadline_seconds
     if deadline is None:
         return False
