@@ -18,7 +18,8 @@ operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a name
 `verdict` (a new job's first pass, for `tpujob validate` and `render`), `queue` (Kueue's admission),
 `shape` (a running job's fixed shape), `failures` (the failure policy), `recovery` (how narrow a restart),
 `startup` (why workers have not started), `progress` (a trainer's step counter), `worker_numbers` (bounds on
-what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits).
+what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits),
+`restart_history` (each restart's cause and time to recover).
 """
 
 from tpujob.status.invalid import InvalidObserved, decide_invalid
