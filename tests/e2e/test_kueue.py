@@ -1,6 +1,11 @@
-"""TPUJobs on a cluster that runs Kueue: Kueue v0.19.2's real CRDs on the test bed's 1.36 server, its
-admission simulated (tpujob_sandbox.kueue), the operator as a Kueue job integration. A labelled job is
-admitted by its queue, never around it; a job without the label runs as it always did."""
+"""TPUJobs on a cluster that runs Kueue: Kueue's real CRDs on the test bed's 1.36 server, its admission
+simulated (tpujob_sandbox.kueue), the operator as a Kueue job integration. A labelled job is admitted by its
+queue, never around it; a job without the label runs as it always did.
+
+Every test runs on the newest Kueue (v0.19.2); the ones marked ON_EVERY_RELEASE run on v0.17.1 (what xpk
+installs, v1beta2 with 8 pod sets) and v0.14.8 (v1beta1 only) too, which proves the operator's switch of
+version: one admission, its quota, its flavor, and the job to Succeeded. Their releases are ordered so
+that the CRDs are swapped as seldom as may be (each swap: seconds)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from tests.manifests import base_job, plain_job
 from tests.workloads import EXAMPLES, example_workload
 from tpujob.api import constants as c
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.render.workload import workload_name_of
+from tpujob.render.workload import KueueApi, PriorityFact, workload_name_of
 from tpujob_sandbox import log_tail, wait_for
 from tpujob_sandbox.operators import QUEUE_REQUIRED_NAMESPACE
 
@@ -31,6 +36,11 @@ V5P_LABELS = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
     "cloud.google.com/gke-tpu-topology": "2x2x4",
 }
+
+
+def on_releases(*releases: str):
+    """Run the test on these Kueue releases' CRDs (the `kueue_release` fixture), in this order."""
+    return pytest.mark.parametrize("kueue_release", releases, indirect=True)
 
 
 def queued(manifest: dict, queue: str, priority_class: str | None = None) -> dict:
@@ -54,31 +64,33 @@ def pools_of(gke, name: str) -> list[str]:
     return [pool for pool in gke.node_pools() if f"tj-{name}-" in pool]
 
 
+@on_releases("v0.19.2", "v0.17.1", "v0.14.8")
 def test_every_examples_workload_is_accepted_by_kueues_own_schema(kueue, namespace, custom):
-    """The 1.36 server judges each example's Workload under Kueue's CRD (its OpenAPI schema and CEL)."""
+    """The 1.36 server judges each example's Workload, in the version the release serves, under Kueue's CRD
+    (its OpenAPI schema and CEL)."""
+    api = KueueApi(kueue.version)
     for path in EXAMPLES:
-        body = example_workload(path)
+        body = example_workload(path, api=api)
         body["metadata"]["namespace"] = namespace
         body["metadata"].pop("ownerReferences")  # the example job does not exist here
         custom.create_namespaced_custom_object(
-            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+            c.KUEUE_GROUP, kueue.version, namespace, "workloads", body, dry_run="All"
         )
-    # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule).
-    body = example_workload(EXAMPLES[0])
+    # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule, in each
+    # version's words).
+    ref = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "x"}
+    body = example_workload(EXAMPLES[0], PriorityFact(5, ref), api=api)
     body["metadata"].update(namespace=namespace, ownerReferences=[])
-    body["spec"]["priorityClassRef"] = {
-        "group": "kueue.x-k8s.io",
-        "kind": "WorkloadPriorityClass",
-        "name": "x",
-    }
     del body["spec"]["priority"]
     with pytest.raises(k8s.ApiException) as refused:
         custom.create_namespaced_custom_object(
-            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+            c.KUEUE_GROUP, kueue.version, namespace, "workloads", body, dry_run="All"
         )
-    assert "priority should not be nil when priorityClassRef is set" in refused.value.body
+    field = "priorityClassName" if kueue.version == "v1beta1" else "priorityClassRef"
+    assert f"priority should not be nil when {field} is set" in refused.value.body
 
 
+@on_releases("v0.14.8", "v0.17.1", "v0.19.2")
 def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(jobs, gke, kubelet, kueue, core):
     """Quota for one v5e host: the second job waits with Kueue's words and holds nothing. The flavor's own
     label, taint and toleration go onto the first job's pods and onto the nodes of the pool made for it."""
