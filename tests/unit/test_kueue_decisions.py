@@ -258,3 +258,43 @@ def test_a_queued_job_that_never_had_a_pool_records_none():
     never = (s.PoolView(0, naming.node_pool_name(job, 0), s.POOL_MISSING),)
     decision = step(job, s.QueueView(QUEUE, priority=PriorityFact()), pools=never)
     assert decision.status.node_pools == [] and chips_held(job, decision.status) == 0
+
+
+class DiscoveryApi:
+    """What KueueServed asks of the API server: the group's discovery, the Workload CRD."""
+
+    def __init__(self, group, crd=None, crd_error=None):
+        self.group, self.crd, self.crd_error = group, crd, crd_error
+
+    def get_api_group(self, name):
+        assert name == c.KUEUE_GROUP
+        return self.group
+
+    def get_crd(self, name):
+        assert name == c.KUEUE_WORKLOAD_CRD
+        if self.crd_error is not None:
+            raise self.crd_error
+        return self.crd
+
+
+def test_discovery_finds_the_version_and_the_cap_and_says_when_kueue_is_not_served():
+    from tpujob import kube
+    from tpujob.reconciler.kueue import KueueServed
+
+    served = KueueServed(DiscoveryApi(group("v1beta1", "v1beta2"), crd("v1beta2", 18)))  # type: ignore[arg-type]
+    assert served.discover() == KueueApi("v1beta2", 18) == served.current
+    # The CRD may not be read (RBAC): the fewest pod sets any version allows.
+    forbidden = kube.ApiError(403, "Forbidden", b"")
+    served = KueueServed(DiscoveryApi(group("v1beta1"), crd_error=forbidden))  # type: ignore[arg-type]
+    assert served.discover() == KueueApi("v1beta1", 8)
+    gone = KueueServed(DiscoveryApi(None))  # type: ignore[arg-type]
+    assert gone.discover() is None and gone.current is None and "v0.14 or later" in gone.problem
+
+
+def test_a_queued_job_waits_while_the_version_served_is_not_known():
+    from tpujob.reconciler.kueue import KueueReader
+
+    reader = KueueReader(DiscoveryApi(None), enabled=True)  # type: ignore[arg-type]
+    reader.served.discover()
+    view = reader.view(queued_job(), workloads=[])
+    assert view is not None and not view.known and "v0.14 or later" in view.problem
