@@ -92,7 +92,7 @@ def pods(job, attempt, phase, ready=None):
             w,
             attempt,
             phase,
-            conditions=(("Ready", "True" if ready else "False"),),
+            ready=ready,
         )
         for sl, w in s.expected_workers(job)
     )

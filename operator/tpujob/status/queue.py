@@ -405,9 +405,7 @@ def _pods_ready(b: Builder) -> bool:
     ready = sum(
         1
         for p in b.observed.pods
-        if is_current(b.status, p)
-        and not p.deleting
-        and (p.phase == "Succeeded" or (p.phase == "Running" and ("Ready", "True") in p.conditions))
+        if is_current(b.status, p) and not p.deleting and (p.phase == "Succeeded" or p.ready)
     )
     return ready >= expected > 0
 
