@@ -298,3 +298,21 @@ def test_a_queued_job_waits_while_the_version_served_is_not_known():
     reader.served.discover()
     view = reader.view(queued_job(), workloads=[])
     assert view is not None and not view.known and "v0.14 or later" in view.problem
+
+
+def test_a_pods_ready_timeout_that_met_a_slice_still_provisioning_says_so_while_it_stands():
+    job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    provisioning = (s.PoolView(0, naming.node_pool_name(job, 0), "PROVISIONING"),)
+    admitted = step(job, admitted_queue(), pools=provisioning)
+    assert admitted.status.phase == Phase.PROVISIONING
+    timeout = condition("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/wl")
+    evicted = step(advance(job, admitted), admitted_queue(timeout), pools=provisioning)
+    assert evicted.status.reason == "PodsReadyTimeout"
+    assert "its slice was still being provisioned" in evicted.status.message
+    assert "waitForPodsReady.timeout counts from the admission" in evicted.status.message
+    later = step(advance(job, evicted), admitted_queue(timeout), pools=provisioning)
+    assert "its slice was still being provisioned" in later.status.message
+    # A running slice's timeout says nothing of provisioning.
+    live = advance(job, running(job))
+    ran = step(live, admitted_queue(timeout), pods=pods(job, 0, "Running"), pools=ready_pools(job))
+    assert "provisioned" not in ran.status.message

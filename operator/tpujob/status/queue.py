@@ -56,6 +56,12 @@ STANDS = (
     "; it stays deactivated, as Kueue or an administrator decided: set the Workload's spec.active to true to "
     "queue the job again, or delete the job"
 )
+# A PodsReady timeout that met a slice GKE was still making: Kueue counts it from admission, before the pools.
+STILL_PROVISIONING = "its slice was still being provisioned"
+PROVISIONING_FIX = (
+    ": waitForPodsReady.timeout counts from the admission, so it must cover the pools' creation, stockout "
+    "retries and flex-start's wait (docs/concepts/kueue.md)"
+)
 # Evictions after which Kueue's integration sets Requeued=True (reconciler.go step 6).
 REQUEUED_EVICTIONS = frozenset({"Preempted", "NodeFailures"})
 # Node labels GKE sets on a pool's nodes itself: a flavor's labels under these prefixes select GKE's own
@@ -231,6 +237,14 @@ def _evicted(b: Builder, workload: WorkloadView) -> None:
     message = condition.get("message") or "evicted by Kueue"
     if reason.startswith(DEACTIVATED) and not _deactivated_by_us(b, workload):
         message += STANDS
+    if reason == "PodsReadyTimeout" and (
+        b.previous_phase == Phase.PROVISIONING or STILL_PROVISIONING in (b.status.message or "")
+    ):
+        # Said from the pass that saw it (the job was Provisioning) for as long as the eviction stands.
+        why = (
+            f" ({b.previous_reason})" if b.previous_phase == Phase.PROVISIONING and b.previous_reason else ""
+        )
+        message += f"; {STILL_PROVISIONING}{why}{PROVISIONING_FIX}"
     record = b.status.queue
     assert record is not None
     if b.previous_phase != Phase.QUEUED and b.previous_phase is not None:
