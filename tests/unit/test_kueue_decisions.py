@@ -287,6 +287,9 @@ def test_discovery_finds_the_version_and_the_cap_and_says_when_kueue_is_not_serv
     forbidden = kube.ApiError(403, "Forbidden", b"")
     served = KueueServed(DiscoveryApi(group("v1beta1"), crd_error=forbidden))  # type: ignore[arg-type]
     assert served.discover() == KueueApi("v1beta1", 8)
+    # Served, its Workload CRD not there yet (Kueue being installed): not known, rather than a wrong cap.
+    installing = KueueServed(DiscoveryApi(group("v1beta2"), crd=None))  # type: ignore[arg-type]
+    assert installing.discover() is None and "is not installed" in installing.problem
     gone = KueueServed(DiscoveryApi(None))  # type: ignore[arg-type]
     assert gone.discover() is None and gone.current is None and "v0.14 or later" in gone.problem
 

@@ -73,9 +73,15 @@ class KueueServed:
             return None
         cap = None
         try:
-            cap = max_pod_sets(self.api.get_crd(c.KUEUE_WORKLOAD_CRD), version)
+            crd = self.api.get_crd(c.KUEUE_WORKLOAD_CRD)
         except kube.ApiError as error:
             log.warning("the Workload CRD cannot be read (%s): at most %d pod sets assumed", error, MIN_CAP)
+        else:
+            if crd is None:  # the group served, its Workload CRD not (yet): Kueue being installed or removed
+                self.current = None
+                self.problem = f"{c.KUEUE_WORKLOAD_CRD} is not installed (is Kueue being installed?)"
+                return None
+            cap = max_pod_sets(crd, version)
         found = render_workload.KueueApi(version, cap or MIN_CAP)
         if found != self.current:
             log.info(
