@@ -113,7 +113,7 @@ def start_kueue(api_client: k8s.ApiClient, namespaces: list[str], chips: int) ->
     ClusterQueue with `chips` of TPU quota, and a LocalQueue QUEUE in each namespace."""
     kueue_crds.install(api_client)
     simulator = KueueSimulator(api_client).start()
-    handle = KueueHandle(api_client, simulator)
+    handle = KueueHandle(api_client, simulator, kueue_crds.NEWEST)
     flavor = handle.resource_flavor(node_labels=V5E_2X2_LABELS, prefix="v5e-2x2")
     cluster_queue = handle.cluster_queue({flavor: {c.TPU_RESOURCE: chips}}, prefix="soak")
     for namespace in namespaces:

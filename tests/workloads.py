@@ -11,7 +11,7 @@ import yaml
 from tpujob.api import TPUJob, parse_tpujob
 from tpujob.api import constants as c
 from tpujob.render import Cluster
-from tpujob.render.workload import PriorityFact, workload
+from tpujob.render.workload import KueueApi, PriorityFact, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
@@ -28,5 +28,7 @@ def queued_example(
     return parse_tpujob(manifest)
 
 
-def example_workload(path: Path, priority: PriorityFact | None = None, **queued: Any) -> dict[str, Any]:
-    return workload(queued_example(path, **queued), Cluster(), priority or PriorityFact())
+def example_workload(
+    path: Path, priority: PriorityFact | None = None, api: KueueApi | None = None, **queued: Any
+) -> dict[str, Any]:
+    return workload(queued_example(path, **queued), Cluster(), priority or PriorityFact(), api)

@@ -287,26 +287,37 @@ class Kube:
         path = f"{_tpujobs(namespace)}/{name}"
         return self._deleted(path, Priority.STATUS, params={"propagationPolicy": propagation})
 
-    # --- Kueue (kueue.x-k8s.io/v1beta2) ----------------------------------------------------------
+    # --- Kueue (kueue.x-k8s.io, in the version its Workload API is served: reconciler/kueue.py) ----------
 
-    def create_workload(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_workload(self, namespace: str, version: str, body: dict[str, Any]) -> bool:
         """False when it exists already (its name is the job's: jobframework's)."""
-        return self._created(_kueue(namespace, "workloads"), body, Priority.WORKLOAD)
+        return self._created(_kueue(version, namespace, "workloads"), body, Priority.WORKLOAD)
 
-    def patch_workload(self, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> str:
+    def patch_workload(
+        self, namespace: str, version: str, name: str, patch: dict[str, Any], status: bool = False
+    ) -> str:
         """A JSON merge patch of the Workload (its finalizers, spec.active) or of its status subresource; a
         resourceVersion in it makes it conditional (409 when Kueue wrote in between: the next pass reads
         again). The resourceVersion it wrote."""
-        path = f"{_kueue(namespace, 'workloads')}/{name}{'/status' if status else ''}"
+        path = f"{_kueue(version, namespace, 'workloads')}/{name}{'/status' if status else ''}"
         answer = self._json("PATCH", path, Priority.WORKLOAD, body=patch, content_type=MERGE_PATCH)
         return str(answer["metadata"]["resourceVersion"])
 
-    def delete_workload(self, namespace: str, name: str) -> bool:
-        return self._deleted(f"{_kueue(namespace, 'workloads')}/{name}", Priority.STATUS)
+    def delete_workload(self, namespace: str, version: str, name: str) -> bool:
+        return self._deleted(f"{_kueue(version, namespace, 'workloads')}/{name}", Priority.STATUS)
 
-    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    def get_kueue_object(
+        self, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
         """A ResourceFlavor, LocalQueue or WorkloadPriorityClass; None when there is none of that name."""
-        return self._get_or_none(f"{_kueue(namespace, plural)}/{name}")
+        return self._get_or_none(f"{_kueue(version, namespace, plural)}/{name}")
+
+    def get_api_group(self, group: str) -> dict[str, Any] | None:
+        """Discovery: the group's APIGroup (its served versions, the preferred one); None when not served."""
+        return self._get_or_none(f"/apis/{group}")
+
+    def get_crd(self, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
 
     def get_priority_class(self, name: str) -> dict[str, Any] | None:
         return self._get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
@@ -351,9 +362,9 @@ def _tpujobs(namespace: str | None) -> str:
     return f"/apis/{c.GROUP}/{c.VERSION}{scope}/{c.PLURAL}"
 
 
-def _kueue(namespace: str | None, plural: str) -> str:
+def _kueue(version: str, namespace: str | None, plural: str) -> str:
     scope = f"/namespaces/{namespace}" if namespace else ""
-    return f"/apis/{c.KUEUE_GROUP}/{c.KUEUE_VERSION}{scope}/{plural}"
+    return f"/apis/{c.KUEUE_GROUP}/{version}{scope}/{plural}"
 
 
 def _peerings(namespace: str | None) -> str:

@@ -91,6 +91,13 @@ KUEUE_CLUSTER_RULES: list[dict[str, Any]] = [
         "verbs": ["get"],
     },
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list"]},
+    # The Workload CRD alone: how many pod sets the installed Kueue allows (spec.podSets maxItems).
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "resourceNames": [c.KUEUE_WORKLOAD_CRD],
+        "verbs": ["get"],
+    },
 ]
 
 

@@ -249,12 +249,23 @@ def _kueue_simulator(sandbox: Sandbox) -> Iterator[KueueSimulator]:
 
 
 @pytest.fixture
-def kueue_crd_folder() -> Path:
-    """The folder of Kueue v0.19.2's CRDs (TPUJOB_KUEUE_CRDS, else ../shared/kueue/crds beside the
-    repository). A clone without them skips the test in one line naming TPUJOB_KUEUE_CRDS and where Kueue
-    publishes them; CI (CI=true, which .ci/run sets) has them, so there their absence fails the test."""
+def kueue_release(request: pytest.FixtureRequest) -> str:
+    """The Kueue release whose CRDs a test runs on: the newest (crds.NEWEST), unless the test parametrizes
+    this fixture (indirect) with another of crds.RELEASES, e.g. v0.17.1 (xpk's) or v0.14.8 (v1beta1 only)."""
+    release: str = getattr(request, "param", kueue_crds.NEWEST)
+    if release not in kueue_crds.RELEASES:
+        raise ValueError(f"kueue_release {release!r}: the test bed has {', '.join(kueue_crds.RELEASES)}")
+    return release
+
+
+@pytest.fixture
+def kueue_crd_folder(kueue_release: str) -> Path:
+    """The folder of that release's CRDs (TPUJOB_KUEUE_CRDS, else ../shared/kueue/crds beside the repository,
+    for the newest; <release>/crds beside it for the others). A clone without them skips the test in one line
+    naming TPUJOB_KUEUE_CRDS and where Kueue publishes them; CI (CI=true, which .ci/run sets) has them, so
+    there their absence fails the test."""
     try:
-        return kueue_crds.crds_path()
+        return kueue_crds.crds_path(kueue_release)
     except kueue_crds.KueueCrdsMissing as error:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{error}; CI=true: a failure, not a skip", pytrace=False)
@@ -263,13 +274,14 @@ def kueue_crd_folder() -> Path:
 
 @pytest.fixture
 def kueue(
-    kueue_crd_folder: Path, sandbox: Sandbox, _kueue_simulator: KueueSimulator
+    kueue_release: str, kueue_crd_folder: Path, sandbox: Sandbox, _kueue_simulator: KueueSimulator
 ) -> Iterator[KueueHandle]:
-    """Kueue v0.19.2's CRDs installed (kueue_crd_folder) and its admission simulated
-    (tpujob_sandbox.kueue): the handle creates flavors, queues and priority classes with unique names,
-    deletes them after the test, and sets waitForPodsReady for the test."""
-    kueue_crds.install(sandbox.api_client)
-    handle = KueueHandle(sandbox.api_client, _kueue_simulator)
+    """Kueue's CRDs of `kueue_release` installed (kueue_crd_folder; another release's replaced) and its
+    admission simulated in the version they serve (tpujob_sandbox.kueue): the handle creates flavors, queues
+    and priority classes with unique names, deletes them after the test, and sets waitForPodsReady for the
+    test."""
+    kueue_crds.install(sandbox.api_client, kueue_release)
+    handle = KueueHandle(sandbox.api_client, _kueue_simulator, kueue_release)
     _kueue_simulator.poke()
     yield handle
     handle.cleanup()

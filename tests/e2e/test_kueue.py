@@ -1,15 +1,23 @@
-"""TPUJobs on a cluster that runs Kueue: Kueue v0.19.2's real CRDs on the test bed's 1.36 server, its
-admission simulated (tpujob_sandbox.kueue), the operator as a Kueue job integration. A labelled job is
-admitted by its queue, never around it; a job without the label runs as it always did."""
+"""TPUJobs on a cluster that runs Kueue: Kueue's real CRDs on the test bed's 1.36 server, its admission
+simulated (tpujob_sandbox.kueue), the operator as a Kueue job integration. A labelled job is admitted by its
+queue, never around it; a job without the label runs as it always did.
+
+Every test runs on the newest Kueue (v0.19.2); the first runs on v0.14.8 (v1beta1 only) and v0.17.1 (what
+xpk installs: v1beta2, 8 pod sets) too, which proves the operator's switch of version: each release's
+schema, one admission with its priority class and flavor, and the job to Succeeded. It comes first, its
+releases oldest to newest, so that the CRDs are swapped twice in the file (each swap costs 20 to 40 s on
+the test bed: the CRD server deletes and serves 11 CRDs)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
 from pathlib import Path
 
 import pytest
+from google.cloud import container_v1
 from kubernetes import client as k8s
 
 from tests.e2e.test_tenancy import policy_namespace
@@ -17,7 +25,7 @@ from tests.manifests import base_job, plain_job
 from tests.workloads import EXAMPLES, example_workload
 from tpujob.api import constants as c
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
-from tpujob.render.workload import workload_name_of
+from tpujob.render.workload import KueueApi, PriorityFact, workload_name_of
 from tpujob_sandbox import log_tail, wait_for
 from tpujob_sandbox.operators import QUEUE_REQUIRED_NAMESPACE
 
@@ -31,6 +39,11 @@ V5P_LABELS = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
     "cloud.google.com/gke-tpu-topology": "2x2x4",
 }
+
+
+def on_releases(*releases: str):
+    """Run the test on these Kueue releases' CRDs (the `kueue_release` fixture), in this order."""
+    return pytest.mark.parametrize("kueue_release", releases, indirect=True)
 
 
 def queued(manifest: dict, queue: str, priority_class: str | None = None) -> dict:
@@ -54,29 +67,76 @@ def pools_of(gke, name: str) -> list[str]:
     return [pool for pool in gke.node_pools() if f"tj-{name}-" in pool]
 
 
-def test_every_examples_workload_is_accepted_by_kueues_own_schema(kueue, namespace, custom):
-    """The 1.36 server judges each example's Workload under Kueue's CRD (its OpenAPI schema and CEL)."""
+def pool_lifetimes(gke, name: str) -> list[float]:
+    """Each pool the job had, from GKE's create operation's start to its delete operation's end (seconds),
+    as the simulated GKE's operations record them."""
+    create, delete = (
+        container_v1.Operation.Type.CREATE_NODE_POOL,
+        container_v1.Operation.Type.DELETE_NODE_POOL,
+    )
+    operations = sorted(
+        (op for op in gke.operations.all() if f"/nodePools/tj-{name}-" in op.target_link),
+        key=lambda op: op.start_time,
+    )
+    lifetimes, started = [], {}
+    for op in operations:
+        if op.operation_type == create:
+            started[op.target_link] = op.start_time
+        elif op.operation_type == delete and op.target_link in started and op.end_time:
+            since = started.pop(op.target_link)
+            lifetimes.append((parse_time(op.end_time) - parse_time(since)).total_seconds())
+    assert not started, f"pools never deleted: {sorted(started)}"
+    return lifetimes
+
+
+def parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@on_releases("v0.14.8", "v0.17.1", "v0.19.2")
+def test_on_every_kueue_release_the_operator_speaks_its_version_and_a_queued_job_runs(
+    kueue, jobs, kubelet, custom, namespace
+):
+    """Each release's CRDs, and the operator finding by discovery what they serve: v1beta1 alone (v0.14.8),
+    or v1beta2 (v0.17.1, what xpk installs; v0.19.2). The 1.36 server judges each example's Workload in
+    that version under the release's own schema and CEL; a queued job with a WorkloadPriorityClass is
+    admitted by its ClusterQueue, runs on its flavor and succeeds, its Workload in that version."""
+    api = KueueApi(kueue.version)
     for path in EXAMPLES:
-        body = example_workload(path)
+        body = example_workload(path, api=api)
         body["metadata"]["namespace"] = namespace
         body["metadata"].pop("ownerReferences")  # the example job does not exist here
         custom.create_namespaced_custom_object(
-            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+            c.KUEUE_GROUP, kueue.version, namespace, "workloads", body, dry_run="All"
         )
-    # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule).
-    body = example_workload(EXAMPLES[0])
+    # ... and refuses one it should: a priority class with no priority (Kueue's own CEL rule, in each
+    # version's words).
+    ref = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "x"}
+    body = example_workload(EXAMPLES[0], PriorityFact(5, ref), api=api)
     body["metadata"].update(namespace=namespace, ownerReferences=[])
-    body["spec"]["priorityClassRef"] = {
-        "group": "kueue.x-k8s.io",
-        "kind": "WorkloadPriorityClass",
-        "name": "x",
-    }
     del body["spec"]["priority"]
     with pytest.raises(k8s.ApiException) as refused:
         custom.create_namespaced_custom_object(
-            c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, "workloads", body, dry_run="All"
+            c.KUEUE_GROUP, kueue.version, namespace, "workloads", body, dry_run="All"
         )
-    assert "priority should not be nil when priorityClassRef is set" in refused.value.body
+    field = "priorityClassName" if kueue.version == "v1beta1" else "priorityClassRef"
+    assert f"priority should not be nil when {field} is set" in refused.value.body
+    # A queued job, admitted in that version.
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    high = kueue.priority_class(1000, prefix="high")
+    jobs.create(queued(plain_job("versioned", tpu=V5E_2X2), queue, high))
+    (pod,) = jobs.wait_pods_running("versioned", 1, timeout=90)
+    workload = workload_of(jobs, kueue, "versioned")
+    assert workload["apiVersion"] == f"{c.KUEUE_GROUP}/{kueue.version}"
+    if kueue.version == "v1beta1":
+        assert (workload["spec"]["priorityClassName"], workload["spec"]["priority"]) == (high, 1000)
+    else:
+        assert workload["spec"]["priorityClassRef"]["name"] == high and workload["spec"]["priority"] == 1000
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    jobs.wait_phase("versioned", "Succeeded", timeout=60)
+    kueue.wait_condition(jobs.namespace, workload["metadata"]["name"], "Finished", reason="Succeeded")
+    assert jobs.status("versioned")["queue"]["flavors"] == {"slice-0": flavor}
 
 
 def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(jobs, gke, kubelet, kueue, core):
@@ -188,6 +248,18 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     assert released < 30
     status = jobs.status("low")
     assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] == 1
+    # Queued, it holds nothing and is charged nothing: its pool recorded deleted once GKE has deleted it.
+    queued_status = wait_for(
+        lambda: (
+            (s := jobs.status("low"))["phase"] == "Queued"
+            and [p["state"] for p in s["nodePools"]] == ["Deleted"]
+            and s["cost"]["chips"] == 0
+            and s
+        ),
+        timeout=30,
+        what="the queued job's pool recorded deleted and its chips at 0",
+        last_state=lambda: (jobs.status("low").get("nodePools"), jobs.status("low").get("cost")),
+    )
     with jobs.recording_pods("low") as low_pods:  # its pod may be gone with its pool once it succeeds
         # The higher job runs in the freed quota, then ends.
         (high_pod,) = jobs.wait_pods_running("high", 1, timeout=60)
@@ -197,6 +269,20 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
         done = jobs.wait_phase("low", "Succeeded", timeout=300)
         assert done.get("restarts", 0) == 0 and done["queue"]["evictions"] == 1 and done["attempt"] == 1
         (pod,) = low_pods.wait_finished(attempt=1)
+    # Charged for its pools' lifetime, not for its wait in the queue: each pool from the pass that asked for
+    # it to the pass that found it gone (a poll, 0.2 s here, after GKE's delete ends), in whole seconds.
+    wait_for(lambda: not pools_of(gke, "low"), timeout=60, what="the low job's pools to be deleted")
+    final = wait_for(
+        lambda: (s := jobs.status("low"))["cost"]["chips"] == 0 and s,
+        timeout=30,
+        what="the low job's cost to be final",
+    )
+    lifetimes = pool_lifetimes(gke, "low")
+    charged, held = final["cost"]["chipSeconds"], 4 * sum(lifetimes)
+    record_property("chip_seconds_charged", charged)
+    record_property("pool_lifetime_chip_seconds", round(held, 1))
+    print(f"charged {charged} chip-seconds for pools that lived {held:.1f} chip-seconds ({lifetimes})")
+    assert len(lifetimes) == 2 and charged <= held + 4 * 2 * len(lifetimes), (charged, held, queued_status)
     message = pod.status.container_statuses[0].state.terminated.message or ""
     (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
     progress = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
@@ -294,6 +380,38 @@ def test_pods_not_ready_in_time_are_evicted_by_kueue_and_the_job_waits_uncounted
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     status = jobs.wait_phase("slow", "Succeeded", timeout=60)
     assert status.get("restarts", 0) == 0 and status["queue"]["evictions"] >= 1
+
+
+def test_a_workload_kueue_deactivated_stays_deactivated_and_the_job_says_why(jobs, gke, kubelet, kueue):
+    """waitForPodsReady with requeuingStrategy.backoffLimitCount 0: at its first timeout Kueue deactivates the
+    Workload itself (workload_controller.go triggerDeactivation). The operator stops the job, clears the
+    admission as jobframework does, and never activates the Workload again: the job stays Queued with
+    Kueue's reason."""
+    kueue.set_wait_for_pods_ready(timeout=10, backoff_base=1, backoff_max=2, backoff_limit_count=0)
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    image = "registry.example/not-pushed-yet:2"
+    kubelet.registry.missing(image)
+    jobs.create(queued(plain_job("limited", tpu=V5E_2X2, trainer={"image": image}), queue))
+    reason = "DeactivatedDueToRequeuingLimitExceeded"
+    held = wait_for(
+        lambda: (s := jobs.status("limited")).get("reason") == reason and s,
+        timeout=60,
+        what="the job queued with Kueue's deactivation reason",
+        last_state=lambda: jobs.status("limited"),
+    )
+    assert held["phase"] == "Queued"
+    assert "exceeding the maximum number of re-queuing retries" in held["message"]
+    assert "stays deactivated" in held["message"]
+    name = workload_of(jobs, kueue, "limited")["metadata"]["name"]
+    # The pass that cleared the admission (after the pods went) is one that would have activated it again.
+    kueue.wait_condition(jobs.namespace, name, "QuotaReserved", status="False", timeout=60)
+    assert kueue.workload(jobs.namespace, name)["spec"]["active"] is False
+    wait_for(lambda: not jobs.pods("limited"), timeout=30, what="the job's pods to go")
+    wait_for(lambda: not pools_of(gke, "limited"), timeout=30, what="the job's pool to go")
+    status = jobs.status("limited")
+    assert (status["phase"], status["reason"]) == ("Queued", reason)
+    assert kueue.workload(jobs.namespace, name)["spec"]["active"] is False
 
 
 @pytest.fixture

@@ -13,13 +13,16 @@ from kubernetes import client as k8s
 
 from tpujob_sandbox import wait_for
 from tpujob_sandbox.kueue import crds
-from tpujob_sandbox.kueue.objects import GROUP, VERSION, find_condition, format_time, now_utc
+from tpujob_sandbox.kueue.objects import GROUP, VERSIONS, find_condition, format_time, now_utc
 
 TPU = "google.com/tpu"
 V5E = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
     "cloud.google.com/gke-tpu-topology": "2x2",
 }
+
+
+VERSION = VERSIONS[0]  # the newest release's, the `kueue` fixture's default
 
 
 def workload_body(name: str, queue: str, tpus: int = 4, hosts: int = 1, priority: int = 0) -> dict[str, Any]:

@@ -431,6 +431,8 @@ def test_pod_view_reads_the_termination_message_and_a_failed_pods_conditions():
     assert view.conditions == (("DisruptionTarget", "True"), ("Ready", "False"))
     live = pod_view(pod_body("Running", conditions=[("Ready", "True")]))
     assert (live.message, live.conditions) == ("", ())  # the index keeps no conditions of live pods
+    assert live.ready and not view.ready  # but whether a live one is Ready (Kueue's PodsReady counts it)
+    assert not pod_view(pod_body("Running", conditions=[("Ready", "False")])).ready
 
 
 def test_the_trainer_container_falls_back_to_its_log_for_a_termination_message():

@@ -29,7 +29,7 @@ def test_the_watch_stream_takes_what_owned_passes_and_yields_the_bookmarks_it_re
 
 
 def test_the_resources_owned_builds_are_kopfs_resource_and_namespace_types() -> None:
-    for resource in (owned.POD_RESOURCE, owned.SERVICE_RESOURCE, owned.WORKLOAD_RESOURCE):
+    for resource in (owned.POD_RESOURCE, owned.SERVICE_RESOURCE, owned.workload_resource("v1beta1")):
         assert isinstance(resource, references.Resource)
         assert resource.namespaced and {"list", "watch"} <= set(resource.verbs)
     assert references.NamespaceName("ns") == "ns"

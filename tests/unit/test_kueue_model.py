@@ -466,12 +466,67 @@ def test_the_crds_default_beside_the_repository(monkeypatch, tmp_path):
     assert crds.crds_path() == tmp_path
 
 
-def test_the_crds_serve_v1beta2_only(kueue_crd_folder):
+def test_past_the_backoff_limit_kueue_deactivates_the_workload_with_its_cause():
+    """triggerDeactivation: a PodsReady timeout past requeuingStrategy.backoffLimitCount marks the Workload
+    DeactivationTarget; the next Reconcile sets spec.active false, the one after evicts it with the cause
+    (DeactivatedDueToRequeuingLimitExceeded) and drops the mark."""
+    limited = KueueConfig(
+        pods_ready_timeout_seconds=10, backoff_base_seconds=2, backoff_max_seconds=5, backoff_limit_count=1
+    )
+    wl = _admitted()
+    wl["status"]["requeueState"] = {"count": 1}  # requeued once already
+    later = NOW + timedelta(seconds=11)
+    plan = run(wl, config=limited, now=later)
+    assert cond(plan, "a", "Evicted") is None and cond(plan, "a", "DeactivationTarget")["status"] == "True"
+    (wl,) = apply(plan, wl)
+    plan = run(wl, config=limited, now=later)
+    assert plan.deactivate == [("ns", "a")]
+    wl["spec"]["active"] = False
+    plan = run(wl, config=limited, now=later)
+    evicted = cond(plan, "a", "Evicted")
+    assert (evicted["reason"], evicted["message"]) == (
+        "DeactivatedDueToRequeuingLimitExceeded",
+        "The workload is deactivated due to exceeding the maximum number of re-queuing retries",
+    )
+    assert cond(plan, "a", "DeactivationTarget") is None
+
+
+def test_a_v1beta1_local_queue_counts_its_admitted_usage_in_v1beta1s_field():
+    a = _admitted("a", tpus=4)
+    world = World([flavor("f")], [cluster_queue()], [local_queue()], [a], version="v1beta1")
+    lq = reconcile(world, KueueConfig(), NOW).local_queue_status[("ns", "q")]
+    assert "flavorUsage" in lq and "flavorsUsage" not in lq
+
+
+@pytest.mark.parametrize(
+    ("kueue_release", "served", "pod_sets"),
+    [("v0.19.2", "v1beta2", 18), ("v0.17.1", "v1beta2", 8), ("v0.14.8", "v1beta1", 8)],
+    indirect=["kueue_release"],
+)
+def test_the_crds_serve_their_storage_version_only(kueue_release, kueue_crd_folder, served, pod_sets):
+    """No conversion webhook: one version served, the release's storage version; the pod-set cap the
+    operator reads is the CRD's own (spec.podSets maxItems)."""
+    from tpujob.reconciler.kueue import max_pod_sets
     from tpujob_sandbox.kueue import crds
 
-    definitions = crds.load_crds(kueue_crd_folder)
-    assert len(definitions) == 11
-    assert all([v["name"] for v in d["spec"]["versions"] if v["served"]] == ["v1beta2"] for d in definitions)
+    definitions = crds.load_crds(kueue_crd_folder, kueue_release)
+    assert len(definitions) >= 9
+    assert all([v["name"] for v in d["spec"]["versions"] if v["served"]] == [served] for d in definitions)
+    assert all(d["metadata"]["annotations"][crds.RELEASE_ANNOTATION] == kueue_release for d in definitions)
+    (workloads,) = [d for d in definitions if d["metadata"]["name"] == "workloads.kueue.x-k8s.io"]
+    assert max_pod_sets(workloads, served) == pod_sets
+
+
+def test_an_older_releases_crds_are_beside_the_newest(monkeypatch, tmp_path):
+    from tpujob_sandbox.kueue import crds
+
+    older = tmp_path / "v0.17.1" / "crds"
+    older.mkdir(parents=True)
+    (older / "kueue.x-k8s.io_workloads.yaml").write_text("")
+    monkeypatch.setenv(crds.ENV_KUEUE_CRDS, str(tmp_path / "crds"))
+    assert crds.crds_path("v0.17.1") == older
+    with pytest.raises(crds.KueueCrdsMissing, match=r"Kueue v0\.14\.8's CRDs are not at .*v0\.14\.8/crds"):
+        crds.crds_path("v0.14.8")
 
 
 def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_path):

@@ -16,7 +16,7 @@ from tpujob.render import naming
 from tpujob.render.cluster import Cluster
 from tpujob.render.plan import pod
 from tpujob.render.pools import node_pool
-from tpujob.render.workload import PriorityFact
+from tpujob.render.workload import KueueApi, PriorityFact, job_pod_set_facts
 from tpujob.render.workload import workload as render_workload
 
 NOW = dt.datetime(2026, 11, 27, 12, 0, 0, tzinfo=dt.UTC)
@@ -73,8 +73,7 @@ def step(job, queue, **observed):
     """A pass; a Workload given without pod sets has the job's own (one per slice, of its hosts)."""
     observed.setdefault("now", NOW)
     if queue is not None and queue.workload is not None and not queue.workload.pod_sets:
-        hosts = len(s.expected_workers(job)) // job.spec.tpu.slices
-        own = tuple((f"slice-{i}", hosts) for i in range(job.spec.tpu.slices))
+        own = job_pod_set_facts(job)
         queue = dataclasses.replace(queue, workload=dataclasses.replace(queue.workload, pod_sets=own))
     return s.decide(s.Observed(job=job, queue=queue, **observed))
 
@@ -83,9 +82,18 @@ def advance(job, decision):
     return job.model_copy(update={"status": decision.status})
 
 
-def pods(job, attempt, phase):
+def pods(job, attempt, phase, ready=None):
+    """The job's pods in `phase`; a Running one Ready unless `ready` says otherwise (the kubelet's)."""
+    ready = phase == "Running" if ready is None else ready
     return tuple(
-        s.PodView(naming.pod_name(job, sl, w, attempt), sl, w, attempt, phase)
+        s.PodView(
+            naming.pod_name(job, sl, w, attempt),
+            sl,
+            w,
+            attempt,
+            phase,
+            ready=ready,
+        )
         for sl, w in s.expected_workers(job)
     )
 
@@ -260,11 +268,38 @@ def test_without_kueue_in_the_operator_a_queued_job_never_runs():
     assert "TPUJOB_KUEUE" in decision.status.message
 
 
-def test_more_slices_than_a_workload_holds_fails_with_the_fix():
-    job = queued_job(tpu={"type": "v5e", "topology": "4x4", "slices": 19})
-    decision = step(job, s.QueueView(QUEUE))
-    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.INVALID_FOR_KUEUE)
-    assert "at most 18" in decision.status.message and not decision.workload.create
+@pytest.mark.parametrize(
+    ("api", "slices", "refused"),
+    [
+        (KueueApi("v1beta1", 8), 9, True),  # Kueue v0.14: v1beta1 only, 8 pod sets
+        (KueueApi("v1beta2", 8), 8, False),  # v0.15 to v0.17
+        (KueueApi("v1beta2", 10), 10, False),  # v0.18
+        (KueueApi("v1beta2", 10), 11, True),
+        (KueueApi("v1beta2", 18), 19, True),  # v0.19
+    ],
+)
+def test_more_slices_than_the_served_workload_holds_fails_with_the_fix(api, slices, refused):
+    job = queued_job(tpu={"type": "v5e", "topology": "4x4", "slices": slices})
+    decision = step(job, s.QueueView(QUEUE, api=api, priority=PriorityFact()))
+    assert (decision.status.reason == Reason.INVALID_FOR_KUEUE) == refused
+    if refused:
+        assert decision.status.phase == Phase.FAILED and not decision.workload.create
+        assert (
+            f"at most {api.max_pod_sets}" in decision.status.message
+            and api.version in decision.status.message
+        )
+    else:
+        assert decision.workload.create and decision.workload.api == api
+
+
+def test_running_pods_not_yet_ready_are_not_pods_ready():
+    """PodsReady follows the pods' Ready condition, not their phase (a Running pod whose container is not
+    ready, e.g. its readiness probe failing, is not ready)."""
+    job = queued_job()
+    first = step(job, admitted_queue(), pools=ready_pools(job))
+    decision = step(advance(job, first), admitted_queue(), pods=pods(job, 0, "Running", ready=False))
+    (ready,) = [c for c in decision.workload.conditions if c["type"] == "PodsReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "WaitForStart")
 
 
 def test_a_workload_being_deleted_stops_the_job_then_releases_its_finalizer():
@@ -291,9 +326,8 @@ def test_an_admission_whose_flavor_cannot_be_read_waits(missing):
 def test_a_workload_that_no_longer_fits_the_job_is_replaced_once_the_job_holds_nothing():
     """spec.tpu changed (2 slices now, the Workload has 1): what Kueue admitted is not what the job needs."""
     job = queued_job(tpu={"type": "v5p", "topology": "2x2x4", "slices": 2})
-    stale = s.QueueView(
-        QUEUE, workload=workload(*ADMITTED, admission=admission(), pod_sets=(("slice-0", 4),))
-    )
+    one_slice = job_pod_set_facts(queued_job(tpu={"type": "v5p", "topology": "2x2x4", "slices": 1}))
+    stale = s.QueueView(QUEUE, workload=workload(*ADMITTED, admission=admission(), pod_sets=one_slice))
     decision = step(job, stale)
     assert (decision.status.phase, decision.status.reason) == (Phase.QUEUED, Reason.WORKLOAD_REPLACED)
     assert decision.workload.delete and not decision.create_pools and not decision.create_pods
@@ -326,7 +360,7 @@ def test_a_workload_admitted_for_another_tpu_with_the_same_counts_is_replaced():
     v5e = queued_job(tpu={"type": "v5e", "topology": "2x2"})
     v6e = queued_job(tpu={"type": "v6e", "topology": "2x4", "machineType": "ct6e-standard-8t"})
     made_for_v5e = workload_view(render_workload(v5e, Cluster(), PriorityFact()))
-    assert made_for_v5e.pod_sets == (("slice-0", 1),) and made_for_v5e.pod_set_tpus
+    assert [(p.name, dict(p.fields)["count"]) for p in made_for_v5e.pod_sets] == [("slice-0", "1")]
     admitted = dataclasses.replace(made_for_v5e, conditions=ADMITTED, admission=admission(flavor="v5e"))
     replaced = step(v6e, s.QueueView(QUEUE, workload=admitted))
     assert (replaced.status.phase, replaced.status.reason) == (Phase.QUEUED, Reason.WORKLOAD_REPLACED)

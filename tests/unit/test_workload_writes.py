@@ -27,18 +27,21 @@ class WorkloadApi:
         self.calls.append(("patch_tpujob", patch))
         return {}
 
-    def create_workload(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_workload(self, namespace: str, version: str, body: dict[str, Any]) -> bool:
+        assert body["apiVersion"] == f"kueue.x-k8s.io/{version}"
         self.calls.append(("create_workload", body["metadata"]["name"]))
         return True
 
-    def patch_workload(self, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> str:
+    def patch_workload(
+        self, namespace: str, version: str, name: str, patch: dict[str, Any], status: bool = False
+    ) -> str:
         self.calls.append(("patch_workload/status" if status else "patch_workload", patch))
         if status and self.conflict:
             raise kube.ApiError(409, "Conflict")
         self.version += 1
         return str(self.version)
 
-    def delete_workload(self, namespace: str, name: str) -> bool:
+    def delete_workload(self, namespace: str, version: str, name: str) -> bool:
         self.calls.append(("delete_workload", name))
         return True
 

@@ -81,8 +81,7 @@ GCSFUSE_VOLUMES_ANNOTATION: Final = "gke-gcsfuse/volumes"
 # operator creates, as Kueue's job integrations do (pkg/controller/jobframework; names from
 # apis/kueue/v1beta2 and pkg/controller/constants).
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
-KUEUE_VERSION: Final = "v1beta2"
-KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE_WORKLOAD_CRD: Final = f"workloads.{KUEUE_GROUP}"  # its versions and pod-set cap: render/workload.py
 LABEL_QUEUE_NAME: Final = f"{KUEUE_GROUP}/queue-name"
 LABEL_PRIORITY_CLASS: Final = f"{KUEUE_GROUP}/priority-class"  # a WorkloadPriorityClass' name
 LABEL_KUEUE_JOB_UID: Final = f"{KUEUE_GROUP}/job-uid"  # on the Workload: its job's UID

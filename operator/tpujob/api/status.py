@@ -283,7 +283,9 @@ class QueueStatus(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
     name: str = Field(description="The LocalQueue (the label kueue.x-k8s.io/queue-name).")
-    workload: str | None = Field(default=None, description="The job's Workload (kueue.x-k8s.io/v1beta2).")
+    workload: str | None = Field(
+        default=None, description="The job's Workload (kueue.x-k8s.io, v1beta2 or v1beta1: as Kueue serves)."
+    )
     cluster_queue: str | None = Field(
         default=None, description="The ClusterQueue the job waits in, or was admitted by."
     )
@@ -303,6 +305,11 @@ class QueueStatus(ApiModel):
     )
     pending_workloads: int | None = Field(
         default=None, description="Workloads pending in the LocalQueue, as Kueue last counted them."
+    )
+    deactivated_workload: str | None = Field(
+        default=None,
+        description="The Workload the operator deactivated itself (spec.active false: the job was "
+        "suspended), the only one it activates again; one Kueue or an administrator deactivated stays so.",
     )
 
 

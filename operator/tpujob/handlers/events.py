@@ -15,7 +15,7 @@ from tpujob.handlers.workqueue import Runtime, forget, request_pass
 PODS = ("", "v1", "pods")
 SERVICES = ("", "v1", "services")
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
-WORKLOADS = (c.KUEUE_GROUP, c.KUEUE_VERSION, "workloads")
+WORKLOADS = (c.KUEUE_GROUP, "workloads")  # in whichever version Kueue serves (reconciler/kueue.py)
 # The pods and Services the operator made. The API server filters the watches by it (kopf's
 # settings.watching.label_selectors, set in startup.configure), so other pods in the cluster reach the
 # operator not at all: no watch event to decode, index or filter, and none held in memory.

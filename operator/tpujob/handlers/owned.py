@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import kopf
@@ -63,15 +63,21 @@ NETWORK_POLICY_RESOURCE = references.Resource(
     namespaced=True,
     verbs=frozenset({"list", "watch"}),
 )
-# Kueue's Workloads the operator made (one per job labelled kueue.x-k8s.io/queue-name), with TPUJOB_KUEUE.
-WORKLOAD_RESOURCE = references.Resource(
-    group=c.KUEUE_GROUP,
-    version=c.KUEUE_VERSION,
-    plural="workloads",
-    kind="Workload",
-    namespaced=True,
-    verbs=frozenset({"list", "watch"}),
-)
+
+
+def workload_resource(version: str) -> references.Resource:
+    """Kueue's Workloads the operator made (one per job labelled kueue.x-k8s.io/queue-name), with
+    TPUJOB_KUEUE, in the version Kueue serves (reconciler/kueue.py KueueServed)."""
+    return references.Resource(
+        group=c.KUEUE_GROUP,
+        version=version,
+        plural="workloads",
+        kind="Workload",
+        namespaced=True,
+        verbs=frozenset({"list", "watch"}),
+    )
+
+
 # After a watch fails past kopf's own retries (its stream raises): wait, then watch again.
 RESTART_SECONDS = 5.0
 
@@ -231,7 +237,7 @@ def feed(
 
 async def watch_owned(
     settings: kopf.OperatorSettings,
-    resource: references.Resource,
+    resource: references.Resource | Callable[[], Awaitable[references.Resource]],
     namespace: str | None,
     cache: OwnedCache,
     on_change: Callable[[str, Mapping[str, Any], JobKey], None],
@@ -241,12 +247,14 @@ async def watch_owned(
     """Feed `cache` from the resource's watch, forever: `on_change(type, body, key)` for each watch event
     of an owned object, `on_listed(changed jobs)` at the end of each listing. With `on_failure`, a watch
     that fails is said there (once per problem, and "" when it lists again) instead of logged each time:
-    an API that may not be installed (Kueue's)."""
+    an API that may not be installed (Kueue's). `resource` may be found anew each time the watch starts
+    (Kueue's Workloads: the version served); one that cannot be found fails as a watch does."""
     where = references.NamespaceName(namespace) if namespace is not None else None
     said = ""
     while True:
         try:
-            async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+            found = resource if isinstance(resource, references.Resource) else await resource()
+            async for event in watching.infinite_watch(settings=settings, resource=found, namespace=where):
                 if event is watching.Bookmark.LISTED and said and on_failure is not None:
                     said = ""
                     on_failure("")
@@ -255,11 +263,13 @@ async def watch_owned(
             raise
         except Exception as error:
             if on_failure is None:
-                log.exception(
-                    "watching %s failed; watching again in %.0f s", resource.plural, RESTART_SECONDS
-                )
+                log.exception("watching %s failed; watching again in %.0f s", resource, RESTART_SECONDS)
             else:
-                what = f"{resource.plural}.{resource.group}/{resource.version}"
+                what = (
+                    f"{resource.plural}.{resource.group}/{resource.version}"
+                    if isinstance(resource, references.Resource)
+                    else "Kueue's Workloads"
+                )
                 problem = f"the operator cannot watch {what}: {error}"
                 if problem != said:
                     log.warning("%s (is Kueue installed, and the chart's kueue.enabled set?)", problem)

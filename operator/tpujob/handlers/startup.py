@@ -180,7 +180,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
     services = owned.OwnedCache(lambda _body, _warn: True)
     workloads = None
     if runtime.config.kueue:
-        workload_kind = (f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "Workload")
+        workload_kind = (f"{c.KUEUE_GROUP}/v1beta2", "Workload")  # the Event names the object's own version
         workloads = owned.OwnedCache(workload_view, partial(reconciler.unreadable, workload_kind))
     policies = (
         owned.OwnedCache(lambda _body, _warn: True, key=owned.namespace_policy_key)
@@ -246,11 +246,19 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
         def workload_failed(problem: str) -> None:
             observer.kueue_problem = problem
 
+        async def workload_resource() -> Any:
+            """The version Kueue serves, found anew at each start of the watch (Kueue installed, upgraded
+            or removed since): the reads and writes of every pass speak it too."""
+            served = await asyncio.to_thread(observer.kueue.served.discover)
+            if served is None:
+                raise LookupError(observer.kueue.served.problem)
+            return owned.workload_resource(served.version)
+
         runtime.tasks.append(
             asyncio.create_task(
                 owned.watch_owned(
                     settings,
-                    owned.WORKLOAD_RESOURCE,
+                    workload_resource,
                     namespace,
                     workloads,
                     lambda _type, _body, job: request_pass(runtime, *job),

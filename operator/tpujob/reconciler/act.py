@@ -312,7 +312,8 @@ class Actions:
         if writes.create:
             self.ensure_finalizer(meta)
             priority = writes.priority or render_workload.PriorityFact()
-            self.api.create_workload(namespace, render_workload.workload(job, cluster, priority))
+            body = render_workload.workload(job, cluster, priority, writes.api)
+            self.api.create_workload(namespace, writes.api.version, body)
             return True
         version = writes.resource_version
         try:
@@ -322,6 +323,7 @@ class Actions:
                     status["admission"] = None
                 version = self.api.patch_workload(
                     namespace,
+                    writes.api.version,
                     writes.name,
                     {"metadata": {"resourceVersion": version}, "status": status},
                     status=True,
@@ -329,11 +331,19 @@ class Actions:
             if writes.active is not None:
                 version = self.api.patch_workload(
                     namespace,
+                    writes.api.version,
                     writes.name,
                     {"metadata": {"resourceVersion": version}, "spec": {"active": writes.active}},
                 )
             if writes.release_finalizer or writes.delete:
-                self.let_go_workload(namespace, writes.name, version, writes.finalizers, delete=writes.delete)
+                self.let_go_workload(
+                    namespace,
+                    writes.api.version,
+                    writes.name,
+                    version,
+                    writes.finalizers,
+                    delete=writes.delete,
+                )
         except kube.ApiError as error:
             if error.status == 409:
                 return False
@@ -343,17 +353,23 @@ class Actions:
         return True
 
     def let_go_workload(
-        self, namespace: str, name: str, version: str, finalizers: tuple[str, ...] | list[str], delete: bool
+        self,
+        namespace: str,
+        api_version: str,
+        name: str,
+        version: str,
+        finalizers: tuple[str, ...] | list[str],
+        delete: bool,
     ) -> None:
         """Kueue's finalizer off the Workload (conditional on `version`), and the Workload deleted if asked:
         what a Kueue integration does once its job no longer needs it (jobframework RemoveFinalizer)."""
         kept = [f for f in finalizers if f != c.KUEUE_FINALIZER]
         if kept != list(finalizers):
             self.api.patch_workload(
-                namespace, name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
+                namespace, api_version, name, {"metadata": {"resourceVersion": version, "finalizers": kept}}
             )
         if delete:
-            self.api.delete_workload(namespace, name)
+            self.api.delete_workload(namespace, api_version, name)
 
     # --- GKE -------------------------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
 """What a pass reads of Kueue for a job labelled kueue.x-k8s.io/queue-name: its Workload (from the watch,
 handlers/owned.py), and the few objects a Kueue job integration reads besides (jobframework): the
 admission's ResourceFlavors (podset.FromAssignment), the LocalQueue (its ClusterQueue and pending count, for
-the job's status) and the priority class a new Workload takes (ExtractPriority). Reads only."""
+the job's status) and the priority class a new Workload takes (ExtractPriority). Reads only.
+
+And the one place that knows which Kueue the cluster runs (KueueServed): the Workload API version served
+(v1beta2 from Kueue v0.15, else v1beta1) and its pod-set cap, found by discovery and the Workload CRD each
+time the Workload watch starts; every read, write and watch of Kueue's objects asks it."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -14,12 +19,76 @@ from typing import Any
 from tpujob import kube
 from tpujob import status as s
 from tpujob.api import TPUJob
+from tpujob.api import constants as c
 from tpujob.render import workload as render_workload
 
 log = logging.getLogger(__name__)
 
+MIN_CAP = render_workload.MIN_POD_SETS
 # A flavor read is kept this long: flavors change rarely, and a running job's passes would read them again.
 FLAVOR_TTL_SECONDS = 60.0
+
+
+def served_version(group: Mapping[str, Any] | None) -> str | None:
+    """The Workload API version to speak, from the group's discovery document (APIGroup): the first of
+    KUEUE_VERSIONS it serves; None when it serves none of them (or the group is not served)."""
+    served = {str(v.get("version")) for v in (group or {}).get("versions") or () if isinstance(v, Mapping)}
+    return next((v for v in render_workload.KUEUE_VERSIONS if v in served), None)
+
+
+def max_pod_sets(crd: Mapping[str, Any] | None, version: str) -> int | None:
+    """The Workload CRD's spec.podSets maxItems for `version` (8 up to Kueue v0.17, 10 in v0.18, 18 in
+    v0.19); None when the CRD or that bound cannot be read."""
+    for entry in ((crd or {}).get("spec") or {}).get("versions") or ():
+        if entry.get("name") != version:
+            continue
+        try:
+            spec = entry["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            return int(spec["properties"]["podSets"]["maxItems"])
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
+
+
+class KueueServed:
+    """Which Workload API the cluster serves (render.workload.KueueApi), refreshed by `discover` (the Workload
+    watch calls it each time it starts: Kueue installed, upgraded or removed since). `current` is None until
+    a discovery found it served."""
+
+    def __init__(self, api: kube.Kube) -> None:
+        self.api = api
+        self.current: render_workload.KueueApi | None = None
+        self.problem = ""  # why the last discovery found none ("" none)
+
+    def discover(self) -> render_workload.KueueApi | None:
+        """Ask discovery for kueue.x-k8s.io's versions, then the Workload CRD for its cap. A CRD the operator
+        may not read (its RBAC grants that one get) leaves the cap at the fewest any version allows."""
+        version = served_version(self.api.get_api_group(c.KUEUE_GROUP))
+        if version is None:
+            self.current = None
+            self.problem = (
+                f"{c.KUEUE_GROUP} serves neither {' nor '.join(render_workload.KUEUE_VERSIONS)} Workloads "
+                "(is Kueue v0.14 or later installed?)"
+            )
+            return None
+        cap = None
+        try:
+            crd = self.api.get_crd(c.KUEUE_WORKLOAD_CRD)
+        except kube.ApiError as error:
+            log.warning("the Workload CRD cannot be read (%s): at most %d pod sets assumed", error, MIN_CAP)
+        else:
+            if crd is None:  # the group served, its Workload CRD not (yet): Kueue being installed or removed
+                self.current = None
+                self.problem = f"{c.KUEUE_WORKLOAD_CRD} is not installed (is Kueue being installed?)"
+                return None
+            cap = max_pod_sets(crd, version)
+        found = render_workload.KueueApi(version, cap or MIN_CAP)
+        if found != self.current:
+            log.info(
+                "Kueue serves Workloads %s, at most %d pod sets each", found.api_version, found.max_pod_sets
+            )
+        self.current, self.problem = found, ""
+        return found
 
 
 def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None = None) -> s.WorkloadView:
@@ -27,7 +96,9 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
     one that is not what it types raises, and the watch leaves the Workload out (handlers/owned.py)."""
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
     owners = [o.get("uid") or "" for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    pod_sets = tuple((str(p.get("name") or ""), int(p.get("count") or 0)) for p in spec.get("podSets") or [])
+    pod_sets = spec.get("podSets") or []
+    if not isinstance(pod_sets, list):
+        raise ValueError("spec.podSets: not a list")
     conditions = tuple(status.get("conditions") or ())
     if not all(isinstance(condition, dict) for condition in conditions):
         raise ValueError("status.conditions: not a list of conditions")
@@ -44,11 +115,7 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
-        pod_sets=pod_sets,
-        pod_set_tpus=tuple(
-            render_workload.pod_set_tpu((p.get("template") or {}).get("spec"))
-            for p in spec.get("podSets") or ()
-        ),
+        pod_sets=tuple(render_workload.pod_set_facts(p) for p in pod_sets),
     )
 
 
@@ -66,6 +133,7 @@ class KueueReader:
     def __init__(self, api: kube.Kube, enabled: bool) -> None:
         self.api = api
         self.enabled = enabled  # TPUJOB_KUEUE
+        self.served = KueueServed(api)
         self._flavors: dict[str, tuple[float, s.FlavorView | None]] = {}
         self._lock = threading.Lock()
 
@@ -79,17 +147,18 @@ class KueueReader:
             return None
         if not self.enabled:
             return s.QueueView(name, enabled=False)
-        if workloads is None:
-            return s.QueueView(name, known=False, problem=problem)
+        served = self.served.current
+        if workloads is None or served is None:
+            return s.QueueView(name, known=False, problem=problem or self.served.problem)
         uid = job.metadata.uid or ""
         # A Workload of an earlier job of the same name (deleted, GC not done yet) is not this job's.
         workload = next((w for w in workloads if w.owner_uid == uid), None)
         try:
-            return self._read(job, name, workload)
+            return dataclasses.replace(self._read(job, name, workload, served.version), api=served)
         except kube.ApiError as error:
             return s.QueueView(name, known=False, problem=f"Kueue's API refused a read: {error}")
 
-    def _read(self, job: TPUJob, name: str, workload: s.WorkloadView | None) -> s.QueueView:
+    def _read(self, job: TPUJob, name: str, workload: s.WorkloadView | None, version: str) -> s.QueueView:
         admitted = workload is not None and workload.is_true("Admitted") and workload.admission
         if admitted:
             assert workload is not None and workload.admission is not None
@@ -98,12 +167,12 @@ class KueueReader:
                 for assignment in workload.admission.get("podSetAssignments") or []
                 for flavor in (assignment.get("flavors") or {}).values()
             }
-            flavors = {n: f for n in sorted(names) if (f := self.flavor(n)) is not None}
+            flavors = {n: f for n in sorted(names) if (f := self.flavor(n, version)) is not None}
             return s.QueueView(name, workload=workload, flavors=flavors)
-        local_queue = self.api.get_kueue_object("localqueues", name, job.metadata.namespace) or {}
+        local_queue = self.api.get_kueue_object(version, "localqueues", name, job.metadata.namespace) or {}
         cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue") or ""
         pending = (local_queue.get("status") or {}).get("pendingWorkloads")
-        priority = self.priority(job) if workload is None else None
+        priority = self.priority(job, version) if workload is None else None
         return s.QueueView(
             name,
             workload=workload,
@@ -112,25 +181,25 @@ class KueueReader:
             priority=priority,
         )
 
-    def flavor(self, name: str) -> s.FlavorView | None:
+    def flavor(self, name: str, version: str) -> s.FlavorView | None:
         now = time.monotonic()
         with self._lock:
             cached = self._flavors.get(name)
         if cached is not None and now - cached[0] < FLAVOR_TTL_SECONDS:
             return cached[1]
-        body = self.api.get_kueue_object("resourceflavors", name)
+        body = self.api.get_kueue_object(version, "resourceflavors", name)
         view = flavor_view(body) if body is not None else None
         with self._lock:
             self._flavors[name] = (now, view)
         return view
 
-    def priority(self, job: TPUJob) -> s.PriorityFact:
+    def priority(self, job: TPUJob, version: str) -> s.PriorityFact:
         """jobframework ExtractPriority: the WorkloadPriorityClass the label names, else the pods'
         PriorityClass, else the cluster's default PriorityClass (utilpriority.GetPriorityFromPriorityClass),
         else 0."""
         workload_class, pod_class = render_workload.priority_class_names(job)
         if workload_class is not None:
-            found = self.api.get_kueue_object("workloadpriorityclasses", workload_class)
+            found = self.api.get_kueue_object(version, "workloadpriorityclasses", workload_class)
             if found is None:
                 return s.PriorityFact(
                     error=f"WorkloadPriorityClass {workload_class} (label "

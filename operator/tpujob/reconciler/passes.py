@@ -124,6 +124,8 @@ class Reconciler:
         meta = body["metadata"]
         log.warning("%s %s/%s: %s", kind[1], meta.get("namespace"), meta.get("name"), problem)
         involved = {key: meta.get(key) or "" for key in ("name", "namespace", "uid")}
+        if isinstance(body.get("apiVersion"), str):  # the version served (Kueue's: v1beta2 or v1beta1)
+            kind = (body["apiVersion"], kind[1])
         self.actions.post_object_event(kind, involved, s.Event("Warning", REASON_UNREADABLE, problem))
 
     def saw_pod(self, pod: Mapping[str, Any], job_uid: str) -> None:

@@ -91,6 +91,7 @@ def pod_view(pod: Any, warn: Callable[[str], None] = _ignore) -> s.PodView:
         # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
         # more.
         conditions=tuple(conditions) if phase == "Failed" else (),
+        ready=phase == "Running" and ("Ready", "True") in conditions,
         lingering=lingering,
         waiting_container=waiting[0],
         waiting_reason=waiting[1],

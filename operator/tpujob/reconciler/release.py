@@ -57,12 +57,16 @@ class Releaser:
         if not self.observer.kueue.enabled or c.LABEL_QUEUE_NAME not in (meta.get("labels") or {}):
             return
         name = render_workload.workload_name_of(meta["name"], meta["uid"])
+        served = self.observer.kueue.served.current
+        if served is None:  # Kueue not served: no Workload to let go
+            return
         try:
-            found = self.actions.api.get_kueue_object("workloads", name, meta["namespace"])
+            found = self.actions.api.get_kueue_object(served.version, "workloads", name, meta["namespace"])
             if found is not None:
                 found_meta = found["metadata"]
                 self.actions.let_go_workload(
                     meta["namespace"],
+                    served.version,
                     name,
                     found_meta["resourceVersion"],
                     found_meta.get("finalizers") or [],

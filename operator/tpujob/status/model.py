@@ -12,7 +12,7 @@ from tpujob import tpu
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 from tpujob.render.placement import Placement
-from tpujob.render.workload import PriorityFact
+from tpujob.render.workload import KueueApi, PodSetFacts, PriorityFact
 
 # Phases a job never leaves.
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -154,6 +154,8 @@ class PodView:
     finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
+    # Running with its Ready condition True (its containers ready): what Kueue's PodsReady counts.
+    ready: bool = False
     # A container that has not started: its name, the kubelet's waiting reason (ErrImagePull,
     # CreateContainerConfigError, ...; see CONTAINER_START_PROBLEMS) and message. Init containers first.
     waiting_container: str = ""
@@ -267,9 +269,7 @@ class WorkloadView:
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     generation: int = 0
-    pod_sets: tuple[tuple[str, int], ...] = ()  # spec.podSets' (name, count)
-    # What TPU each pod set's template asks for (render.workload.pod_set_tpu); empty: not read.
-    pod_set_tpus: tuple[str, ...] = ()
+    pod_sets: tuple[PodSetFacts, ...] = ()  # spec.podSets, what of them the job's must match
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
@@ -293,6 +293,7 @@ class QueueView:
     pending_workloads: int | None = None  # the LocalQueue's status.pendingWorkloads
     priority: PriorityFact | None = None  # read only while a Workload is to be created
     problem: str = ""  # why Kueue's API cannot be used now ("" none)
+    api: KueueApi = field(default_factory=KueueApi)  # the Workload API version found served, its pod-set cap
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,7 @@ class WorkloadWrites:
     name: str = ""
     resource_version: str = ""
     finalizers: tuple[str, ...] = ()
+    api: KueueApi = field(default_factory=KueueApi)  # the version the writes speak
     create: bool = False
     priority: PriorityFact | None = None  # of the Workload to create
     # The whole new status.conditions (Kueue's wire form), and whether status.admission goes with them.

@@ -16,21 +16,25 @@ Pure: the Workload as the watch showed it in, the writes out (Decision.workload)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
-from tpujob.render.workload import MAX_POD_SETS, job_pod_set_tpu, pod_set_name
-from tpujob.status.builder import Builder, fail, known_pools, release
+from tpujob.render.workload import job_pod_set_facts, pod_set_name, pod_sets_differences
+from tpujob.status.builder import Builder, fail, known_pools, record_pools, release
 from tpujob.status.model import (
+    POOL_DELETED,
+    POOL_MISSING,
     POOL_RELEASED_STATES,
     TERMINAL_PHASES,
     FlavorView,
     QueueView,
     WorkloadView,
     expected_workers,
+    is_current,
     timestamp,
 )
 
@@ -43,6 +47,21 @@ FINISHED = "Finished"
 PODS_READY = "PodsReady"
 # generatePodsReadyCondition's words for pods not (yet) ready.
 NOT_READY = "Not all pods are ready or succeeded"
+# Kueue's eviction of an inactive Workload (workload_controller.go Reconcile, spec.active false): reason
+# Deactivated, or DeactivatedDueTo<cause> when Kueue deactivated it itself (patching.ReasonWithCause: its
+# requeuing limit, maximum execution time or a rejected admission check; from v0.14), "The workload is
+# deactivated due to <why>".
+DEACTIVATED = "Deactivated"
+STANDS = (
+    "; it stays deactivated, as Kueue or an administrator decided: set the Workload's spec.active to true to "
+    "queue the job again, or delete the job"
+)
+# A PodsReady timeout that met a slice GKE was still making: Kueue counts it from admission, before the pools.
+STILL_PROVISIONING = "its slice was still being provisioned"
+PROVISIONING_FIX = (
+    ": waitForPodsReady.timeout counts from the admission, so it must cover the pools' creation, stockout "
+    "retries and flex-start's wait (docs/concepts/kueue.md)"
+)
 # Evictions after which Kueue's integration sets Requeued=True (reconciler.go step 6).
 REQUEUED_EVICTIONS = frozenset({"Preempted", "NodeFailures"})
 # Node labels GKE sets on a pool's nodes itself: a flavor's labels under these prefixes select GKE's own
@@ -83,13 +102,16 @@ def admitted(b: Builder) -> bool:
             b.set_phase(Phase.QUEUED, Reason.KUEUE_UNAVAILABLE, queue.problem)
         b.decision.requeue(b.observed.poll_provisioning_seconds * 2)
         return False
-    if b.job.spec.tpu.slices > MAX_POD_SETS:
+    b.decision.workload.api = queue.api  # the writes speak the version the pass read
+    cap = queue.api.max_pod_sets
+    if b.job.spec.tpu.slices > cap:
         fail(
             b,
             Reason.INVALID_FOR_KUEUE,
-            f"spec.tpu.slices is {b.job.spec.tpu.slices}, and a Kueue Workload holds at most {MAX_POD_SETS} "
-            "pod sets (one per slice): run at most 18 slices through Kueue, or remove the label "
-            "kueue.x-k8s.io/queue-name",
+            f"spec.tpu.slices is {b.job.spec.tpu.slices}, and this cluster's Kueue holds at most {cap} pod "
+            f"sets in a Workload (one per slice; its Workload CRD, {queue.api.api_version}: spec.podSets "
+            f"maxItems, 8 up to Kueue v0.17, 10 in v0.18, 18 from v0.19): run at most {cap} slices through "
+            "this Kueue, upgrade Kueue, or remove the label kueue.x-k8s.io/queue-name",
         )
         return False
     workload = queue.workload
@@ -98,10 +120,9 @@ def admitted(b: Builder) -> bool:
     if workload is None or workload.deleting:
         _no_workload(b, queue, workload)
         return False
-    # Names and counts, and what TPU the pods ask for: an admitted v5e 4-chip Workload never runs v6e pools.
-    tpus = workload.pod_set_tpus
-    if workload.pod_sets != pod_sets(b) or (tpus and set(tpus) != {job_pod_set_tpu(b.job)}):
-        _replace(b, workload)
+    # Whole pod sets, as Kueue compares them: an admitted v5e 2x4 Workload never runs v6e 2x4 pools.
+    if differences := pod_sets_differences(job_pod_set_facts(b.job), workload.pod_sets):
+        _replace(b, workload, differences)
         return False
     if workload.is_true(FINISHED):
         # Kueue finished it (a permanent failure to start): it will never be admitted again.
@@ -115,25 +136,25 @@ def admitted(b: Builder) -> bool:
     if workload.is_true(EVICTED):
         _evicted(b, workload)
         return False
+    if not workload.active and not _deactivated_by_us(b, workload):
+        # Deactivated, Kueue's eviction still to come (workload_controller.go Reconcile evicts an inactive
+        # Workload at once): nothing of the job runs meanwhile.
+        _hold(b, DEACTIVATED, f"Workload {workload.name} is deactivated (spec.active: false){STANDS}")
+        return False
     if not workload.is_true(QUOTA_RESERVED) or not workload.is_true(ADMITTED):
         _pending(b, queue, workload)
         return False
     return _admit(b, queue, workload)
 
 
-def pod_sets(b: Builder) -> tuple[tuple[str, int], ...]:
-    """The pod sets the job's Workload must have: one per slice, of the slice's hosts."""
-    hosts = len(expected_workers(b.job)) // b.job.spec.tpu.slices
-    return tuple((pod_set_name(i), hosts) for i in range(b.job.spec.tpu.slices))
-
-
-def _replace(b: Builder, workload: WorkloadView) -> None:
-    """The job's TPUs changed since its Workload was made (jobframework EquivalentToWorkload): what Kueue
-    admitted is not what the job needs. The job stops, and the Workload is deleted; a new one is made."""
+def _replace(b: Builder, workload: WorkloadView, differences: list[str]) -> None:
+    """The job changed since its Workload was made (jobframework EquivalentToWorkload): what Kueue admitted
+    is not what the job needs. The job stops, and the Workload is deleted; a new one is made."""
+    shown = ", ".join(differences[:4]) + (f" and {len(differences) - 4} more" if len(differences) > 4 else "")
     _hold(
         b,
         Reason.WORKLOAD_REPLACED,
-        f"spec.tpu changed since Workload {workload.name} was made: it is replaced",
+        f"the job's pods changed since Workload {workload.name} was made ({shown}): it is replaced",
     )
     if _holds_nothing(b):
         b.decision.workload.delete = True
@@ -152,8 +173,20 @@ def _seen(b: Builder, workload: WorkloadView) -> None:
 
 
 def _hold(b: Builder, reason: str, message: str) -> None:
-    """Queued: nothing of the job holds TPUs."""
+    """Queued: nothing of the job holds TPUs. Its pools GKE no longer has are recorded deleted (as a
+    finished or suspended job's are), so it is charged nothing while it waits (status/cost.py)."""
     release(b, keep_finished_pods=False)
+    recorded = {p.name for p in b.status.node_pools}
+    if b.observed.pools is not None and (recorded or any(p.state != POOL_MISSING for p in b.observed.pools)):
+        # A pool GKE no longer has is recorded deleted; a slice that never had one stays unrecorded.
+        record_pools(
+            b,
+            [
+                dataclasses.replace(p, state=POOL_DELETED) if p.state == POOL_MISSING else p
+                for p in b.observed.pools
+                if p.name in recorded or p.state != POOL_MISSING
+            ],
+        )
     b.status.starting_since = None
     if b.status.queue is not None and b.status.queue.queued_since is None:
         b.status.queue.queued_since = timestamp(b.now)
@@ -202,6 +235,16 @@ def _evicted(b: Builder, workload: WorkloadView) -> None:
     condition = workload.condition(EVICTED) or {}
     reason = condition.get("reason") or EVICTED
     message = condition.get("message") or "evicted by Kueue"
+    if reason.startswith(DEACTIVATED) and not _deactivated_by_us(b, workload):
+        message += STANDS
+    if reason == "PodsReadyTimeout" and (
+        b.previous_phase == Phase.PROVISIONING or STILL_PROVISIONING in (b.status.message or "")
+    ):
+        # Said from the pass that saw it (the job was Provisioning) for as long as the eviction stands.
+        why = (
+            f" ({b.previous_reason})" if b.previous_phase == Phase.PROVISIONING and b.previous_reason else ""
+        )
+        message += f"; {STILL_PROVISIONING}{why}{PROVISIONING_FIX}"
     record = b.status.queue
     assert record is not None
     if b.previous_phase != Phase.QUEUED and b.previous_phase is not None:
@@ -336,6 +379,7 @@ def follow_up(b: Builder) -> None:
         return
     workload = queue.workload
     _seen(b, workload)
+    b.decision.workload.api = queue.api
     if b.status.phase in TERMINAL_PHASES:
         if not workload.is_true(FINISHED):
             succeeded = b.status.phase == Phase.SUCCEEDED
@@ -351,15 +395,38 @@ def follow_up(b: Builder) -> None:
         if KUEUE_FINALIZER in workload.finalizers:
             b.decision.workload.release_finalizer = True
         return
+    record = b.status.queue = b.status.queue or QueueStatus(name=queue.name)
     if b.status.phase == Phase.SUSPENDED:
         if workload.active:  # a suspended job gives its quota back: its Workload is deactivated
             b.decision.workload.active = False
+            # Recorded in the job's status, which only the operator writes (a tenant may write its Workload).
+            record.deactivated_workload = workload.name
         return
     if not workload.active:
-        b.decision.workload.active = True  # resumed
+        if _deactivated_by_us(b, workload):
+            b.decision.workload.active = True  # resumed
+        return  # Kueue's deactivation, or an administrator's: it stands (admitted() says so)
+    record.deactivated_workload = None  # active again, or another Workload now
     if workload.is_true(ADMITTED) and not workload.is_true(EVICTED):
-        workers = b.status.workers
-        _report_pods_ready(b, workload, ready=workers.running + workers.succeeded >= workers.expected > 0)
+        _report_pods_ready(b, workload, ready=_pods_ready(b))
+
+
+def _pods_ready(b: Builder) -> bool:
+    """Every worker of the current attempt Ready (its Ready condition, not its phase: a Running pod whose
+    containers are not ready yet is not) or Succeeded, as Kueue's batch Job integration counts them
+    (pkg/controller/jobs/job/job_controller.go PodsReady: status.ready + status.succeeded >= pods)."""
+    expected = len(expected_workers(b.job))
+    ready = sum(
+        1
+        for p in b.observed.pods
+        if is_current(b.status, p) and not p.deleting and (p.phase == "Succeeded" or p.ready)
+    )
+    return ready >= expected > 0
+
+
+def _deactivated_by_us(b: Builder, workload: WorkloadView) -> bool:
+    record = b.status.queue
+    return record is not None and record.deactivated_workload == workload.name
 
 
 def _report_pods_ready(b: Builder, workload: WorkloadView, ready: bool) -> None:

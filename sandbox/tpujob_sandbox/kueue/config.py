@@ -8,12 +8,14 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class KueueConfig:
     """waitForPodsReady as Kueue v0.19.2 defaults it: on, a 30-minute timeout counted from admission, the
-    recovery timeout equal to it, requeuing backoff 60 s doubling up to 3600 s, no limit on requeues."""
+    recovery timeout equal to it, requeuing backoff 60 s doubling up to 3600 s, no limit on requeues
+    (requeuingStrategy.backoffLimitCount: past it, Kueue deactivates the Workload)."""
 
     pods_ready_timeout_seconds: float | None = 30 * 60
     recovery_timeout_seconds: float | None = None  # None: the timeout (defaults.go)
     backoff_base_seconds: float = 60
     backoff_max_seconds: float = 3600
+    backoff_limit_count: int | None = None  # None: requeued for ever
 
     def recovery_seconds(self) -> float | None:
         return (

@@ -1,4 +1,5 @@
-"""Kueue's real CRDs (v0.19.2) on the test bed's CRD server: where they come from, install and uninstall."""
+"""Kueue's real CRDs on the test bed's CRD server, of one release at a time (v0.19.2 by default; v0.17.1,
+what xpk installs; v0.14.8, v1beta1 only): where they come from, install and uninstall."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, VERSION
+from tpujob_sandbox.kueue.discovery import served_version
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER
 from tpujob_sandbox.operators import ensure_crd
 from tpujob_sandbox.waiting import wait_for
 
@@ -18,50 +20,78 @@ ENV_KUEUE_CRDS = "TPUJOB_KUEUE_CRDS"
 # sandbox/tpujob_sandbox/kueue/ -> the repository root -> ../shared/kueue/crds beside it.
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_KUEUE_CRDS = REPOSITORY_ROOT.parent / "shared" / "kueue" / "crds"
-# Where Kueue publishes them (also in its release manifests, github.com/kubernetes-sigs/kueue/releases).
-KUEUE_CRDS_SOURCE = "https://github.com/kubernetes-sigs/kueue/tree/v0.19.2/config/components/crd/bases"
+# The releases the test bed runs: the newest in TPUJOB_KUEUE_CRDS's folder, the others in <release>/crds
+# beside it (../shared/kueue/README.md).
+NEWEST = "v0.19.2"
+RELEASES = (NEWEST, "v0.17.1", "v0.14.8")
+# On each CRD installed: which release's it is (the test bed's own note), so a test asking for another
+# release gets its CRDs replaced.
+RELEASE_ANNOTATION = "sandbox.tpujob.dev/kueue-release"
+
+
+def crds_source(release: str) -> str:
+    """Where Kueue publishes them (its release manifests carry them too)."""
+    return f"https://github.com/kubernetes-sigs/kueue/tree/{release}/config/components/crd/bases"
 
 
 class KueueCrdsMissing(RuntimeError):
     pass
 
 
-def crds_path() -> Path:
-    """TPUJOB_KUEUE_CRDS, or ../shared/kueue/crds beside the repository."""
+def crds_path(release: str = NEWEST) -> Path:
+    """The release's CRDs: TPUJOB_KUEUE_CRDS (the newest's folder, else ../shared/kueue/crds beside the
+    repository), or <release>/crds beside that folder for an older release."""
     configured = os.environ.get(ENV_KUEUE_CRDS)
-    path = Path(configured) if configured else DEFAULT_KUEUE_CRDS
+    newest = Path(configured) if configured else DEFAULT_KUEUE_CRDS
+    path = newest if release == NEWEST else newest.parent / release / "crds"
     if not path.is_dir() or not list(path.glob("*.yaml")):
         setting = f"{ENV_KUEUE_CRDS}={configured}" if configured else f"{ENV_KUEUE_CRDS} unset, the default"
         raise KueueCrdsMissing(
-            f"Kueue's CRDs are not at {path} ({setting}): set {ENV_KUEUE_CRDS} to a folder holding "
-            f"Kueue v0.19.2's config/components/crd/bases/*.yaml ({KUEUE_CRDS_SOURCE})"
+            f"Kueue {release}'s CRDs are not at {path} ({setting}): set {ENV_KUEUE_CRDS} to a folder holding "
+            f"Kueue {NEWEST}'s config/components/crd/bases/*.yaml ({crds_source(NEWEST)}), with an older "
+            f"release's in <that folder>/../<release>/crds ({crds_source(release)})"
         )
     return path
 
 
-def load_crds(path: Path | None = None) -> list[dict[str, Any]]:
-    """The CRDs, serving v1beta2 only: the files carry no conversion webhook (Kueue's release manifests add
-    one), and without it the API server would hand out v1beta1 objects by relabelling v1beta2 ones."""
+def load_crds(path: Path | None = None, release: str = NEWEST) -> list[dict[str, Any]]:
+    """The CRDs, each serving its storage version only (v1beta2 from Kueue v0.16, v1beta1 before): the
+    files carry no conversion webhook (Kueue's release manifests add one), and without it the API server
+    would hand out one version's objects relabelled as the other's."""
     definitions = []
-    for file in sorted((path or crds_path()).glob("*.yaml")):
+    for file in sorted((path or crds_path(release)).glob("*.yaml")):
         for document in yaml.safe_load_all(file.read_text()):
             if document and document.get("kind") == "CustomResourceDefinition":
                 for version in document["spec"]["versions"]:
-                    version["served"] = version["name"] == VERSION
+                    version["served"] = bool(version.get("storage"))
+                annotations = document["metadata"].setdefault("annotations", {})
+                annotations[RELEASE_ANNOTATION] = release
                 definitions.append(document)
     return definitions
 
 
-def install(api_client: k8s.ApiClient) -> list[str]:
-    """Every Kueue CRD, created unless present, each served before this returns. Returns their names."""
+def install(api_client: k8s.ApiClient, release: str = NEWEST) -> list[str]:
+    """Every Kueue CRD of the release, created unless present, each served before this returns; another
+    release's installed are uninstalled first. Returns their names."""
     api = k8s.ApiextensionsV1Api(api_client)
-    definitions = load_crds()
+    definitions = load_crds(release=release)
     names = [d["metadata"]["name"] for d in definitions]
-    if installed(api_client, names):
+    if installed(api_client, names, release):
         return names  # the common case in a session: one list and one discovery read
+    if installed_release(api_client) not in (None, release):
+        uninstall(api_client)
     for definition in definitions:
         ensure_crd(api, definition)
     return names
+
+
+def installed_release(api_client: k8s.ApiClient) -> str | None:
+    """The release of the Kueue CRDs installed (None: none; "" one without the test bed's note)."""
+    api = k8s.ApiextensionsV1Api(api_client)
+    for definition in api.list_custom_resource_definition().items:
+        if definition.spec.group == GROUP:
+            return str((definition.metadata.annotations or {}).get(RELEASE_ANNOTATION) or "")
+    return None
 
 
 def group_served(api_client: k8s.ApiClient) -> bool:
@@ -70,14 +100,16 @@ def group_served(api_client: k8s.ApiClient) -> bool:
     return any(group["name"] == GROUP for group in json.loads(response.data).get("groups", []))
 
 
-def installed(api_client: k8s.ApiClient, names: list[str]) -> bool:
-    """Every one of these CRDs Established and not being deleted, and the group in discovery."""
+def installed(api_client: k8s.ApiClient, names: list[str], release: str = NEWEST) -> bool:
+    """Every one of these CRDs of that release Established and not being deleted, and the group in
+    discovery."""
     api = k8s.ApiextensionsV1Api(api_client)
     ready = {
         d.metadata.name
         for d in api.list_custom_resource_definition().items
         if d.spec.group == GROUP
         and not d.metadata.deletion_timestamp
+        and (d.metadata.annotations or {}).get(RELEASE_ANNOTATION) == release
         and any(c.type == "Established" and c.status == "True" for c in (d.status.conditions or []))
     }
     return set(names) <= ready and group_served(api_client)
@@ -114,8 +146,11 @@ def _release_workloads(api_client: k8s.ApiClient) -> None:
     """Drop Kueue's finalizer from every Workload left, as removing Kueue from a cluster asks of its admin:
     with no Kueue to finish them, they would keep the Workload CRD from going."""
     custom = k8s.CustomObjectsApi(api_client)
+    version = served_version(api_client)
+    if version is None:
+        return
     try:
-        workloads = custom.list_cluster_custom_object(GROUP, VERSION, "workloads")["items"]
+        workloads = custom.list_cluster_custom_object(GROUP, version, "workloads")["items"]
     except k8s.ApiException as error:
         if error.status == 404:
             return
@@ -128,7 +163,7 @@ def _release_workloads(api_client: k8s.ApiClient) -> None:
             try:
                 meta = wl["metadata"]
                 api_client.call_api(
-                    f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/workloads/{meta['name']}",
+                    f"/apis/{GROUP}/{version}/namespaces/{meta['namespace']}/workloads/{meta['name']}",
                     "PATCH",
                     header_params={"Content-Type": "application/merge-patch+json"},
                     body=body,

@@ -9,15 +9,20 @@ from typing import Any
 from kubernetes import client as k8s
 
 from tpujob_sandbox.kueue.config import KueueConfig
-from tpujob_sandbox.kueue.objects import GROUP, VERSION, Obj, find_condition
+from tpujob_sandbox.kueue.discovery import served_version
+from tpujob_sandbox.kueue.objects import GROUP, Obj, find_condition
 from tpujob_sandbox.kueue.simulator import KueueSimulator
 from tpujob_sandbox.waiting import wait_for
 
 
 class KueueHandle:
-    def __init__(self, api_client: k8s.ApiClient, simulator: KueueSimulator) -> None:
+    def __init__(self, api_client: k8s.ApiClient, simulator: KueueSimulator, release: str) -> None:
         self.custom = k8s.CustomObjectsApi(api_client)
         self.simulator = simulator
+        self.release = release  # the Kueue release whose CRDs are installed (crds.RELEASES)
+        version = served_version(api_client)
+        assert version is not None, "the Kueue CRDs are installed before the handle is made"
+        self.version = version  # the Workload API version they serve: the one every object here is in
         self._cluster_scoped: list[tuple[str, str]] = []  # (plural, name), deleted after the test
 
     # --- objects ------------------------------------------------------------------------------------------
@@ -26,10 +31,15 @@ class KueueHandle:
         self, plural: str, kind: str, prefix: str, spec: Obj | None, extra: Obj | None = None
     ) -> str:
         name = f"{prefix}-{secrets.token_hex(3)}"
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, **(extra or {})}
+        body = {
+            "apiVersion": f"{GROUP}/{self.version}",
+            "kind": kind,
+            "metadata": {"name": name},
+            **(extra or {}),
+        }
         if spec is not None:
             body["spec"] = spec
-        self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        self.custom.create_cluster_custom_object(GROUP, self.version, plural, body)
         self._cluster_scoped.append((plural, name))
         return name
 
@@ -82,12 +92,12 @@ class KueueHandle:
         if stop_policy:
             spec["stopPolicy"] = stop_policy
         body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": f"{GROUP}/{self.version}",
             "kind": "LocalQueue",
             "metadata": {"name": name},
             "spec": spec,
         }
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", body)
+        self.custom.create_namespaced_custom_object(GROUP, self.version, namespace, "localqueues", body)
         return name
 
     def priority_class(self, value: int, description: str = "", prefix: str = "priority") -> str:
@@ -95,7 +105,7 @@ class KueueHandle:
         return self._create_cluster("workloadpriorityclasses", "WorkloadPriorityClass", prefix, None, extra)
 
     def patch_cluster_queue(self, name: str, spec: Obj) -> None:
-        self.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", name, {"spec": spec})
+        self.custom.patch_cluster_custom_object(GROUP, self.version, "clusterqueues", name, {"spec": spec})
 
     # --- configuration --------------------------------------------------------------------------------
 
@@ -105,21 +115,26 @@ class KueueHandle:
         backoff_base: float = 60,
         backoff_max: float = 3600,
         recovery_timeout: float | None = None,
+        backoff_limit_count: int | None = None,
     ) -> None:
-        """Kueue's waitForPodsReady for this test, in seconds (None: off)."""
+        """Kueue's waitForPodsReady for this test, in seconds (None: off); past `backoff_limit_count`
+        requeues Kueue deactivates the Workload (requeuingStrategy.backoffLimitCount)."""
         self.simulator.configure(
             KueueConfig(
                 pods_ready_timeout_seconds=timeout,
                 recovery_timeout_seconds=recovery_timeout,
                 backoff_base_seconds=backoff_base,
                 backoff_max_seconds=backoff_max,
+                backoff_limit_count=backoff_limit_count,
             )
         )
 
     # --- reading --------------------------------------------------------------------------------------
 
     def workload(self, namespace: str, name: str) -> Obj:
-        found: Obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
+        found: Obj = self.custom.get_namespaced_custom_object(
+            GROUP, self.version, namespace, "workloads", name
+        )
         return found
 
     def wait_condition(
@@ -150,7 +165,7 @@ class KueueHandle:
         self.simulator.configure(KueueConfig())
         for plural, name in reversed(self._cluster_scoped):
             try:
-                self.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+                self.custom.delete_cluster_custom_object(GROUP, self.version, plural, name)
             except k8s.ApiException as error:
                 if error.status != 404:
                     raise

@@ -11,6 +11,7 @@ from datetime import datetime
 from tpujob_sandbox.kueue.assign import Cluster, QueueView, queue_view
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.objects import (
+    VERSIONS,
     Obj,
     admission,
     has_quota_reservation,
@@ -34,12 +35,14 @@ class World:
     cluster_queues: list[Obj] = field(default_factory=list)
     local_queues: list[Obj] = field(default_factory=list)
     workloads: list[Obj] = field(default_factory=list)
+    version: str = VERSIONS[0]  # the API version they were listed in (and the statuses are written in)
 
 
 @dataclass
 class Plan:
     workload_status: dict[Key, Obj] = field(default_factory=dict)  # the whole new status, changed ones only
     remove_finalizer: list[Key] = field(default_factory=list)
+    deactivate: list[Key] = field(default_factory=list)  # spec.active set false (Kueue's own deactivation)
     cluster_queue_status: dict[str, Obj] = field(default_factory=dict)
     local_queue_status: dict[Key, Obj] = field(default_factory=dict)
     wake_at: datetime | None = None
@@ -89,6 +92,8 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
         outcome = reconcile_workload(wl, facts, config, now)
         if outcome.remove_finalizer:
             plan.remove_finalizer.append(key(wl))
+        if outcome.deactivate:
+            plan.deactivate.append(key(wl))
         plan.wake_at = _earliest(plan.wake_at, outcome.wake_at)
 
     def holders(cq_name: str) -> list[Obj]:
@@ -118,7 +123,7 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
         queued = [wl for wl in mine if _queued(wl)]
         lq_holders = [wl for wl in mine if holds_quota(wl)]
         status = local_queue_status(
-            lq, views.get(cq_name), active.get(cq_name, False), len(queued), lq_holders, now
+            lq, views.get(cq_name), active.get(cq_name, False), len(queued), lq_holders, now, world.version
         )
         if _changed(lq.get("status"), status):
             plan.local_queue_status[lq_key] = status

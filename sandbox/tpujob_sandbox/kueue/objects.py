@@ -10,7 +10,9 @@ from typing import Any
 Obj = dict[str, Any]
 
 GROUP = "kueue.x-k8s.io"
-VERSION = "v1beta2"
+# The Workload API versions, preferred first: v1beta2 from Kueue v0.15, v1beta1 alone before (v0.14.8). The
+# objects the simulator reads and writes differ between them only where queues.py says (LocalQueue usage).
+VERSIONS = ("v1beta2", "v1beta1")
 RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
@@ -22,6 +24,7 @@ PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 PODS_READY = "PodsReady"
 FINISHED = "Finished"
+DEACTIVATION_TARGET = "DeactivationTarget"  # Kueue's own mark: set spec.active false (workload.go)
 
 
 def now_utc() -> datetime:

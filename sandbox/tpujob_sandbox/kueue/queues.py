@@ -75,15 +75,24 @@ def cluster_queue_status(
 
 
 def local_queue_status(
-    lq: Obj, view: QueueView | None, cq_active: bool, pending: int, holders: list[Obj], now: datetime
+    lq: Obj,
+    view: QueueView | None,
+    cq_active: bool,
+    pending: int,
+    holders: list[Obj],
+    now: datetime,
+    version: str = "v1beta2",
 ) -> Obj:
-    """LocalQueueReconciler.Reconcile: stopped, its ClusterQueue missing or inactive, or Ready."""
+    """LocalQueueReconciler.Reconcile: stopped, its ClusterQueue missing or inactive, or Ready. The admitted
+    usage is flavorsUsage in v1beta2, flavorUsage in v1beta1 (v0.14.8 apis/kueue/v1beta1/localqueue_types.go;
+    localqueue_controller.go UpdateStatusIfChanged writes FlavorUsage)."""
     status: Obj = {"conditions": list((lq.get("status") or {}).get("conditions") or [])}
     admitted = [wl for wl in holders if is_admitted(wl)]
     status.update(pendingWorkloads=pending, reservingWorkloads=len(holders), admittedWorkloads=len(admitted))
     if view is not None:
         status["flavorsReservation"] = _flavor_amounts(view, _usage(holders), borrowed=False)
-        status["flavorsUsage"] = _flavor_amounts(view, _usage(admitted), borrowed=False)
+        usage = "flavorUsage" if version == "v1beta1" else "flavorsUsage"
+        status[usage] = _flavor_amounts(view, _usage(admitted), borrowed=False)
     message = "Can't submit new workloads to clusterQueue"
     if ((lq.get("spec") or {}).get("stopPolicy") or "None") != "None":
         set_condition(status, "Active", False, "Stopped", "LocalQueue is stopped", now, generation(lq))

@@ -1,5 +1,6 @@
 """Kueue's controllers on the test bed: threads in the test process (like the simulated GKE and kubelet)
-that watch ResourceFlavors, ClusterQueues, LocalQueues and Workloads (v1beta2), run the pure model
+that watch ResourceFlavors, ClusterQueues, LocalQueues and Workloads (in the version the installed CRDs
+serve, as that Kueue release would: v1beta2, or v1beta1 for v0.14; discovery.py), run the pure model
 (model.reconcile) on every change and at its timers (waitForPodsReady, requeueAt), and write what Kueue
 would: Workload status through the status subresource (merge patches carrying the resourceVersion, so a
 stale view gets a 409 and the pass runs again), Kueue's finalizer off orphans, queue statuses. With the
@@ -19,8 +20,9 @@ from kubernetes import client as k8s
 from kubernetes import watch
 
 from tpujob_sandbox.kueue.config import KueueConfig
+from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.model import Plan, World, reconcile
-from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, VERSION, Obj
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +84,14 @@ class KueueSimulator:
         """List then watch; every event asks for a pass. Absent CRDs (404) or any error: wait and retry."""
         while not self._stopping.is_set():
             try:
-                listed = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)
+                version = served_version(self.api_client)
+                if version is None:
+                    raise LookupError(f"{GROUP} is not served")
+                listed = self.custom.list_cluster_custom_object(GROUP, version, plural)
                 self._dirty.set()
                 response = self.custom.list_cluster_custom_object(
                     GROUP,
-                    VERSION,
+                    version,
                     plural,
                     watch=True,
                     resource_version=listed["metadata"]["resourceVersion"],
@@ -126,11 +131,11 @@ class KueueSimulator:
                 self._stopping.wait(RETRY_SECONDS)
                 self._dirty.set()
 
-    def _list(self, plural: str) -> list[Obj]:
+    def _list(self, version: str, plural: str) -> list[Obj]:
         """Every object of the kind; none while its CRD is absent (CRDs go one by one on uninstall, and the
         Workloads' finalizers must still be handled while the others are gone)."""
         try:
-            items: list[Obj] = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+            items: list[Obj] = self.custom.list_cluster_custom_object(GROUP, version, plural)["items"]
         except k8s.ApiException as error:
             if error.status == 404:
                 return []
@@ -139,7 +144,11 @@ class KueueSimulator:
 
     def run_pass(self) -> datetime | None:
         """List everything, run the model, write its plan. Returns when the model wants another look."""
-        world = World(*(self._list(plural) for plural in PLURALS))
+        version = served_version(self.api_client)
+        if version is None:
+            return None  # no Kueue CRDs: nothing to do until they come
+        flavors, cluster_queues, local_queues, workloads = (self._list(version, p) for p in PLURALS)
+        world = World(flavors, cluster_queues, local_queues, workloads, version=version)
         with self._lock:
             config = self._config
         plan = reconcile(world, config, datetime.now(UTC))
@@ -170,6 +179,9 @@ class KueueSimulator:
             conflicts += self._patch(
                 old, "workloads", {"metadata": {"finalizers": kept}}, status_subresource=False
             )
+        for namespace, name in plan.deactivate:
+            old = versions[(namespace, name, "workloads")]
+            conflicts += self._patch(old, "workloads", {"spec": {"active": False}}, status_subresource=False)
         for name, status in plan.cluster_queue_status.items():
             conflicts += self._patch(
                 versions[("", name, "clusterqueues")], "clusterqueues", {"status": status}, True
@@ -185,7 +197,8 @@ class KueueSimulator:
         the next pass reads it again), 404 when it is gone (nothing to do)."""
         metadata = old["metadata"]
         namespace = metadata.get("namespace")
-        path = f"/apis/{GROUP}/{VERSION}/" + (f"namespaces/{namespace}/" if namespace else "")
+        # The object's own version, as listed (every item of a custom resource list carries it).
+        path = f"/apis/{old['apiVersion']}/" + (f"namespaces/{namespace}/" if namespace else "")
         path += f"{plural}/{metadata['name']}" + ("/status" if status_subresource else "")
         body = {
             **body,

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.objects import (
     ADMITTED,
+    DEACTIVATION_TARGET,
     EVICTED,
     FINISHED,
     JOB_UID_LABEL,
@@ -27,6 +28,7 @@ from tpujob_sandbox.kueue.objects import (
     is_deleting,
     is_evicted,
     is_finished,
+    is_true,
     parse_time,
     requeue_at,
     set_condition,
@@ -47,6 +49,7 @@ class QueueFacts:
 class Outcome:
     remove_finalizer: bool = False
     wake_at: datetime | None = None
+    deactivate: bool = False  # spec.active to set false (Kueue's own deactivation)
 
 
 def status_of(wl: Obj) -> Obj:
@@ -96,6 +99,11 @@ def reconcile_workload(wl: Obj, facts: QueueFacts, config: KueueConfig, now: dat
     if not is_active(wl):
         _deactivate(wl, now)
         return outcome
+    if is_true(wl, DEACTIVATION_TARGET):
+        # Reconcile: an active Workload marked DeactivationTarget gets spec.active=false (client Update);
+        # its eviction follows in the next Reconcile (_deactivate).
+        outcome.deactivate = True
+        return outcome
     if not has_quota_reservation(wl):
         outcome.wake_at = _after_backoff(wl, now)
         if outcome.wake_at is None:
@@ -109,11 +117,22 @@ def reconcile_workload(wl: Obj, facts: QueueFacts, config: KueueConfig, now: dat
 
 
 def _deactivate(wl: Obj, now: datetime) -> None:
-    """spec.active=false: evicted with reason Deactivated (whether or not it was admitted), requeueState
-    cleared. The job controller then stops the job and clears the admission."""
+    """spec.active=false: evicted (whether or not it was admitted), requeueState cleared. With Kueue's own
+    DeactivationTarget mark the reason names its cause and the message says why (Reconcile's inactive branch:
+    "Deactivated" + patching.ReasonWithCause, "DeactivatedDueTo<reason>", "The workload is deactivated due
+    to <message>"), and the mark is removed; without it (an administrator's, a job integration's) the reason
+    is Deactivated. The job controller then stops the job and clears the admission."""
+    status = status_of(wl)
+    target = find_condition(wl, DEACTIVATION_TARGET)
     if not is_evicted(wl):
-        evict(wl, "Deactivated", "The workload is deactivated", now)
-    status_of(wl).pop("requeueState", None)
+        reason, message = "Deactivated", "The workload is deactivated"
+        if target is not None:
+            reason = f"DeactivatedDueTo{target.get('reason') or ''}"
+            message = f"{message} due to {target.get('message') or ''}"
+        evict(wl, reason, message, now)
+    if target is not None:
+        status["conditions"] = [c for c in status.get("conditions") or [] if c is not target]
+    status.pop("requeueState", None)
 
 
 def _after_backoff(wl: Obj, now: datetime) -> datetime | None:
@@ -225,6 +244,19 @@ def _pods_ready_timeout(wl: Obj, config: KueueConfig, now: datetime) -> datetime
     status = status_of(wl)
     state = dict(status.get("requeueState") or {})
     count = int(state.get("count") or 0) + 1
+    if config.backoff_limit_count is not None and count > config.backoff_limit_count:
+        # triggerDeactivation: past requeuingStrategy.backoffLimitCount, Kueue deactivates the Workload
+        # instead of evicting it again (SetDeactivationTarget, RequeuingLimitExceeded).
+        set_condition(
+            status,
+            DEACTIVATION_TARGET,
+            True,
+            "RequeuingLimitExceeded",
+            "exceeding the maximum number of re-queuing retries",
+            now,
+            generation(wl),
+        )
+        return None
     wait = timedelta(seconds=config.backoff_seconds(count))
     current = parse_time(state.get("requeueAt"))
     if current is None or current < now + wait:  # SetRequeueState never moves a later requeue earlier
