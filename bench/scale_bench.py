@@ -59,7 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # operator_bench and race_*, beside this file
 
 from kubernetes import client as k8s
-from operator_bench import CREATE_THREADS, OPERATOR_USER, Bench
+from operator_bench import CREATE_THREADS, Bench
 from prometheus_client.parser import text_string_to_metric_families
 from race_measure import (
     PodWatch,
@@ -84,6 +84,7 @@ from tpujob_sandbox import (
     start_sandbox,
     stop_process,
 )
+from tpujob_sandbox.bed import OPERATOR_USER
 
 MEMORY_REPORT_ENV = "TPUJOB_MEMORY_REPORT"  # tpujob.memreport.ENV
 NAMESPACE = "scale"

@@ -177,7 +177,7 @@ class JobMemory:
                 self._policies_in_flight.discard(namespace)
             return seen or namespace in self._policies_in_flight
 
-    def ensure_policy(self, namespace: str, make: Callable[[], None]) -> None:
+    def ensure_policy(self, namespace: str, make: Callable[[], object]) -> None:
         """`make()` the namespace's policy unless a pass made it already: the passes of a burst of jobs in a
         new namespace, which all saw it missing, make it once. Rare (once per namespace): one lock for all."""
         with self._policies_lock:
