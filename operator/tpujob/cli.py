@@ -23,6 +23,7 @@ from tpujob.localrun import add_subcommand as add_run
 from tpujob.manifests import manifest_files, read_documents
 from tpujob.render import Cluster
 from tpujob.render.creates import creates
+from tpujob.render.workload import MIN_POD_SETS, KueueApi
 from tpujob.status.verdict import Rules, Verdict, judge, refused
 
 PLUGIN_GROUP = "tpujob.commands"
@@ -39,7 +40,11 @@ def rules_of(args: argparse.Namespace, zones: DefaultZones | None) -> Rules:
         except ValueError as error:
             raise SystemExit(str(error)) from None
     return Rules(
-        tenancy=policy, max_hosts_per_job=args.max_hosts_per_job, kueue=args.kueue, default_zones=zones
+        tenancy=policy,
+        max_hosts_per_job=args.max_hosts_per_job,
+        kueue=args.kueue,
+        default_zones=zones,
+        kueue_api=KueueApi(max_pod_sets=args.kueue_pod_sets),
     )
 
 
@@ -160,6 +165,14 @@ def add_rules_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the operator runs with Kueue (TPUJOB_KUEUE, the chart's kueue.enabled): a job labelled "
         "kueue.x-k8s.io/queue-name gets a Workload; without it, such a job waits as KueueNotEnabled",
+    )
+    parser.add_argument(
+        "--kueue-pod-sets",
+        type=int,
+        default=MIN_POD_SETS,
+        metavar="N",
+        help="pod sets a Workload may hold in your Kueue (its Workload CRD's spec.podSets maxItems, which "
+        f"the operator reads): 8 up to v0.17, 10 in v0.18, 18 from v0.19; default {MIN_POD_SETS}, the fewest",
     )
 
 

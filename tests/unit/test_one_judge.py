@@ -22,13 +22,16 @@ from tpujob.api import constants as c
 from tpujob.api.tenancy import TenancyPolicy
 from tpujob.cli import main
 from tpujob.reconciler import Settings
+from tpujob.render.workload import KueueApi
 
 
 class KueueKube(RecordingKube):
     """RecordingKube with the reads and the create a queued job's first pass makes (a LocalQueue of no
     ClusterQueue named, no PriorityClass)."""
 
-    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    def get_kueue_object(
+        self, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
         self._call("get_kueue_object", namespace or "", (plural, name))
         return None
 
@@ -38,9 +41,12 @@ class KueueKube(RecordingKube):
     def get_priority_class(self, name: str) -> dict[str, Any] | None:
         return None
 
-    def create_workload(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_workload(self, namespace: str, version: str, body: dict[str, Any]) -> bool:
         self._call("create_workload", namespace, body)
         return True
+
+
+KUEUE_V019 = KueueApi("v1beta2", 18)
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ def operator_first_pass(case: Case) -> tuple[dict[str, Any], list[str]]:
         max_hosts_per_job=case.max_hosts,
     )
     passes = reconciler(pools, api, settings)
+    # Kueue v0.19's Workload API, found by discovery (the CLI is told with --kueue-pod-sets).
+    passes.observer.kueue.served.current = KUEUE_V019
     body = job_body(copy.deepcopy(case.manifest))
     passes.reconcile(body, [], False, workloads=[])
     ((_, written),) = api.of("patch_tpujob_status")
@@ -172,7 +180,8 @@ def cli(case: Case, command: str, tmp_path: Path, *more: str) -> list[str]:
     manifest = copy.deepcopy(case.manifest)
     manifest["metadata"]["uid"] = "uid-1"  # as the API server gives it (the Workload's name hashes it)
     path.write_text(yaml.safe_dump(manifest))
-    flags = ["--max-hosts-per-job", str(case.max_hosts), *(["--kueue"] if case.kueue else [])]
+    flags = ["--max-hosts-per-job", str(case.max_hosts), "--kueue-pod-sets", str(KUEUE_V019.max_pod_sets)]
+    flags += ["--kueue"] if case.kueue else []
     if case.policy:
         policy = tmp_path / "policy.yaml"
         policy.write_text(yaml.safe_dump(case.policy))

@@ -25,7 +25,7 @@ from tpujob.api.validation import DEFAULT_MAX_HOSTS_PER_JOB, DefaultZones, Inval
 from tpujob.render import naming
 from tpujob.render.cluster import Cluster
 from tpujob.render.pools import job_zones
-from tpujob.render.workload import queue_name
+from tpujob.render.workload import KueueApi, queue_name
 from tpujob.status.invalid import InvalidObserved, decide_invalid
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import POOL_MISSING, Decision, Observed, PoolView, QueueView
@@ -48,6 +48,9 @@ class Rules:
     max_hosts_per_job: int = DEFAULT_MAX_HOSTS_PER_JOB
     kueue: bool = False
     default_zones: DefaultZones | None = None
+    # The Workload API the cluster's Kueue serves, which the operator finds by discovery and its CRD (the
+    # pod-set cap: 8 up to Kueue v0.17, 10 in v0.18, 18 from v0.19); a manifest alone cannot tell.
+    kueue_api: KueueApi = field(default_factory=KueueApi)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def first_look(job: TPUJob, rules: Rules, cluster: Cluster, now: dt.datetime) ->
         ),
         network_policy_exists=not cluster.network_policy,
         zones=tuple(job_zones(job, cluster)) if creates_pools else (),
-        queue=None if name is None else QueueView(name, enabled=rules.kueue),
+        queue=None if name is None else QueueView(name, enabled=rules.kueue, api=rules.kueue_api),
         queue_required=policy.require_queue,
     )
 
