@@ -270,7 +270,8 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
         assert done.get("restarts", 0) == 0 and done["queue"]["evictions"] == 1 and done["attempt"] == 1
         (pod,) = low_pods.wait_finished(attempt=1)
     # Charged for its pools' lifetime, not for its wait in the queue: each pool from the pass that asked for
-    # it to the pass that found it gone (a poll, 0.2 s here, after GKE's delete ends), in whole seconds.
+    # it to the pass that found it gone (a poll, 0.2 s here, after GKE's delete ends, and later on a loaded
+    # machine: up to 5 s a pool is allowed), in whole seconds. The wait it must not charge is far longer.
     wait_for(lambda: not pools_of(gke, "low"), timeout=60, what="the low job's pools to be deleted")
     final = wait_for(
         lambda: (s := jobs.status("low"))["cost"]["chips"] == 0 and s,
@@ -282,7 +283,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     record_property("chip_seconds_charged", charged)
     record_property("pool_lifetime_chip_seconds", round(held, 1))
     print(f"charged {charged} chip-seconds for pools that lived {held:.1f} chip-seconds ({lifetimes})")
-    assert len(lifetimes) == 2 and charged <= held + 4 * 2 * len(lifetimes), (charged, held, queued_status)
+    assert len(lifetimes) == 2 and charged <= held + 4 * 5 * len(lifetimes), (charged, held, queued_status)
     message = pod.status.container_statuses[0].state.terminated.message or ""
     (line,) = [x for x in message.splitlines() if x.startswith(PROGRESS_LINE_PREFIX)]
     progress = json.loads(line[len(PROGRESS_LINE_PREFIX) :])
