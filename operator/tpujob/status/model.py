@@ -270,6 +270,8 @@ class WorkloadView:
     pod_sets: tuple[tuple[str, int], ...] = ()  # spec.podSets' (name, count)
     # What TPU each pod set's template asks for (render.workload.pod_set_tpu); empty: not read.
     pod_set_tpus: tuple[str, ...] = ()
+    # status.admissionChecks: each check's name, state and podSetUpdates (render/podset_updates.py).
+    admission_checks: tuple[dict[str, Any], ...] = ()
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)

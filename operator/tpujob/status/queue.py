@@ -22,6 +22,7 @@ from typing import Any
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
+from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
 from tpujob.render.workload import MAX_POD_SETS, job_pod_set_tpu, pod_set_name
 from tpujob.status.builder import Builder, fail, known_pools, release
 from tpujob.status.model import (
@@ -41,6 +42,8 @@ EVICTED = "Evicted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
+# jobframework FailedToStartFinishedReason: a pod set update the job cannot take.
+FAILED_TO_START = "FailedToStart"
 # generatePodsReadyCondition's words for pods not (yet) ready.
 NOT_READY = "Not all pods are ready or succeeded"
 # Evictions after which Kueue's integration sets Requeued=True (reconciler.go step 6).
@@ -285,7 +288,13 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
         if missing:
             _hold(b, Reason.KUEUE_UNAVAILABLE, f"ResourceFlavor {missing[0]} of the admission cannot be read")
             return False
-        b.decision.placement[index] = placement([queue.flavors[n] for n in names])
+        try:  # the admission checks' pod set updates on the flavors' part (render/podset_updates.py)
+            b.decision.placement[index] = with_updates(
+                b.job, index, placement([queue.flavors[n] for n in names]), workload.admission_checks
+            )
+        except ValueError as error:
+            _cannot_start(b, workload, pod_set_name(index), error)
+            return False
         flavors[pod_set_name(index)] = ",".join(names)
     newly = b.previous_phase in (None, Phase.PENDING, Phase.QUEUED)
     record.workload = workload.name
@@ -302,6 +311,24 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
         )
     record.queued_since = None
     return True
+
+
+def _cannot_start(b: Builder, workload: WorkloadView, pod_set: str, error: ValueError) -> None:
+    """An admission check's pod set update the job cannot honour: as Kueue's integration does with a
+    permanent podset.Merge error (jobframework reconciler.go step 7: the Workload finished, FailedToStart),
+    the job does not start, and says which field and what to change."""
+    if isinstance(error, PodSetUpdateConflict):
+        problem = (
+            f"admission check of Workload {workload.name} sets {error.what}[{error.key}]={error.theirs!r} "
+            f"on pod set {pod_set}, and the job's pods have {error.key}={error.ours!r}"
+        )
+        fix = (
+            "point the job at a ClusterQueue whose admission checks provision what spec.tpu asks for "
+            "(its ProvisioningRequestConfig and ResourceFlavor), or change spec.tpu (or spec.pod) to match"
+        )
+    else:
+        problem, fix = f"Workload {workload.name}: {error}", "fix the admission check that wrote it"
+    fail(b, FAILED_TO_START, f"Kueue admitted the job, but it cannot start: {problem}: {fix}")
 
 
 def _flavors_text(flavors: dict[str, str]) -> str:
@@ -343,7 +370,9 @@ def follow_up(b: Builder) -> None:
                 list(workload.conditions),
                 FINISHED,
                 True,
-                "Succeeded" if succeeded else "Failed",
+                "Succeeded"
+                if succeeded
+                else (b.status.reason if b.status.reason == FAILED_TO_START else "Failed"),
                 b.status.message or b.status.phase,
                 b.now,
                 workload.generation,
