@@ -170,6 +170,9 @@ class KueueSimulator:
             conflicts += self._patch(
                 old, "workloads", {"metadata": {"finalizers": kept}}, status_subresource=False
             )
+        for namespace, name in plan.deactivate:
+            old = versions[(namespace, name, "workloads")]
+            conflicts += self._patch(old, "workloads", {"spec": {"active": False}}, status_subresource=False)
         for name, status in plan.cluster_queue_status.items():
             conflicts += self._patch(
                 versions[("", name, "clusterqueues")], "clusterqueues", {"status": status}, True
