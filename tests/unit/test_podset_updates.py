@@ -138,19 +138,26 @@ def test_without_a_ready_provisioning_check_the_job_makes_its_own_pool(checks):
     assert as_provisioned(job, [view]) is job
 
 
-def test_another_jobs_or_an_evicted_workload_does_not_count():
+def test_another_jobs_workload_does_not_count_an_evicted_one_does_until_its_admission_is_cleared():
     job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
     checks = (check("Ready", prov_update()),)
-    other = workload(*ADMITTED, admission=admission(), admission_checks=checks).__class__(
+    other = s.WorkloadView(
         name="x", resource_version="1", owner_uid="someone-else", conditions=ADMITTED, admission_checks=checks
     )
+    assert as_provisioned(job, [other]) is job
     evicted = workload(
         *ADMITTED,
-        {"type": "Evicted", "status": "True", "reason": "AdmissionCheck"},
+        {"type": "Evicted", "status": "True", "reason": "Preempted"},
         admission=admission(),
         admission_checks=checks,
     )
-    assert as_provisioned(job, [other, evicted]) is job
+    # Stopping on the provisioned nodes: still no pool of its own (none to delete), its shape unchanged.
+    assert as_provisioned(job, [evicted]).spec.node_pool.policy == NodePoolPolicy.existing
+    cleared = workload(
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending"},
+        admission_checks=(check("Pending"),),
+    )
+    assert as_provisioned(job, [cleared]) is job
 
 
 def test_an_update_the_job_cannot_honour_fails_it_naming_the_field_and_the_fix():

@@ -20,10 +20,14 @@ from tpujob.status.model import WorkloadView
 
 
 def _admitted(workload: WorkloadView) -> bool:
+    """Admitted and holding the quota. An evicted or deleted Workload counts until its admission is cleared:
+    the job stops on the provisioned nodes (it has no pool of its own to delete), and a running job's shape
+    stays the one it was admitted with (status/shape.py)."""
+
     def true(kind: str) -> bool:
         return any(c.get("type") == kind and c.get("status") == "True" for c in workload.conditions)
 
-    return true("Admitted") and true("QuotaReserved") and not true("Evicted") and not workload.deleting
+    return true("Admitted") and true("QuotaReserved")
 
 
 def provisioned_workload(job: TPUJob, workloads: Iterable[WorkloadView] | None) -> WorkloadView | None:
