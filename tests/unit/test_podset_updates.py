@@ -171,3 +171,31 @@ def test_an_update_the_job_cannot_honour_fails_it_naming_the_field_and_the_fix()
     assert any(e.type == "Warning" and e.reason == "FailedToStart" for e in decision.events)
     finished = next(c for c in decision.workload.conditions if c["type"] == "Finished")
     assert (finished["status"], finished["reason"]) == ("True", "FailedToStart")
+
+
+def tas_admission():
+    found = admission()
+    found["podSetAssignments"][0]["topologyAssignment"] = {
+        "levels": ["kubernetes.io/hostname"],
+        "slices": [{"domainCount": 4, "valuesPerLevel": [{"universal": "n"}], "podCounts": {"universal": 1}}],
+    }
+    return found
+
+
+def test_a_topology_aware_admission_refuses_a_job_that_creates_its_pools_naming_the_fix():
+    job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    queue = s.QueueView(
+        QUEUE, workload=workload(*ADMITTED, admission=tas_admission()), flavors={FLAVOR.name: FLAVOR}
+    )
+    decision = step(job, queue)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "InvalidForKueue")
+    assert "topologyName" in decision.status.message and "policy: existing" in decision.status.message
+    assert decision.create_pools == [] and decision.create_pods == []
+
+
+def test_a_topology_aware_admission_on_provisioned_capacity_runs():
+    job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    view = workload(*ADMITTED, admission=tas_admission(), admission_checks=(check("Ready", prov_update()),))
+    queue = s.QueueView(QUEUE, workload=view, flavors={FLAVOR.name: FLAVOR})
+    decision = step(as_provisioned(job, [view]), queue)
+    assert decision.create_pods == s.expected_workers(job) and decision.create_pools == []

@@ -34,6 +34,7 @@ from tpujob.status.model import (
     expected_workers,
     timestamp,
 )
+from tpujob.status.tas import tas_problem
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED = "QuotaReserved"
@@ -279,6 +280,9 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
     record = b.status.queue
     assert record is not None
     admission = workload.admission or {}
+    if problem := tas_problem(b.job, admission):  # Kueue TAS and policy create (status/tas.py)
+        fail(b, Reason.INVALID_FOR_KUEUE, problem)
+        return False
     assignments = {a.get("name"): a for a in admission.get("podSetAssignments") or []}
     flavors: dict[str, str] = {}
     for index in range(b.job.spec.tpu.slices):
