@@ -93,6 +93,10 @@ class QueuedProvisioning:
         with self._lock:
             self._fail.append(message)
 
+    def reset_controls(self) -> None:
+        with self._lock:
+            self._fail.clear()
+
     def expire(self, namespace: str, name: str, message: str = "booking expired") -> None:
         """The request's booking expires (BookingExpired=True); GKE removes its nodes."""
         self._write(namespace, name, [_condition("BookingExpired", "BookingExpired", message)])
@@ -147,11 +151,13 @@ class QueuedProvisioning:
                         )
                     ],
                 )
+        existing = self.pools.all()
         for name, owner in list(self._made.items()):
-            if owner not in live:  # deleted, failed or expired: GKE removes the nodes
-                with contextlib.suppress(Exception):
+            if name not in existing:  # gone (deleted below in an earlier scan, or by a test's cleanup)
+                del self._made[name]
+            elif owner not in live:  # deleted, failed or expired: GKE removes the nodes
+                with contextlib.suppress(Exception):  # a create still running: the next scan tries again
                     self.pools.delete(name)
-                    del self._made[name]
 
     def _create_pools(self, request: Obj) -> None:
         meta = request["metadata"]

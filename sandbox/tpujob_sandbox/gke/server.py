@@ -312,6 +312,7 @@ class GkeSimulator:
             state.model.version = self._versions[key]
             state.model.maintenance_policy = container_v1.MaintenancePolicy()
         self.faults.clear()
+        self.queued_provisioning.reset_controls()
         self.capacity.clear()
         self.quota.clear()
         self.reservations.clear()
