@@ -102,6 +102,9 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
     conditions = tuple(status.get("conditions") or ())
     if not all(isinstance(condition, dict) for condition in conditions):
         raise ValueError("status.conditions: not a list of conditions")
+    checks = tuple(status.get("admissionChecks") or ())
+    if not all(isinstance(check, dict) for check in checks):
+        raise ValueError("status.admissionChecks: not a list of admission check states")
     admission = status.get("admission")
     if admission is not None and not isinstance(admission, dict):
         raise ValueError("status.admission: not an object")
@@ -111,6 +114,7 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         owner_uid=str(owners[0]) if owners else "",
         conditions=conditions,
         admission=admission,
+        admission_checks=checks,
         active=spec.get("active", True) is not False,
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),

@@ -26,6 +26,7 @@ from tpujob.reconciler.release import Releaser
 from tpujob.reconciler.status_writer import StatusWriter
 from tpujob.records import JobRecord, JobRecords
 from tpujob.render import Cluster
+from tpujob.status.provisioned import as_provisioned
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,9 @@ class Reconciler:
             job = judge_spec(
                 {**body, "status": None}, default_zones, policy, self.settings.max_hosts_per_job
             ).model_copy(update={"status": status})
+            # Admitted on capacity a ProvisioningRequest made: the job makes no pool of its own beside it
+            # (status/provisioned.py); before as_admitted, so the shape recorded is the one it runs.
+            job = as_provisioned(job, workloads)
             job, shape_refused = s.as_admitted(job)  # a running job's shape is the admitted one
         except InvalidTPUJob as invalid:
             observed = self.observer.observe_invalid(body, status, invalid, pods, now)

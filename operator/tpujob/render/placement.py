@@ -16,6 +16,10 @@ class Placement:
     tolerations: tuple[dict[str, Any], ...] = ()
     node_labels: dict[str, str] = field(default_factory=dict)
     node_taints: tuple[dict[str, str], ...] = ()
+    # The admission checks' pod set updates (render/podset_updates.py) besides the selectors and tolerations
+    # above: labels and annotations on the pods (a ProvisioningRequest's consume annotation among them).
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 # GKE's names for a Kubernetes taint effect (container_v1.NodeTaint.Effect).

@@ -304,8 +304,13 @@ def pod(
         restart_in_place(spec, metadata, attempt)
     merge_pod(spec, metadata, job.spec.pod)  # sidecars, volumes, pull secrets, ...: after the operator's part
     if placement is not None:
-        # Kueue's flavor assignment only picks flavors whose labels agree with the pod's own selectors.
+        # Kueue's flavor assignment only picks flavors whose labels agree with the pod's own selectors, and
+        # an admission check's update that disagrees with the pod stops the job before this (podset.Merge;
+        # status/queue.py).
         spec["nodeSelector"] = {**placement.node_selector, **spec["nodeSelector"]}
+        metadata["labels"] = {**placement.labels, **metadata["labels"]}
+        if placement.annotations:
+            metadata["annotations"] = {**placement.annotations, **metadata.get("annotations", {})}
         spec["tolerations"] = [
             *spec["tolerations"],
             *(t for t in placement.tolerations if t not in spec["tolerations"]),

@@ -270,6 +270,8 @@ class WorkloadView:
     finalizers: tuple[str, ...] = ()
     generation: int = 0
     pod_sets: tuple[PodSetFacts, ...] = ()  # spec.podSets, what of them the job's must match
+    # status.admissionChecks: each check's name, state and podSetUpdates (render/podset_updates.py).
+    admission_checks: tuple[dict[str, Any], ...] = ()
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)

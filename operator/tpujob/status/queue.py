@@ -23,6 +23,7 @@ from typing import Any
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
+from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
 from tpujob.render.workload import job_pod_set_facts, pod_set_name, pod_sets_differences
 from tpujob.status.builder import Builder, fail, known_pools, record_pools, release
 from tpujob.status.model import (
@@ -37,6 +38,7 @@ from tpujob.status.model import (
     is_current,
     timestamp,
 )
+from tpujob.status.tas import tas_problem
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED = "QuotaReserved"
@@ -45,6 +47,8 @@ EVICTED = "Evicted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
+# jobframework FailedToStartFinishedReason: a pod set update the job cannot take.
+FAILED_TO_START = "FailedToStart"
 # generatePodsReadyCondition's words for pods not (yet) ready.
 NOT_READY = "Not all pods are ready or succeeded"
 # Kueue's eviction of an inactive Workload (workload_controller.go Reconcile, spec.active false): reason
@@ -319,6 +323,9 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
     record = b.status.queue
     assert record is not None
     admission = workload.admission or {}
+    if problem := tas_problem(b.job, admission):  # Kueue TAS and policy create (status/tas.py)
+        fail(b, Reason.INVALID_FOR_KUEUE, problem)
+        return False
     assignments = {a.get("name"): a for a in admission.get("podSetAssignments") or []}
     flavors: dict[str, str] = {}
     for index in range(b.job.spec.tpu.slices):
@@ -328,7 +335,13 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
         if missing:
             _hold(b, Reason.KUEUE_UNAVAILABLE, f"ResourceFlavor {missing[0]} of the admission cannot be read")
             return False
-        b.decision.placement[index] = placement([queue.flavors[n] for n in names])
+        try:  # the admission checks' pod set updates on the flavors' part (render/podset_updates.py)
+            b.decision.placement[index] = with_updates(
+                b.job, index, placement([queue.flavors[n] for n in names]), workload.admission_checks
+            )
+        except ValueError as error:
+            _cannot_start(b, workload, pod_set_name(index), error)
+            return False
         flavors[pod_set_name(index)] = ",".join(names)
     newly = b.previous_phase in (None, Phase.PENDING, Phase.QUEUED)
     record.workload = workload.name
@@ -345,6 +358,24 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
         )
     record.queued_since = None
     return True
+
+
+def _cannot_start(b: Builder, workload: WorkloadView, pod_set: str, error: ValueError) -> None:
+    """An admission check's pod set update the job cannot honour: as Kueue's integration does with a
+    permanent podset.Merge error (jobframework reconciler.go step 7: the Workload finished, FailedToStart),
+    the job does not start, and says which field and what to change."""
+    if isinstance(error, PodSetUpdateConflict):
+        problem = (
+            f"admission check of Workload {workload.name} sets {error.what}[{error.key}]={error.theirs!r} "
+            f"on pod set {pod_set}, and the job's pods have {error.key}={error.ours!r}"
+        )
+        fix = (
+            "point the job at a ClusterQueue whose admission checks provision what spec.tpu asks for "
+            "(its ProvisioningRequestConfig and ResourceFlavor), or change spec.tpu (or spec.pod) to match"
+        )
+    else:
+        problem, fix = f"Workload {workload.name}: {error}", "fix the admission check that wrote it"
+    fail(b, FAILED_TO_START, f"Kueue admitted the job, but it cannot start: {problem}: {fix}")
 
 
 def _flavors_text(flavors: dict[str, str]) -> str:
@@ -387,7 +418,9 @@ def follow_up(b: Builder) -> None:
                 list(workload.conditions),
                 FINISHED,
                 True,
-                "Succeeded" if succeeded else "Failed",
+                "Succeeded"
+                if succeeded
+                else (b.status.reason if b.status.reason == FAILED_TO_START else "Failed"),
                 b.status.message or b.status.phase,
                 b.now,
                 workload.generation,

@@ -89,6 +89,8 @@ def node_manifest(
         labels["cloud.google.com/gke-preemptible"] = "true"
     if config.flex_start:
         labels[FLEX_START_LABEL] = "true"
+    if pool.queued_provisioning.enabled:  # GKE docs (provisioningrequest): queued provisioning's nodes
+        labels["cloud.google.com/gke-queued"] = "true"
     return {
         "apiVersion": "v1",
         "kind": "Node",

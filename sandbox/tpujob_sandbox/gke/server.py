@@ -27,6 +27,7 @@ from tpujob_sandbox.gke.nodepools import NodePools
 from tpujob_sandbox.gke.nodes import STANDALONE_NODE_OWNER, NodeRegistry
 from tpujob_sandbox.gke.operations import Operations
 from tpujob_sandbox.gke.policies import WorkloadPolicies, WorkloadPolicy
+from tpujob_sandbox.gke.queued_provisioning import QueuedProvisioning
 from tpujob_sandbox.gke.reservations import Reservations
 from tpujob_sandbox.gke.state import ClusterState
 from tpujob_sandbox.gke.upgrades import NodeUpgrades
@@ -78,6 +79,10 @@ class GkeSimulator:
             lambda: [state.pools for state in self._clusters.values()],
             later=self._later,
             time_scale=time_scale,
+        )
+        # ProvisioningRequests of class queued-provisioning.gke.io (Kueue's ProvisioningRequest check).
+        self.queued_provisioning = QueuedProvisioning(
+            api_client, self.pools, later=self._later, zone=cluster.default_node_zones[0]
         )
         self.maintenance = HostMaintenance(self._core, later=self._later)
         self.upgrades = NodeUpgrades(self._core, later=self._later)
@@ -135,11 +140,13 @@ class GkeSimulator:
     def start(self, port: int = 0) -> GkeSimulator:
         self._http.start(port)
         self.autoscaler.start()
+        self.queued_provisioning.start()
         self.device_plugin.start()
         return self
 
     def stop(self) -> None:
         self.autoscaler.stop()
+        self.queued_provisioning.stop()
         self.device_plugin.stop()
         with self._lock:
             for timer in self._timers:
@@ -305,6 +312,7 @@ class GkeSimulator:
             state.model.version = self._versions[key]
             state.model.maintenance_policy = container_v1.MaintenancePolicy()
         self.faults.clear()
+        self.queued_provisioning.reset_controls()
         self.capacity.clear()
         self.quota.clear()
         self.reservations.clear()

@@ -12,6 +12,7 @@ from enum import IntEnum
 from tpujob_sandbox.kueue.objects import (
     QUOTA_RESERVED,
     Obj,
+    cluster_queue_checks,
     find_condition,
     is_evicted,
     parse_time,
@@ -44,6 +45,8 @@ class QueueView:
     strategy: str
     within_cluster_queue: str
     stop_policy: str
+    # Its admission checks (checks.cluster_queue_checks): with any, the scheduler only reserves quota.
+    admission_checks: tuple[str, ...] = ()
 
     def group_for(self, resource: str) -> ResourceGroup | None:
         """ClusterQueueSnapshot.RGByResource."""
@@ -82,6 +85,7 @@ def queue_view(cq: Obj) -> QueueView:
         strategy=spec.get("queueingStrategy") or "BestEffortFIFO",
         within_cluster_queue=(spec.get("preemption") or {}).get("withinClusterQueue") or "Never",
         stop_policy=spec.get("stopPolicy") or "None",
+        admission_checks=tuple(cluster_queue_checks(cq)),
     )
 
 

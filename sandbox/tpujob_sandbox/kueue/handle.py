@@ -66,6 +66,7 @@ class KueueHandle:
         preemption: str = "Never",
         stop_policy: str | None = None,
         prefix: str = "cq",
+        admission_checks: list[str] | None = None,
     ) -> str:
         """One resource group over every resource named in `quotas` ({flavor: {resource: nominal quota}}),
         its flavors in the dict's order."""
@@ -82,7 +83,33 @@ class KueueHandle:
         }
         if stop_policy:
             spec["stopPolicy"] = stop_policy
+        if admission_checks:
+            # v1beta2 has only the strategy form (v1beta1's spec.admissionChecks list is gone).
+            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": n} for n in admission_checks]}
         return self._create_cluster("clusterqueues", "ClusterQueue", prefix, spec)
+
+    def provisioning_check(
+        self, provisioning_class: str = "queued-provisioning.gke.io", backoff_limit: int | None = None
+    ) -> str:
+        """A ProvisioningRequestConfig and the AdmissionCheck that uses it (controllerName
+        kueue.x-k8s.io/provisioning-request), as xpk's --flex and GKE's DWS guide set them up."""
+        config: Obj = {"provisioningClassName": provisioning_class, "managedResources": ["google.com/tpu"]}
+        if backoff_limit is not None:
+            config["retryStrategy"] = {"backoffLimitCount": backoff_limit}
+        name = self._create_cluster("provisioningrequestconfigs", "ProvisioningRequestConfig", "prc", config)
+        return self._create_cluster(
+            "admissionchecks",
+            "AdmissionCheck",
+            "dws-prov",
+            {
+                "controllerName": "kueue.x-k8s.io/provisioning-request",
+                "parameters": {
+                    "apiGroup": "kueue.x-k8s.io",
+                    "kind": "ProvisioningRequestConfig",
+                    "name": name,
+                },
+            },
+        )
 
     def local_queue(
         self, namespace: str, cluster_queue: str, name: str = "queue", stop_policy: str | None = None

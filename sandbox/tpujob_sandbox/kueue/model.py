@@ -8,12 +8,14 @@ import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tpujob_sandbox.kueue import checks
 from tpujob_sandbox.kueue.assign import Cluster, QueueView, queue_view
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.objects import (
     VERSIONS,
     Obj,
     admission,
+    cluster_queue_checks,
     has_quota_reservation,
     holds_quota,
     is_active,
@@ -42,7 +44,7 @@ class World:
 class Plan:
     workload_status: dict[Key, Obj] = field(default_factory=dict)  # the whole new status, changed ones only
     remove_finalizer: list[Key] = field(default_factory=list)
-    deactivate: list[Key] = field(default_factory=list)  # spec.active set false (Kueue's own deactivation)
+    deactivate: list[Key] = field(default_factory=list)  # spec.active=false: Kueue's own deactivation
     cluster_queue_status: dict[str, Obj] = field(default_factory=dict)
     local_queue_status: dict[Key, Obj] = field(default_factory=dict)
     wake_at: datetime | None = None
@@ -90,6 +92,8 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
         lq, cq_name = queue_of(wl)
         facts = QueueFacts(lq, cqs.get(cq_name or ""), cq_name, active.get(cq_name or "", False))
         outcome = reconcile_workload(wl, facts, config, now)
+        if checks.sync(wl, cluster_queue_checks(facts.cluster_queue), now):
+            plan.deactivate.append(key(wl))
         if outcome.remove_finalizer:
             plan.remove_finalizer.append(key(wl))
         if outcome.deactivate:

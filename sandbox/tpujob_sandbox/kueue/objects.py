@@ -167,3 +167,11 @@ def requeue_at(wl: Obj) -> datetime | None:
 
 def uid(obj: Obj) -> str:
     return str(obj["metadata"].get("uid") or "")
+
+
+def cluster_queue_checks(cq: Obj | None) -> list[str]:
+    """A ClusterQueue's admission checks (workload.AdmissionChecksForWorkload; `onFlavors` not modelled)."""
+    spec = (cq or {}).get("spec") or {}
+    names = [str(n) for n in spec.get("admissionChecks") or ()]
+    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or ()
+    return list(dict.fromkeys([*names, *(str(c.get("name")) for c in strategy if c.get("name"))]))

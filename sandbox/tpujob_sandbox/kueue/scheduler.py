@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpujob_sandbox.kueue.assign import Assignment, Cluster, Mode, assign_flavors, preemption_targets
+from tpujob_sandbox.kueue.checks import sync
 from tpujob_sandbox.kueue.objects import (
     ADMITTED,
     EVICTED,
@@ -49,8 +50,9 @@ def _reset_active(wl: Obj, kind: str, now: datetime) -> None:
         set_condition(status_of(wl), kind, False, "QuotaReserved", message, now, generation(wl))
 
 
-def admit(wl: Obj, queue: str, assignment: Assignment, now: datetime) -> None:
-    """Scheduler.admit -> prepareWorkload: SetQuotaReservation, then (no admission checks) Admitted."""
+def admit(wl: Obj, queue: str, assignment: Assignment, now: datetime, checks: tuple[str, ...] = ()) -> None:
+    """Scheduler.admit -> prepareWorkload: SetQuotaReservation, then Admitted unless the ClusterQueue has
+    admission checks (then the workload controller admits it once they are Ready: checks.py)."""
     status = status_of(wl)
     status["admission"] = {
         "clusterQueue": queue,
@@ -60,6 +62,9 @@ def admit(wl: Obj, queue: str, assignment: Assignment, now: datetime) -> None:
     set_condition(status, QUOTA_RESERVED, True, "QuotaReserved", message, now, generation(wl))
     _reset_active(wl, EVICTED, now)
     _reset_active(wl, PREEMPTED, now)
+    if checks:
+        sync(wl, list(checks), now)
+        return
     set_condition(status, ADMITTED, True, "Admitted", "The workload is admitted", now, generation(wl))
 
 
@@ -88,7 +93,7 @@ def schedule_queue(cluster: Cluster, pending: list[Obj], now: datetime) -> list[
         current = Cluster(cluster.queue, cluster.flavors, tuple(holders))
         assignment = assign_flavors(wl, current, now)
         if assignment.mode == Mode.FIT:
-            admit(wl, cluster.queue.name, assignment, now)
+            admit(wl, cluster.queue.name, assignment, now, cluster.queue.admission_checks)
             holders.append(wl)
             continue
         message = assignment.message()

@@ -1,0 +1,47 @@
+"""A queued job admitted on provisioned capacity makes no node pool of its own. Pure.
+
+Kueue's ProvisioningRequest admission check (pkg/controller/admissionchecks/provisioning) admits a Workload
+only once the cluster autoscaler has made its nodes (GKE: queued provisioning, Dynamic Workload Scheduler,
+class queued-provisioning.gke.io, which creates a node pool for the request and deletes it when the request
+ends). The job's pods consume those nodes (render/podset_updates.py): a pool of the job's own beside them
+would be the same TPUs paid for twice. So, for as long as such an admission stands, the job runs as
+`nodePool.policy: existing` does: no pool create, its pods selecting the TPU nodes by accelerator and
+topology, the provisioned pool's lifetime GKE's and Kueue's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpujob.api.job import TPUJob
+from tpujob.api.spec import NodePoolPolicy
+from tpujob.render.podset_updates import provisioned
+from tpujob.status.model import WorkloadView
+
+
+def _admitted(workload: WorkloadView) -> bool:
+    """Admitted and holding the quota. An evicted or deleted Workload counts until its admission is cleared:
+    the job stops on the provisioned nodes (it has no pool of its own to delete), and a running job's shape
+    stays the one it was admitted with (status/shape.py)."""
+
+    def true(kind: str) -> bool:
+        return any(c.get("type") == kind and c.get("status") == "True" for c in workload.conditions)
+
+    return true("Admitted") and true("QuotaReserved")
+
+
+def provisioned_workload(job: TPUJob, workloads: Iterable[WorkloadView] | None) -> WorkloadView | None:
+    """The job's Workload, if Kueue admitted it on capacity a ProvisioningRequest made."""
+    uid = job.metadata.uid or ""
+    for workload in workloads or ():
+        if workload.owner_uid == uid and _admitted(workload) and provisioned(workload.admission_checks):
+            return workload
+    return None
+
+
+def as_provisioned(job: TPUJob, workloads: Iterable[WorkloadView] | None) -> TPUJob:
+    """The job as the pass runs it: `policy: existing` while its admission came with provisioned capacity."""
+    if job.spec.node_pool.policy != NodePoolPolicy.create or provisioned_workload(job, workloads) is None:
+        return job
+    node_pool = job.spec.node_pool.model_copy(update={"policy": NodePoolPolicy.existing})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"node_pool": node_pool})})
