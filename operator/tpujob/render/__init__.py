@@ -4,7 +4,7 @@ plan (pods, the Service, host-list ConfigMaps), pod_parts (the team's part of a 
 pod needs to restart in place), pools (the GKE node pool requests), workload (the Kueue Workload), network
 (the NetworkPolicy), creates (all of it in the order the operator creates it), cluster (the operator's cluster
 settings, a job's slice), naming (stable names), meta (labels and owner), placement (a Kueue admission's
-flavors on a slice).
+flavors on a slice), podset_updates (an admission check's pod set updates, merged as Kueue's podset.Merge).
 """
 
 from tpujob.render.cluster import Cluster

@@ -19,7 +19,8 @@ operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a name
 `shape` (a running job's fixed shape), `failures` (the failure policy), `recovery` (how narrow a restart),
 `startup` (why workers have not started), `progress` (a trainer's step counter), `worker_numbers` (bounds on
 what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits),
-`restart_history` (each restart's cause and time to recover).
+`restart_history` (each restart's cause and time to recover), `provisioned` (a job admitted on capacity a
+ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment).
 """
 
 from tpujob.status.invalid import InvalidObserved, decide_invalid
