@@ -247,6 +247,9 @@ def test_a_maintenance_notice_on_a_running_slice_checkpoints_ahead_and_restarts_
         tpu={"type": "v5p", "topology": "2x2x2"},
         runPolicy={"maxRestarts": 0, "maintenanceLeadSeconds": 24},  # a counted restart would fail the job
     )
+    # The operator stops workers the longer of the lead and their grace ahead (TPUJobSpec.stop_lead_seconds):
+    # a grace under the lead keeps the lead this test times against.
+    manifest["spec"]["trainer"]["terminationGracePeriodSeconds"] = 10
     jobs.create(manifest)
     first = jobs.wait_pods_running("maint", 2, attempt=0, timeout=60)
     jobs.wait_phase("maint", "Running", timeout=30)

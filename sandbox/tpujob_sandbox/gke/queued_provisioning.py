@@ -33,6 +33,7 @@ from kubernetes import client as k8s
 
 from tpujob.api import constants
 from tpujob_sandbox import gke_facts
+from tpujob_sandbox.gke import errors
 from tpujob_sandbox.gke.nodepools import MIN_LOOP_REAL_SECONDS, NodePools
 
 log = logging.getLogger(__name__)
@@ -192,8 +193,15 @@ class QueuedProvisioning:
             }
             if hosts > 1 or topology != machine.single_host_topology:
                 pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": topology}
-            self.pools.create(json.dumps({"nodePool": pool}).encode())
             self._made[pool["name"]] = (meta["namespace"], meta["name"])
+            try:
+                self.pools.create(json.dumps({"nodePool": pool}).encode())
+            except errors.GkeError as error:
+                # Made by an earlier scan that stopped before the request said Accepted: the request's pool
+                # (its name is the request's and the pod set's), as GKE makes one per request, not two.
+                if error.http_status != 409:
+                    raise
+                continue
             self.created.append(pool["name"])
 
     def _write(self, namespace: str, name: str, conditions: list[Obj]) -> None:
