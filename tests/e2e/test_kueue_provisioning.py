@@ -6,8 +6,6 @@ provisioning from its documentation (tpujob_sandbox.gke.queued_provisioning)."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.e2e.test_kueue import condition, pools_of, queued, workload_of
 from tests.manifests import plain_job
 from tpujob.api import constants as c
@@ -32,12 +30,6 @@ def dws_queue(kueue, namespace: str, **check) -> str:
     return kueue.local_queue(namespace, cluster_queue)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect found when the Kueue-versions and ProvisioningRequest branches were merged (session "
-    "22): the job's pods never start (it passed on its branch alone); strict, so a fix turns this red until "
-    "the mark goes",
-)
 def test_a_provisioned_job_runs_on_gkes_queued_pools_one_per_slice_and_makes_none(
     jobs, gke, kubelet, provisioning_requests, core
 ):

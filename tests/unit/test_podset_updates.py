@@ -1,6 +1,8 @@
 """Admission checks' pod set updates (Kueue pkg/podset/podset.go Merge) and provisioned capacity: a job
 admitted through a ProvisioningRequest check runs on the provisioned nodes and makes no pool of its own."""
 
+import dataclasses
+
 import pytest
 
 from tests.unit.test_queue import ADMITTED, FLAVOR, QUEUE, admission, queued_job, step, workload
@@ -20,7 +22,8 @@ from tpujob.render.podset_updates import (
     updates_for,
     with_updates,
 )
-from tpujob.status.provisioned import as_provisioned
+from tpujob.render.workload import job_pod_set_facts
+from tpujob.status.provisioned import as_provisioned, workload_differences
 
 QP = "queued-provisioning.gke.io"
 
@@ -136,6 +139,20 @@ def test_without_a_ready_provisioning_check_the_job_makes_its_own_pool(checks):
     job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
     view = workload(*ADMITTED, admission=admission(), admission_checks=checks)
     assert as_provisioned(job, [view]) is job
+
+
+def test_a_provisioned_job_keeps_the_workload_made_before_its_pools_selector_went():
+    """The Workload was made from the job as written (its own pool's selector and toleration); run on
+    provisioned capacity the job has lost them (as_provisioned): still the same Workload, not replaced. A
+    replaced one asked for capacity again, for ever (found in e2e when the equivalence on whole pod sets met
+    the provisioning check). A job edited to another TPU still differs."""
+    job = queued_job(tpu={"type": "v5p", "topology": "2x2x4"})
+    view = dataclasses.replace(provisioned_queue(prov_update()).workload, pod_sets=job_pod_set_facts(job))
+    effective = as_provisioned(job, [view])
+    assert job_pod_set_facts(effective) != job_pod_set_facts(job)  # the own pool's selector went
+    assert workload_differences(effective, view) == []
+    edited = as_provisioned(queued_job(tpu={"type": "v5p", "topology": "2x2x2"}), [view])
+    assert workload_differences(edited, view)
 
 
 def test_another_jobs_workload_does_not_count_an_evicted_one_does_until_its_admission_is_cleared():

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import NodePoolPolicy
 from tpujob.render.podset_updates import provisioned
+from tpujob.render.workload import job_pod_set_facts, pod_sets_differences
 from tpujob.status.model import WorkloadView
 
 
@@ -28,6 +29,13 @@ def _admitted(workload: WorkloadView) -> bool:
         return any(c.get("type") == kind and c.get("status") == "True" for c in workload.conditions)
 
     return true("Admitted") and true("QuotaReserved")
+
+
+def as_created(job: TPUJob) -> TPUJob:
+    """A job `as_provisioned` runs as `existing`, as it was written (`create`): what its Workload was made
+    from, before the admission came with provisioned capacity."""
+    node_pool = job.spec.node_pool.model_copy(update={"policy": NodePoolPolicy.create})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"node_pool": node_pool})})
 
 
 def provisioned_workload(job: TPUJob, workloads: Iterable[WorkloadView] | None) -> WorkloadView | None:
@@ -45,3 +53,17 @@ def as_provisioned(job: TPUJob, workloads: Iterable[WorkloadView] | None) -> TPU
         return job
     node_pool = job.spec.node_pool.model_copy(update={"policy": NodePoolPolicy.existing})
     return job.model_copy(update={"spec": job.spec.model_copy(update={"node_pool": node_pool})})
+
+
+def workload_differences(job: TPUJob, workload: WorkloadView) -> list[str]:
+    """What makes `workload`'s pod sets not the job's (render.workload.pod_sets_differences). A job run on
+    provisioned capacity has lost its own pool's node selector and toleration (as_provisioned), which its
+    Workload, made before, still has: it is compared as it was written too, and either form matches."""
+    differences = pod_sets_differences(job_pod_set_facts(job), workload.pod_sets)
+    if (
+        differences
+        and job.spec.node_pool.policy == NodePoolPolicy.existing
+        and provisioned_workload(job, [workload])
+    ):
+        return pod_sets_differences(job_pod_set_facts(as_created(job)), workload.pod_sets)
+    return differences

@@ -24,7 +24,7 @@ from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
 from tpujob.render.placement import Placement
 from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
-from tpujob.render.workload import job_pod_set_facts, pod_set_name, pod_sets_differences
+from tpujob.render.workload import pod_set_name
 from tpujob.status.builder import Builder, fail, known_pools, record_pools, release
 from tpujob.status.model import (
     POOL_DELETED,
@@ -38,6 +38,7 @@ from tpujob.status.model import (
     is_current,
     timestamp,
 )
+from tpujob.status.provisioned import workload_differences
 from tpujob.status.tas import tas_problem
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
@@ -125,7 +126,7 @@ def admitted(b: Builder) -> bool:
         _no_workload(b, queue, workload)
         return False
     # Whole pod sets, as Kueue compares them: an admitted v5e 2x4 Workload never runs v6e 2x4 pools.
-    if differences := pod_sets_differences(job_pod_set_facts(b.job), workload.pod_sets):
+    if differences := workload_differences(b.job, workload):
         _replace(b, workload, differences)
         return False
     if workload.is_true(FINISHED):
