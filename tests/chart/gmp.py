@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 
+from tpujob_sandbox import crdfiles
 from tpujob_sandbox.operators import ensure_crd
 
 GROUP = "monitoring.googleapis.com"
@@ -73,11 +73,9 @@ def install_crds(api_client: k8s.ApiClient) -> list[str]:
     """Every GMP CRD, created unless present and served before this returns; their names."""
     api = k8s.ApiextensionsV1Api(api_client)
     names = []
-    for file in sorted(crds_path().glob("*.yaml")):
-        for definition in yaml.safe_load_all(file.read_text()):
-            if definition and definition.get("kind") == "CustomResourceDefinition":
-                ensure_crd(api, definition)
-                names.append(definition["metadata"]["name"])
+    for definition in crdfiles.crds(crds_path()):
+        ensure_crd(api, definition)
+        names.append(definition["metadata"]["name"])
     return names
 
 

@@ -35,7 +35,7 @@ from kubernetes import client as k8s
 from tests.chart import dashboard, gmp, tools
 from tests.chart.conftest import CHART
 from tests.chart.gmp_bed import GmpCollection
-from tests.chart.prometheus import Prometheus, Target
+from tests.chart.prometheus import SCRAPE_SECONDS, Prometheus, Target
 from tests.chart.test_chart import by_kind, render
 from tests.manifests import base_job
 from tpujob.api import constants as c
@@ -172,6 +172,13 @@ GMP_SETTINGS = {
     "metrics.tpuDevicePlugin.podMonitor.enabled": "true",
     "alerts.enabled": "true",
     "monitoring.gmp.collector.name": "collector",
+    # Scrapes as often as the prometheus-operator backend's stand-in (tests/chart/prometheus.py
+    # SCRAPE_SECONDS): the chart's 30 s default made the data the test waits on (three scrapes) take 90 s.
+    **{
+        f"{monitor}.{key}": value
+        for monitor in ("metrics.serviceMonitor", "metrics.podMonitor", "metrics.tpuDevicePlugin.podMonitor")
+        for key, value in (("interval", f"{SCRAPE_SECONDS}s"), ("scrapeTimeout", f"{SCRAPE_SECONDS}s"))
+    },
 }
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 
 from tpujob.api import constants
-from tpujob_sandbox.gke.nodepools import MIN_LOOP_REAL_SECONDS, NodePools, _Pool
+from tpujob_sandbox.gke.nodepools import MIN_SCAN_REAL_SECONDS, NodePools, _Pool
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class FlexStartAutoscaler:
         self._stopped = False
 
     def start(self) -> None:
-        self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_LOOP_REAL_SECONDS)
+        self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def stop(self) -> None:
         self._stopped = True
@@ -64,7 +64,7 @@ class FlexStartAutoscaler:
             with self._lock:
                 self._scan_once()
         finally:
-            self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_LOOP_REAL_SECONDS)
+            self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def _scan_once(self) -> None:
         records = [(pools, record) for pools in self.pools() for record in pools.flex_pools()]

@@ -34,7 +34,7 @@ from kubernetes import client as k8s
 from tpujob.api import constants
 from tpujob_sandbox import gke_facts
 from tpujob_sandbox.gke import errors
-from tpujob_sandbox.gke.nodepools import MIN_LOOP_REAL_SECONDS, NodePools
+from tpujob_sandbox.gke.nodepools import MIN_SCAN_REAL_SECONDS, NodePools
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class QueuedProvisioning:
         self.created: list[str] = []  # pools made for requests, in order
 
     def start(self) -> None:
-        self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_LOOP_REAL_SECONDS)
+        self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def stop(self) -> None:
         self._stopped = True
@@ -111,7 +111,7 @@ class QueuedProvisioning:
         except Exception as error:
             log.warning("gke-sim queued provisioning: %s", error, exc_info=True)
         finally:
-            self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_LOOP_REAL_SECONDS)
+            self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def _scan_once(self) -> None:
         try:

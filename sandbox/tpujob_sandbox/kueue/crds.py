@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 
+from tpujob_sandbox import crdfiles
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER
 from tpujob_sandbox.operators import ensure_crd
@@ -58,15 +58,11 @@ def load_crds(path: Path | None = None, release: str = NEWEST) -> list[dict[str,
     """The CRDs, each serving its storage version only (v1beta2 from Kueue v0.16, v1beta1 before): the
     files carry no conversion webhook (Kueue's release manifests add one), and without it the API server
     would hand out one version's objects relabelled as the other's."""
-    definitions = []
-    for file in sorted((path or crds_path(release)).glob("*.yaml")):
-        for document in yaml.safe_load_all(file.read_text()):
-            if document and document.get("kind") == "CustomResourceDefinition":
-                for version in document["spec"]["versions"]:
-                    version["served"] = bool(version.get("storage"))
-                annotations = document["metadata"].setdefault("annotations", {})
-                annotations[RELEASE_ANNOTATION] = release
-                definitions.append(document)
+    definitions = crdfiles.crds(path or crds_path(release))
+    for document in definitions:
+        for version in document["spec"]["versions"]:
+            version["served"] = bool(version.get("storage"))
+        document["metadata"].setdefault("annotations", {})[RELEASE_ANNOTATION] = release
     return definitions
 
 

@@ -32,9 +32,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 
+from tpujob_sandbox import crdfiles
 from tpujob_sandbox.kueue.checks import PENDING, READY, REJECTED, RETRY
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.objects import (
@@ -352,9 +352,7 @@ def install_crd(api_client: k8s.ApiClient) -> None:
             f"autoscaling.x-k8s.io_provisioningrequests.yaml ({PR_CRDS_SOURCE})"
         )
     api = k8s.ApiextensionsV1Api(api_client)
-    for file in files:
-        for document in yaml.safe_load_all(file.read_text()):
-            if document and document.get("kind") == "CustomResourceDefinition":
-                for version in document["spec"]["versions"]:
-                    version["served"] = version["name"] == PR_VERSION  # no conversion webhook here
-                ensure_crd(api, document)
+    for document in crdfiles.crds(path):
+        for version in document["spec"]["versions"]:
+            version["served"] = version["name"] == PR_VERSION  # no conversion webhook here
+        ensure_crd(api, document)
