@@ -51,6 +51,9 @@ async def lead_forever(runtime: Runtime) -> None:
         deadline = runtime.config.peering_renew_deadline_seconds
         lead = peering.next_lead(lead, says_leads, time.monotonic(), deadline)
         if lead.active != runtime.active:
+            # The gates first (every write and GKE call checks runtime.active when it starts), then the
+            # words: once the log says it stopped, no call starts.
+            runtime.active = lead.active
             if says_leads is None:
                 stood_down = True
                 log.warning(
@@ -60,7 +63,6 @@ async def lead_forever(runtime: Runtime) -> None:
                     deadline,
                 )
             log.warning("replica %s is now %s", runtime.identity, "active" if lead.active else "standby")
-            runtime.active = lead.active
             metrics.OPERATOR_ACTIVE.set(1 if lead.active else 0)
             if lead.active:
                 runtime.queue.resume()

@@ -3,8 +3,10 @@ what xpk installs; v0.14.8, v1beta1 only): where they come from, install and uni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +124,16 @@ def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
             except k8s.ApiException as error:
                 if error.status != 404:
                     raise
+    nudged: dict[str, float] = {}
+
+    def gone() -> bool:
+        left = [d for d in api.list_custom_resource_definition().items if d.spec.group == GROUP]
+        for definition in left:
+            _nudge_if_stuck(api, definition, nudged)
+        return not left
+
     wait_for(
-        lambda: not any(d.spec.group == GROUP for d in api.list_custom_resource_definition().items),
+        gone,
         timeout=timeout,
         what="Kueue's CRDs to be deleted",
         last_state=lambda: [
@@ -136,6 +146,34 @@ def uninstall(api_client: k8s.ApiClient, timeout: float = 60) -> None:
         ],
     )
     wait_for(lambda: not group_served(api_client), timeout=timeout, what=f"{GROUP} to be no longer served")
+
+
+# The CRD server's finalizer lists a deleted CRD's instances before it lets it go; when that list fails
+# (seen on the 1.36 CRD server under load: "could not list instances: storage is (re)initializing", the
+# watch cache's 429 while it initializes) the CRD is requeued with the work queue's per-item exponential
+# backoff (processNextWorkItem: AddRateLimited), which failures in a row grow past the test's whole wait. An
+# update to the CRD other than its Terminating condition queues it again at once
+# (updateCustomResourceDefinition: queue.Add; apiextensions-apiserver/pkg/controller/finalizer/
+# crd_finalizer.go): an annotation, a second apart.
+NUDGE_SECONDS = 1.0
+
+
+def _nudge_if_stuck(
+    api: k8s.ApiextensionsV1Api, definition: k8s.V1CustomResourceDefinition, nudged: dict[str, float]
+) -> None:
+    name = definition.metadata.name
+    stuck = any(
+        c.type == "Terminating" and "could not list instances" in (c.message or "")
+        for c in definition.status.conditions or []
+    )
+    now = time.monotonic()
+    if not stuck or now - nudged.get(name, 0.0) < NUDGE_SECONDS:
+        return
+    nudged[name] = now
+    with contextlib.suppress(k8s.ApiException):  # gone meanwhile: nothing to nudge
+        api.patch_custom_resource_definition(
+            name, {"metadata": {"annotations": {"sandbox.tpujob.dev/finalizer-nudge": str(now)}}}
+        )
 
 
 def _release_workloads(api_client: k8s.ApiClient) -> None:
