@@ -215,6 +215,7 @@ def test_connections_past_the_bound_are_closed_not_given_threads():
     port = free_port()
     server = metrics_auth.serve(port, Reviews(), CollectorRegistry())
     idle = []
+
     def connection_threads() -> int:  # the server's own: other tests' threads on this worker come and go
         return sum(1 for t in threading.enumerate() if t.name.startswith("tpujob-metrics-conn"))
 
