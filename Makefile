@@ -22,9 +22,10 @@ WORKERS ?= 2
 .PHONY: venv run check quick e2e test lint typecheck docs prepare generate clean
 
 # The venvs are filled by uv (from PyPI, pinned here, installed into the venv by pip): it installs the 2.4 GB of
-# TensorFlow, JAX and the rest in parallel and links them from its cache (~/.cache/uv) on the next clone. Both
-# venvs on the 2-core machine, 2026-11-29: 134 s with pip (every time: pip keeps no wheel cache here), 51 s with
-# uv on an empty cache, 22 s with its cache.
+# TensorFlow, JAX and the rest in parallel and links them from its cache (~/.cache/uv) on the next clone. It
+# compiles the bytecode as pip does (else every first import would, in each test worker and trainer at once).
+# Both venvs on the 2-core machine, 2026-11-29: 134 s with pip (every time: pip keeps no wheel cache here);
+# uv without compiling 51 s on an empty cache and 22 s with it.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 
@@ -33,7 +34,7 @@ $(UV):
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml trainer-image/pyproject.toml | $(UV)
-	$(UV) pip install -q --python $(BIN)/python -e '.[dev,trainer,jax]' -e ./sandbox -e ./trainer-image
+	$(UV) pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev,trainer,jax]' -e ./sandbox -e ./trainer-image
 	touch $(STAMP)
 
 # The operator's own environment, installed as its image installs it (operator/Dockerfile): exactly
@@ -46,9 +47,9 @@ OPERATOR_STAMP := $(OPERATOR_VENV)/.installed
 
 $(OPERATOR_STAMP): operator/constraints.txt pyproject.toml | $(UV)
 	test -x $(OPERATOR_VENV)/bin/python || $(PY) -m venv $(OPERATOR_VENV)
-	$(UV) pip install -q --python $(OPERATOR_VENV)/bin/python \
+	$(UV) pip install -q --compile-bytecode --python $(OPERATOR_VENV)/bin/python \
 		--constraint operator/constraints.txt --requirement operator/constraints.txt
-	$(UV) pip install -q --python $(OPERATOR_VENV)/bin/python --no-deps -e .
+	$(UV) pip install -q --compile-bytecode --python $(OPERATOR_VENV)/bin/python --no-deps -e .
 	touch $(OPERATOR_STAMP)
 
 venv: $(STAMP) $(OPERATOR_STAMP)
