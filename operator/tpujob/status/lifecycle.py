@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import ConditionType, Phase, Reason, TransitionReason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress, queue, recovery, shape, tenancy
+from tpujob.status import bad_nodes, failures, progress, queue, recovery, shape, tenancy
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -283,6 +283,7 @@ def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> 
     slice, recovery.narrow_slice), unless the failurePolicy fails the job at once (failures.judge: its rules
     over preemption and application failures)."""
     status = b.status
+    bad_nodes.note_failures(b, failed)  # a failure that was its node's fault, counted for that node
     if lost:
         reason, counted = Reason.NODE_LOST, False
         detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"
