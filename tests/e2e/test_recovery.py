@@ -1,7 +1,8 @@
 """Recovery on the test bed: a failure confined to one slice of a Multislice job recreates only that slice
 (restartStrategy RecreateSlice) while the other slices' pods stay and are told the new attempt; the TPU
 device plugin's MegascaleHangDetected restarts a running job at once, uncounted; a Secret volume that
-cannot mount shows the kubelet's FailedMount words, then the startup timeout gives the slice back."""
+cannot mount shows the kubelet's FailedMount words, then the startup timeout gives the slice back; a node
+that failed the job twice is named and avoided."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from tests.manifests import plain_job
+from tests.sandbox.helpers import tpu_nodes
 from tests.trainer.conftest import REPO
 from tpujob.api import constants as c
 from tpujob_sandbox import free_port, wait_for
@@ -182,3 +184,55 @@ def test_the_jax_example_rejoins_after_its_healthy_slice_restarts_in_place(jobs,
     recreated = kubelet.log_path(jobs.namespace, final[(1, 0)].metadata.name).read_text()
     assert final[(1, 0)].metadata.labels[c.LABEL_ATTEMPT] == "1"
     assert "allgather of process ids: [0, 1, 2, 3]" in recreated and "learned w=" in recreated
+
+
+def test_a_node_that_fails_the_job_twice_is_avoided_on_the_third_attempt(jobs, gke, kubelet):
+    """An existing pool of three single-host v5e nodes; one's TPU device plugin fails every allocation, so
+    the kubelet rejects the worker placed there (UnexpectedAdmissionError). The other two are cordoned until
+    the job has failed twice on the bad one: the third attempt's pod carries a required NotIn on the bad
+    node's hostname, so the scheduler can place it nowhere, until the others open; then it runs there and
+    the job succeeds. The status and a Warning Event name the node."""
+    bad, *good = tpu_nodes(gke, jobs.core, "badhost-v5e", count=3)
+    for node in good:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": True}})
+    kubelet.fail_tpu_allocation(bad)
+    jobs.create(plain_job("badhost", nodePool={"policy": "existing"}, runPolicy={"maxRestarts": 3}))
+
+    def avoided():
+        records = jobs.status("badhost").get("nodeFailures") or []
+        return records if any(r.get("avoided") for r in records) else None
+
+    (record,) = wait_for(avoided, timeout=90, what="the bad node avoided in status.nodeFailures")
+    assert record == {
+        "node": bad,
+        "failures": 2,
+        "reason": "UnexpectedAdmissionError",
+        "lastTime": record["lastTime"],
+        "avoided": True,
+    }
+    said = jobs.wait_events("badhost", "BadNodeAvoided")
+    assert f"node {bad} failed this job 2 times (last: UnexpectedAdmissionError)" in said[0].message
+    assert said[0].type == "Warning"
+
+    def third_unschedulable():
+        for pod in jobs.pods("badhost", attempt=2):
+            conditions = {c.type: c for c in pod.status.conditions or []}
+            scheduled = conditions.get("PodScheduled")
+            if scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
+                return pod
+        return None
+
+    third = wait_for(third_unschedulable, timeout=60, what="attempt 2's pod refused by the scheduler")
+    terms = third.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    expressions = [e for term in terms.node_selector_terms for e in term.match_expressions]
+    assert any(
+        (e.key, e.operator, e.values) == ("kubernetes.io/hostname", "NotIn", [bad]) for e in expressions
+    )
+    for node in good:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": False}})
+    (running,) = jobs.wait_pods_running("badhost", 1, attempt=2, timeout=60)
+    assert running.spec.node_name in good
+    kubelet.succeed(jobs.namespace, running.metadata.name)
+    status = jobs.wait_phase("badhost", "Succeeded", timeout=60)
+    assert (status["restarts"], status["attempt"]) == (2, 2)
+    assert status["nodeFailures"] == [record]
