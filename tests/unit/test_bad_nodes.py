@@ -32,7 +32,10 @@ def failed_pod(**how):
     ("pod", "cause"),
     [
         (failed_pod(reason="NodeLost"), "NodeLost"),
-        (failed_pod(reason="DeletionByPodGC"), "DeletionByPodGC"),
+        (
+            failed_pod(disruption="DeletionByPodGC", conditions=(("DisruptionTarget", "True"),)),
+            "DeletionByPodGC",
+        ),
         (failed_pod(reason="UnexpectedAdmissionError"), "UnexpectedAdmissionError"),
         (failed_pod(reason="StartError", exit_code=128, message=DEVICE_ERROR), "StartError"),
         (
@@ -55,6 +58,8 @@ def failed_pod(**how):
         (failed_pod(reason="Terminated", exit_code=143), None),
         (failed_pod(reason="Evicted"), None),
         (failed_pod(reason="Preempting", conditions=(("DisruptionTarget", "True"),)), None),
+        (failed_pod(disruption="EvictionByEvictionAPI", conditions=(("DisruptionTarget", "True"),)), None),
+        (failed_pod(disruption="TerminationByKubelet", reason="Terminated", exit_code=143), None),
         # Not failed, or no node to name (or one no Kubernetes node could be called).
         (failed_pod(phase="Running", reason="NodeLost"), None),
         (failed_pod(reason="NodeLost", node=""), None),
@@ -222,3 +227,20 @@ def test_a_device_plugin_condition_counts_for_its_node():
         "SliceErrorDetected",
         False,
     )
+
+
+def test_the_pod_view_reads_a_failed_pods_disruption_reason_bounded():
+    from tpujob.reconciler.pod_views import pod_view
+
+    def body(phase, reason):
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+        return {
+            "metadata": {"name": "train-s0-w0-a0", "labels": {}},
+            "spec": {"nodeName": "gke-c-tpu-1"},
+            "status": {"phase": phase, "conditions": [condition]},
+        }
+
+    failed = pod_view(body("Failed", "DeletionByPodGC"))
+    assert (failed.disruption, bad_nodes.node_fault(failed)) == ("DeletionByPodGC", "DeletionByPodGC")
+    assert pod_view(body("Running", "DeletionByPodGC")).disruption == ""  # only a failed pod's is kept
+    assert len(pod_view(body("Failed", "x" * 10_000)).disruption) == 64  # a tenant's condition, bounded

@@ -5,10 +5,12 @@ A failure is the node's, not the trainer's, only on evidence the node left (neve
 can give itself: exit 1 is the application's, whatever node it ran on):
 
 - the pod's node went away unannounced: pod reason NodeLost (the node lifecycle controller, for a node that
-  stopped reporting: kubernetes pkg/controller/util/node, NodeUnreachablePodReason) or DeletionByPodGC (pod
-  GC removes pods bound to a node that no longer exists). A graceful node shutdown (reason Terminated: GKE's
-  Spot reclaim and host maintenance), an eviction or a preemption is the infrastructure's plan, not a fault
-  of the host, and is not counted;
+  stopped reporting: kubernetes pkg/controller/util/node, NodeUnreachablePodReason), or a DisruptionTarget
+  condition with reason DeletionByPodGC (pod GC fails the pods bound to a node that no longer exists before
+  it deletes them: kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions). A
+  graceful node shutdown (reason Terminated: GKE's Spot reclaim and host maintenance), an eviction, a drain
+  or a preemption is the infrastructure's plan, not a fault of the host, and is not counted. Nor is a worker
+  pod that vanished without a word: a `kubectl delete pod` looks the same;
 - the kubelet could not admit the pod on the node: reason UnexpectedAdmissionError, "Allocate failed due to
   ..., which is unexpected", when the device manager's Allocate call to the TPU device plugin fails
   (kubernetes pkg/kubelet/cm/topologymanager and pkg/kubelet/lifecycle: the admit handlers);
@@ -37,7 +39,8 @@ from tpujob.status.model import PodView, timestamp
 
 BAD_NODE_FAILURES = 2
 
-NODE_GONE_REASONS = frozenset({"NodeLost", "DeletionByPodGC"})
+NODE_GONE_REASONS = frozenset({"NodeLost"})
+NODE_GONE_DISRUPTIONS = frozenset({"DeletionByPodGC"})
 ADMISSION_REASONS = frozenset({"UnexpectedAdmissionError"})
 START_FAILURE_REASONS = frozenset({"StartError", "ContainerCannotRun"})
 # The exit code a container runtime reports for a container it could not start (containerd, CRI-O).
@@ -60,6 +63,8 @@ def node_fault(pod: PodView) -> str | None:
         return None
     if pod.reason in NODE_GONE_REASONS or pod.reason in ADMISSION_REASONS:
         return pod.reason
+    if pod.disruption in NODE_GONE_DISRUPTIONS:
+        return pod.disruption
     if (
         pod.reason in START_FAILURE_REASONS
         and pod.exit_code == START_FAILURE_EXIT_CODE

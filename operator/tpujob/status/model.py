@@ -154,6 +154,8 @@ class PodView:
     finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
+    # A failed pod's DisruptionTarget condition's reason (DeletionByPodGC, TerminationByKubelet, ...).
+    disruption: str = ""
     # Running with its Ready condition True (its containers ready): what Kueue's PodsReady counts.
     ready: bool = False
     # A container that has not started: its name, the kubelet's waiting reason (ErrImagePull,
