@@ -186,6 +186,18 @@ def test_the_jax_example_rejoins_after_its_healthy_slice_restarts_in_place(jobs,
     assert "allgather of process ids: [0, 1, 2, 3]" in recreated and "learned w=" in recreated
 
 
+def hostnames_kept_off(pod) -> list[list[str]]:
+    """The NotIn kubernetes.io/hostname values of each term of a pod's required node affinity."""
+    affinity = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
+    return [
+        e.values
+        for term in (required.node_selector_terms if required else [])
+        for e in term.match_expressions or []
+        if (e.key, e.operator) == ("kubernetes.io/hostname", "NotIn")
+    ]
+
+
 def test_a_node_that_fails_the_job_twice_is_avoided_on_the_third_attempt(jobs, gke, kubelet):
     """An existing pool of three single-host v5e nodes; one's TPU device plugin fails every allocation, so
     the kubelet rejects the worker placed there (UnexpectedAdmissionError). The other two are cordoned until
@@ -223,11 +235,7 @@ def test_a_node_that_fails_the_job_twice_is_avoided_on_the_third_attempt(jobs, g
         return None
 
     third = wait_for(third_unschedulable, timeout=60, what="attempt 2's pod refused by the scheduler")
-    terms = third.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-    expressions = [e for term in terms.node_selector_terms for e in term.match_expressions]
-    assert any(
-        (e.key, e.operator, e.values) == ("kubernetes.io/hostname", "NotIn", [bad]) for e in expressions
-    )
+    assert hostnames_kept_off(third) == [[bad], [bad]]  # in both of the maintenance terms
     for node in good:
         jobs.core.patch_node(node, {"spec": {"unschedulable": False}})
     (running,) = jobs.wait_pods_running("badhost", 1, attempt=2, timeout=60)
@@ -236,3 +244,32 @@ def test_a_node_that_fails_the_job_twice_is_avoided_on_the_third_attempt(jobs, g
     status = jobs.wait_phase("badhost", "Succeeded", timeout=60)
     assert (status["restarts"], status["attempt"]) == (2, 2)
     assert status["nodeFailures"] == [record]
+
+
+def test_a_bad_node_of_the_jobs_own_pool_has_the_pool_recreated(jobs, gke, kubelet):
+    """A pool the operator made holds exactly the slice's hosts: a node of it that failed the job twice (GKE's
+    TPU device plugin reported a slice error there twice) is not avoided by affinity, which would leave the
+    pod nowhere to go, but by recreating the slice's pool with new VMs; the job then succeeds on it."""
+    jobs.create(plain_job("ownpool", runPolicy={"maxRestarts": 0}))
+    for attempt in (0, 1):
+        (pod,) = jobs.wait_pods_running("ownpool", 1, attempt=attempt, timeout=120)
+        jobs.wait_phase("ownpool", "Running", timeout=60)
+        node = pod.spec.node_name
+        gke.device_plugin.report_slice_error(jobs.namespace, pod.metadata.name, "ICI link 3 down")
+
+        def restarted(times=attempt + 1):
+            status = jobs.status("ownpool")
+            return status if status.get("restartsByReason", {}).get("SliceErrorDetected") == times else None
+
+        wait_for(restarted, timeout=60, what=f"restart {attempt + 1} for the slice error")
+    said = jobs.wait_events("ownpool", "BadNodeAvoided")
+    assert f"node {node} failed this job 2 times (last: SliceErrorDetected)" in said[0].message
+    assert "its slice's node pool is recreated" in said[0].message
+    (pod,) = jobs.wait_pods_running("ownpool", 1, attempt=2, timeout=180)
+    assert gke.calls["DeleteNodePool"] == 1 and gke.calls["CreateNodePool"] == 2
+    assert hostnames_kept_off(pod) == []  # the new pool's VMs are new: nothing to keep off
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    status = jobs.wait_phase("ownpool", "Succeeded", timeout=60)
+    assert status["applicationRestarts"] == 0
+    (record,) = status["nodeFailures"]
+    assert (record["node"], record["failures"], record["avoided"]) == (node, 2, True)
