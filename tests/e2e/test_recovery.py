@@ -271,5 +271,10 @@ def test_a_bad_node_of_the_jobs_own_pool_has_the_pool_recreated(jobs, gke, kubel
     kubelet.succeed(jobs.namespace, pod.metadata.name)
     status = jobs.wait_phase("ownpool", "Succeeded", timeout=60)
     assert status["applicationRestarts"] == 0
+    # The recreated pool's VM is a new one (GKE names it anew; the simulated GKE reuses the name): the node
+    # is still named, with when it was replaced, and no longer avoided.
     (record,) = status["nodeFailures"]
-    assert (record["node"], record["failures"], record["avoided"]) == (node, 2, True)
+    assert (record["node"], record["failures"], record["avoided"]) == (node, 0, False)
+    assert record["replacedTime"] >= record["lastTime"]
+    replaced = jobs.wait_events("ownpool", "BadNodeReplaced")
+    assert f"node {node} was deleted since it failed this job" in replaced[0].message

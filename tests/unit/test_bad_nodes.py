@@ -244,3 +244,58 @@ def test_the_pod_view_reads_a_failed_pods_disruption_reason_bounded():
     assert (failed.disruption, bad_nodes.node_fault(failed)) == ("DeletionByPodGC", "DeletionByPodGC")
     assert pod_view(body("Running", "DeletionByPodGC")).disruption == ""  # only a failed pod's is kept
     assert len(pod_view(body("Failed", "x" * 10_000)).disruption) == 64  # a tenant's condition, bounded
+
+
+def test_a_bad_nodes_vm_replaced_since_is_no_longer_avoided_but_still_named():
+    job = make_job(nodePool={"policy": "existing"}, runPolicy={"maxRestarts": 5})
+    last = s.timestamp(NOW)
+    record = NodeFailure(node="gke-n-1", failures=2, reason="NodeLost", last_time=last, avoided=True)
+    other = NodeFailure(node="gke-n-2", failures=1, reason="NodeLost", last_time=last)
+    job = job.model_copy(update={"status": TPUJobStatus(node_failures=[record, other])})
+    later = s.timestamp(NOW + dt.timedelta(minutes=5))
+    earlier = s.timestamp(NOW - dt.timedelta(minutes=5))  # deleted before it failed: the failure stands
+    decision = step(job, service_exists=True, nodes_deleted={"gke-n-1": later, "gke-n-2": earlier})
+    replaced, kept = decision.status.node_failures
+    assert (replaced.node, replaced.failures, replaced.avoided, replaced.replaced_time) == (
+        "gke-n-1",
+        0,
+        False,
+        later,
+    )
+    assert (replaced.reason, replaced.last_time) == ("NodeLost", last)  # still named, with its last cause
+    assert kept == other
+    (said,) = [e for e in decision.events if e.reason == Reason.BAD_NODE_REPLACED]
+    assert said.type == "Normal" and "gke-n-1" in said.message
+    assert s.affinity_avoids(job.spec.node_pool.policy, decision.status) == ()
+    # Said once: the next pass sees the same deletion, already recorded.
+    again = step(advance(job, decision), service_exists=True, nodes_deleted={"gke-n-1": later})
+    assert [e for e in again.events if e.reason == Reason.BAD_NODE_REPLACED] == []
+
+
+def test_deleted_nodes_are_remembered_bounded_the_latest_kept():
+    from tpujob.handlers import nodes
+
+    deleted: dict[str, str] = {}
+    for i in range(nodes.MAX_DELETED_NODES + 10):
+        nodes.note_deleted(deleted, f"n{i}", "2026-11-21T12:00:00Z")
+    nodes.note_deleted(deleted, "n5000", "2026-11-21T13:00:00Z")  # deleted again: the latest time, last out
+    assert len(deleted) == nodes.MAX_DELETED_NODES
+    assert "n0" not in deleted and deleted["n5000"] == "2026-11-21T13:00:00Z"
+    assert next(reversed(deleted)) == "n5000"
+
+
+@pytest.mark.parametrize(
+    ("reason", "deleted_at", "replaced"),
+    [
+        ("SliceErrorDetected", 0, True),  # the same second: the node was there when it failed
+        ("UnexpectedAdmissionError", 1, True),
+        ("NodeLost", 0, True),
+        ("DeletionByPodGC", 0, False),  # GC'd because its node was deleted: that deletion is the failure
+        ("DeletionByPodGC", 1, True),
+        ("UnexpectedAdmissionError", -1, False),  # deleted before it failed here: another VM failed
+    ],
+)
+def test_a_deletion_replaces_a_node_only_after_its_failure(reason, deleted_at, replaced):
+    record = NodeFailure(node="n", failures=2, reason=reason, last_time=s.timestamp(NOW), avoided=True)
+    when = s.timestamp(NOW + dt.timedelta(seconds=deleted_at))
+    assert bad_nodes._deleted_after(record, when) is replaced

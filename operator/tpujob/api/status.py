@@ -89,6 +89,9 @@ class Reason(enum.StrEnum):
     CHIP_LIMIT = "ChipLimit"  # its namespace's TPUJobs hold the chips its tenancy policy allows (maxChips)
     # A node failed the job BAD_NODE_FAILURES times (status.nodeFailures): its next attempts keep off it.
     BAD_NODE_AVOIDED = "BadNodeAvoided"
+    # A node in status.nodeFailures was deleted since its last failure (GKE's repair, a recreated VM): its
+    # count starts again, and it is no longer avoided.
+    BAD_NODE_REPLACED = "BadNodeReplaced"
 
 
 class ConditionType(enum.StrEnum):
@@ -363,7 +366,9 @@ class NodeFailure(ApiModel):
     node: str = Field(
         max_length=NODE_NAME_MAX_LENGTH, description="The node's name (kubernetes.io/hostname)."
     )
-    failures: int = Field(default=0, ge=0, description="Attempts of this job that failed on this node.")
+    failures: int = Field(
+        default=0, ge=0, description="Attempts of this job that failed on this node (since replacedTime)."
+    )
     reason: str = Field(
         default="",
         max_length=64,
@@ -373,6 +378,11 @@ class NodeFailure(ApiModel):
         "SliceErrorDetected (GKE's TPU device plugin).",
     )
     last_time: str | None = Field(default=None, description="When the last one was seen (RFC 3339).")
+    replaced_time: str | None = Field(
+        default=None,
+        description="When the node was deleted after its last failure (GKE's repair, a recreated VM): a node "
+        "of that name since is a new VM, its count started again (RFC 3339).",
+    )
     avoided: bool = Field(
         default=False,
         description="The node failed the job twice: its next attempts keep off it (policy existing: a "

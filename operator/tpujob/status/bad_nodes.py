@@ -149,6 +149,35 @@ def note_failures(b: Builder, failed: list[PodView], faults: dict[str, str] | No
             b.decision.delete_pools.append(name)
 
 
+def forget_replaced(b: Builder) -> None:
+    """A node deleted after its last failure here (GKE's auto-repair recreates the VM; a pool recreated, a
+    node deleted by hand) comes back, if at all, as a new VM: its count starts again and it is no longer
+    avoided. The record stays, with replacedTime, so the node that failed is still named."""
+    deleted = b.observed.nodes_deleted
+    for record in b.status.node_failures:
+        when = deleted.get(record.node)
+        if when is None or record.replaced_time == when or not _deleted_after(record, when):
+            continue
+        if record.avoided:
+            b.event(
+                "Normal",
+                Reason.BAD_NODE_REPLACED,
+                f"node {record.node} was deleted since it failed this job (its VM replaced): not avoided now",
+            )
+        record.failures, record.avoided, record.replaced_time = 0, False, when
+
+
+def _deleted_after(record: NodeFailure, when: str) -> bool:
+    """Whether a deletion at `when` (RFC 3339, whole seconds) came after the record's last failure: a failure
+    on a node that was there (any cause but DeletionByPodGC) precedes a deletion in the same second; a pod
+    GC'd off a deleted node comes after its deletion, so only a later one replaced it."""
+    if not record.last_time:
+        return False
+    if record.reason in NODE_GONE_DISRUPTIONS:
+        return when > record.last_time
+    return when >= record.last_time
+
+
 def newly_avoided(before: TPUJobStatus, after: TPUJobStatus) -> list[str]:
     """Nodes avoided after a pass and not before it (for the tpujob_bad_node_avoided_total counter)."""
     was = set(avoided_nodes(before))

@@ -83,6 +83,7 @@ def _decide(b: Builder) -> None:
         if status.phase is None:
             b.set_phase(Phase.PENDING, TransitionReason.CREATED, "the operator accepted the job")
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b))
+    bad_nodes.forget_replaced(b)  # a bad host's VM replaced since: its count starts again
     if _deadline_passed(b):
         return
     place(b)

@@ -374,6 +374,9 @@ class Observed:
 
     # The TPU device plugin's hardware conditions on the nodes of the job's pods (node -> its faults).
     node_faults: dict[str, tuple[NodeFault, ...]] = field(default_factory=dict)
+    # The nodes of status.nodeFailures whose Node object was deleted lately, and when (RFC 3339): a node of
+    # the same name since is a new VM (status/bad_nodes.py).
+    nodes_deleted: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> TPUJobStatus:
