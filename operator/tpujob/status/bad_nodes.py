@@ -45,8 +45,8 @@ ADMISSION_REASONS = frozenset({"UnexpectedAdmissionError"})
 START_FAILURE_REASONS = frozenset({"StartError", "ContainerCannotRun"})
 # The exit code a container runtime reports for a container it could not start (containerd, CRI-O).
 START_FAILURE_EXIT_CODE = 128
-# Device paths of a TPU VM's chips as a container gets them (/dev/accel0.. on v4 and later, /dev/vfio/* on
-# v5e and later).
+# Device paths of a TPU VM's chips as a container gets them (/dev/accel0.., or /dev/vfio/* on generations
+# whose chips are handed over through VFIO; which generation uses which is not encoded here).
 _TPU_DEVICE = re.compile(r"/dev/(accel\d*|vfio)\b")
 # A node's name as Kubernetes allows it (a DNS subdomain): anything else is not named in a status or an
 # affinity (the name came through a pod's spec.nodeName or a node watch: the cluster's, but parsed anyway).
