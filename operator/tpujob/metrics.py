@@ -74,6 +74,13 @@ RECOVERY_SECONDS = Histogram(
     ["cause"],
     buckets=RECOVERY_BUCKETS,
 )
+# The one label that names a node: a node that failed a job twice (status.nodeFailures). Bounded by the
+# cluster's nodes (never a job's or a pod's name), and only those that failed a job: a handful.
+BAD_NODE_AVOIDED = Counter(
+    "tpujob_bad_node_avoided_total",
+    "TPUJobs that began to keep off a node after it failed them twice (status.nodeFailures), by node.",
+    ["node"],
+)
 POOL_OPERATIONS_TOTAL = Counter(
     "tpujob_node_pool_operations_total",
     "GKE node pool calls, by operation and result.",
@@ -358,6 +365,8 @@ class PassRecorder:
             delta = count - before.restarts_by_reason.get(reason, 0)
             if delta > 0:
                 RESTARTS.labels(reason).inc(delta)
+        for node in s.newly_avoided(before, after):
+            BAD_NODE_AVOIDED.labels(node).inc()
         for recovered in restart_history.recovered_between(before, after):
             RECOVERY_SECONDS.labels(recovered.reason).observe(recovered.recovery_seconds or 0.0)
         if after.running_time and not before.running_time and after.start_time:

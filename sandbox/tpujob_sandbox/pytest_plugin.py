@@ -185,12 +185,15 @@ def gke(sandbox: Sandbox) -> Iterator[GkeSimulator]:
 @pytest.fixture
 def kubelet(sandbox: Sandbox) -> Iterator[KubeletSimulator]:
     """The simulated kubelet, with its registry's test controls (`registry.missing`, `registry.private`)
-    cleared before and after the test: it serves the whole session, so an image or host one test refuses
-    must not keep a later test's pods Pending in ErrImagePull."""
+    and its bad hosts (`fail_tpu_allocation`) cleared before and after the test: it serves the whole
+    session, so an image or host one test refuses must not keep a later test's pods Pending in ErrImagePull
+    (or rejected)."""
     simulator = sandbox.kubelet
     simulator.registry.clear()
+    simulator.repair()
     yield simulator
     simulator.registry.clear()
+    simulator.repair()  # a bad host one test made (fail_tpu_allocation) is no later test's
 
 
 def namespace_name(test_name: str) -> str:

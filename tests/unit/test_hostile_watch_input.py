@@ -277,11 +277,13 @@ def test_the_node_watch_returns(
     runtime: Runtime, labels: dict[str, str], status: Any, event_type: str | None
 ) -> None:
     faults: dict[str, Any] = {}
+    deleted: dict[str, str] = {}
     body = {"metadata": {"name": "node-a", "uid": "n", "labels": labels}, "status": status}
-    nodes.node_changed(runtime, faults, {"type": event_type, "object": body})
+    nodes.node_changed(runtime, faults, {"type": event_type, "object": body}, deleted)
     healthy = {"type": "MODIFIED", "object": {"metadata": {"name": "node-a"}, "status": {"conditions": []}}}
-    nodes.node_changed(runtime, faults, healthy)
+    nodes.node_changed(runtime, faults, healthy, deleted)
     assert faults == {}
+    assert set(deleted) == ({"node-a"} if event_type == "DELETED" else set())
 
 
 @pytest.mark.slow  # hypothesis: 150 examples each

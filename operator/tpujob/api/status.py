@@ -87,6 +87,11 @@ class Reason(enum.StrEnum):
     KUEUE_UNAVAILABLE = "KueueUnavailable"  # the Workload API cannot be read or written
     INVALID_FOR_KUEUE = "InvalidForKueue"  # a queued job Kueue's Workload cannot describe (over 18 slices)
     CHIP_LIMIT = "ChipLimit"  # its namespace's TPUJobs hold the chips its tenancy policy allows (maxChips)
+    # A node failed the job BAD_NODE_FAILURES times (status.nodeFailures): its next attempts keep off it.
+    BAD_NODE_AVOIDED = "BadNodeAvoided"
+    # A node in status.nodeFailures was deleted since its last failure (GKE's repair, a recreated VM): its
+    # count starts again, and it is no longer avoided.
+    BAD_NODE_REPLACED = "BadNodeReplaced"
 
 
 class ConditionType(enum.StrEnum):
@@ -347,6 +352,45 @@ class RestartRecord(ApiModel):
     )
 
 
+MAX_NODE_FAILURES = 16
+# A Kubernetes node name: a DNS subdomain (RFC 1123), at most 253 characters.
+NODE_NAME_MAX_LENGTH = 253
+
+
+class NodeFailure(ApiModel):
+    """A node the job's failures were attributed to: the node's own fault, not the trainer's (see
+    docs/concepts/failure-and-recovery.md, "A bad host")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = Field(
+        max_length=NODE_NAME_MAX_LENGTH, description="The node's name (kubernetes.io/hostname)."
+    )
+    failures: int = Field(
+        default=0, ge=0, description="Attempts of this job that failed on this node (since replacedTime)."
+    )
+    reason: str = Field(
+        default="",
+        max_length=64,
+        description="The last failure's cause: NodeLost or DeletionByPodGC (the node went away), "
+        "UnexpectedAdmissionError (the kubelet could not allocate its TPU devices), StartError or "
+        "ContainerCannotRun (the runtime could not hand them to the container), MegascaleHangDetected or "
+        "SliceErrorDetected (GKE's TPU device plugin).",
+    )
+    last_time: str | None = Field(default=None, description="When the last one was seen (RFC 3339).")
+    replaced_time: str | None = Field(
+        default=None,
+        description="When the node was deleted after its last failure (GKE's repair, a recreated VM): a node "
+        "of that name since is a new VM, its count started again (RFC 3339).",
+    )
+    avoided: bool = Field(
+        default=False,
+        description="The node failed the job twice: its next attempts keep off it (policy existing: a "
+        "required node affinity NotIn on kubernetes.io/hostname; policy create: the slice's pool is "
+        "recreated, with new VMs).",
+    )
+
+
 class TPUJobStatus(ApiModel):
     """Written by the operator only."""
 
@@ -384,6 +428,12 @@ class TPUJobStatus(ApiModel):
         max_length=MAX_RESTART_HISTORY,
         description=f"The last {MAX_RESTART_HISTORY} restarts, oldest first: each one's cause, when its "
         "fault was seen, when the job recovered and the steps it redid.",
+    )
+    node_failures: list[NodeFailure] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_FAILURES,
+        description=f"The nodes the job's failures were attributed to (at most {MAX_NODE_FAILURES}, the "
+        "most recent kept), each with its count; a node that failed the job twice is avoided.",
     )
     admitted_shape: str | None = Field(
         default=None,

@@ -219,6 +219,7 @@ class Actions:
         avoid: int,
     ) -> None:
         uid = job.metadata.uid or ""
+        bad_nodes = s.affinity_avoids(job.spec.node_pool.policy, decision.status)  # status.nodeFailures
         pods = [
             render.pod(
                 job,
@@ -227,6 +228,7 @@ class Actions:
                 w,
                 decision.status.attempt,
                 avoid_maintenance_before=avoid,
+                avoid_nodes=bad_nodes,
                 placement=decision.placement.get(i),
             )
             for i, w in workers

@@ -181,6 +181,8 @@ class Observer:
         self.maintenance_forbidden = False
         # The TPU device plugin's hardware conditions, node -> faults (fed by handlers/nodes.py's watch).
         self.node_faults: dict[str, tuple[s.NodeFault, ...]] = {}
+        # TPU nodes deleted lately, node -> when (RFC 3339), bounded (handlers/nodes.py).
+        self.nodes_deleted: dict[str, str] = {}
         self.kueue = KueueReader(api, settings.kueue)
         # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
         self.kueue_problem = ""
@@ -228,6 +230,11 @@ class Observer:
             zones=tuple(render_pools.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
             node_faults={p.node: self.node_faults[p.node] for p in pods if p.node in self.node_faults},
+            nodes_deleted={
+                r.node: self.nodes_deleted[r.node]
+                for r in (job.status.node_failures if job.status else ())
+                if r.node in self.nodes_deleted
+            },
             cluster_version=check.version if check is not None else "",
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).

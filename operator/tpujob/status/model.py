@@ -154,6 +154,8 @@ class PodView:
     finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
+    # A failed pod's DisruptionTarget condition's reason (DeletionByPodGC, TerminationByKubelet, ...).
+    disruption: str = ""
     # Running with its Ready condition True (its containers ready): what Kueue's PodsReady counts.
     ready: bool = False
     # A container that has not started: its name, the kubelet's waiting reason (ErrImagePull,
@@ -372,6 +374,9 @@ class Observed:
 
     # The TPU device plugin's hardware conditions on the nodes of the job's pods (node -> its faults).
     node_faults: dict[str, tuple[NodeFault, ...]] = field(default_factory=dict)
+    # The nodes of status.nodeFailures whose Node object was deleted lately, and when (RFC 3339): a node of
+    # the same name since is a new VM (status/bad_nodes.py).
+    nodes_deleted: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> TPUJobStatus:
