@@ -277,6 +277,28 @@ class Cost(ApiModel):
     )
 
 
+class StartEstimate(ApiModel):
+    """When a queued job should be admitted: when enough of its ClusterQueue's quota frees up for it, from the
+    ETAs and deadlines of the TPUJobs holding that quota and the jobs ahead of it in Kueue's order
+    (docs/concepts/kueue.md says how, and what it does not know)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    time: str | None = Field(
+        default=None, description="The estimated admission time (RFC 3339); unset: unknown (reason says why)."
+    )
+    bound: bool = Field(
+        default=False,
+        description="The time rests on deadlines (activeDeadlineSeconds) of jobs ahead or holding quota: a "
+        "latest start rather than an estimate.",
+    )
+    jobs_ahead: int | None = Field(
+        default=None, ge=0, description="TPUJobs ahead of it in its ClusterQueue, in Kueue's order."
+    )
+    reason: str | None = Field(default=None, max_length=1024, description="Why the start is unknown.")
+    computed_time: str = Field(description="When this was estimated (RFC 3339).")
+
+
 class QueueStatus(ApiModel):
     """Where Kueue has the job: its queue, its Workload, the ClusterQueue and flavors that admitted it."""
 
@@ -310,6 +332,15 @@ class QueueStatus(ApiModel):
         default=None,
         description="The Workload the operator deactivated itself (spec.active false: the job was "
         "suspended), the only one it activates again; one Kueue or an administrator deactivated stays so.",
+    )
+    estimated_start: StartEstimate | None = Field(
+        default=None, description="While it waits for quota: when it should be admitted."
+    )
+    summary: str | None = Field(
+        default=None,
+        max_length=256,
+        description="While it waits for quota, what `kubectl get tpujobs` shows: its position in the "
+        "ClusterQueue where known and its estimated start, e.g. 'Queued #3, ~14:20Z'.",
     )
 
 
