@@ -212,7 +212,9 @@ class KueueReader:
             cluster_queue=cluster_queue,
             pending_workloads=int(pending) if pending is not None else None,
             priority=priority,
-            facts=self.estimates.facts(cluster_queue, version, now) if waits_for_quota else None,
+            facts=self.estimates.facts(cluster_queue, version, now, (job.to_wire(), workload))
+            if waits_for_quota and workload is not None
+            else None,
         )
 
     def flavor(self, name: str, version: str) -> s.FlavorView | None:

@@ -6,6 +6,7 @@ FACTS_TTL_SECONDS. Reads only; the parsing is pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -197,7 +198,38 @@ class StartEstimates:
         self._cache: dict[str, tuple[float, se.QueueFacts]] = {}
         self._lock = threading.Lock()
 
-    def facts(self, name: str, version: str, now: dt.datetime) -> se.QueueFacts | None:
+    def facts(
+        self,
+        name: str,
+        version: str,
+        now: dt.datetime,
+        own: tuple[dict[str, Any], s.WorkloadView] | None = None,
+    ) -> se.QueueFacts | None:
+        """The ClusterQueue's facts; `own`, the waiting job of the pass (its body, its Workload), is among
+        its waiters even before its status says where it waits (the pass is what writes that)."""
+        found = self._facts(name, version, now)
+        if found is None or own is None or found.problem:
+            return found
+        body, workload = own
+        uid = (body.get("metadata") or {}).get("uid")
+        if any(w.key == uid for w in found.waiters):
+            return found
+        try:
+            mine = waiter(body, workload, self._labels(found.quota, version))
+        except (ValueError, KeyError, TypeError, AttributeError, tpu.CatalogError):
+            return found
+        return dataclasses.replace(found, waiters=(*found.waiters, mine))
+
+    def _labels(self, quota: Mapping[str, int], version: str) -> dict[str, dict[str, str]]:
+        """The node labels of the queue's flavors (ResourceFlavors read through the reader's cache)."""
+        labels: dict[str, dict[str, str]] = {}
+        for flavor in quota:
+            view = self.flavor(flavor, version)
+            if view is not None:
+                labels[flavor] = view.node_labels
+        return labels
+
+    def _facts(self, name: str, version: str, now: dt.datetime) -> se.QueueFacts | None:
         if self.source is None or not name:
             return None
         clock = time.monotonic()
@@ -221,10 +253,5 @@ class StartEstimates:
             return se.QueueFacts(name, problem=f"ClusterQueue {name} does not exist")
         quota, strict = queue_quota(cq)
         reserved, pending = queue_reservation(cq)
-        labels: dict[str, dict[str, str]] = {}
-        for flavor in quota:
-            view = self.flavor(flavor, version)
-            if view is not None:
-                labels[flavor] = view.node_labels
-        holders, waiters = gather(name, self.source(), labels, now)
+        holders, waiters = gather(name, self.source(), self._labels(quota, version), now)
         return se.QueueFacts(name, quota, reserved, pending, strict, holders, waiters)

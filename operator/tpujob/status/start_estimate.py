@@ -158,8 +158,8 @@ def estimate(facts: QueueFacts, key: str, now: dt.datetime) -> Estimate:
     stuck = [f"{chips} chips of flavor {f} are held by workloads the operator does not run"
              for f, chips in foreign.items() if chips]  # fmt: skip
     for holder in facts.holders:
-        for flavor, chips in holder.chips.items():
-            free[flavor] = free.get(flavor, 0) - chips
+        for name, held in holder.chips.items():
+            free[name] = free.get(name, 0) - held
         if holder.ends is None:
             stuck.append(holder.unknown or f"{holder.what} has no known end")
         else:
@@ -167,27 +167,27 @@ def estimate(facts: QueueFacts, key: str, now: dt.datetime) -> Estimate:
     waiting, at, bound = list(order), now, False
     while True:
         for waiter in list(waiting):
-            flavor = next((f for f in waiter.flavors if free.get(f, 0) >= waiter.chips), None)
-            if flavor is None:
+            room = next((f for f in waiter.flavors if free.get(f, 0) >= waiter.chips), None)
+            if room is None:
                 if facts.strict_fifo:
                     break
                 continue
             waiting.remove(waiter)
             if waiter is me:
                 return Estimate(at, "", ahead, bound)
-            free[flavor] -= waiter.chips
+            free[room] -= waiter.chips
             ends, is_bound = _release_of(waiter, at)
             if ends is None:
                 stuck.append(f"{waiter.what}, ahead of it, has no known run time (no activeDeadlineSeconds)")
             else:
-                heapq.heappush(releases, (ends, next(tie), {flavor: waiter.chips}, is_bound))
+                heapq.heappush(releases, (ends, next(tie), {room: waiter.chips}, is_bound))
         if not releases:
             why = stuck[0] if stuck else f"ClusterQueue {facts.name} never has room for it"
             return Estimate(None, why, ahead)
-        at, _, chips, is_bound = heapq.heappop(releases)
+        at, _, freed, is_bound = heapq.heappop(releases)
         bound = bound or is_bound
-        for flavor, count in chips.items():
-            free[flavor] = free.get(flavor, 0) + count
+        for name, count in freed.items():
+            free[name] = free.get(name, 0) + count
 
 
 def holder_end(
