@@ -13,9 +13,10 @@ and target as the trainer contract says, so the operator reads its ETA.
 The bench polls every job's status every `--poll` seconds. For each queued job: its admission
 (status.queue.admittedTime, Kueue's Admitted time), the first estimate the operator made for it
 (status.queue.estimatedStart.time: a job behind others whose run time is not yet known has none at
-first; the estimate comes once the jobs ahead of it run and report their ETAs), when that was, and the
-last estimate before its admission. Error = predicted - actual (seconds; negative: it started later than
-predicted). Reports each job, and the median and worst absolute error of the first and of the last.
+first; the estimate comes once the jobs ahead of it run and report their ETAs), how long before the
+admission that was (its lead), and the estimate as it stood `--before` seconds ahead of the admission.
+Error = predicted - actual (seconds; positive: it started earlier than predicted). Reports each job, and the
+median and worst absolute error of both.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from race_measure import command_line, provenance
+from start_estimate_report import table
 
 from tpujob.api import constants as c
 from tpujob_sandbox import OperatorProcess, start_sandbox, wait_for
@@ -81,6 +84,7 @@ def main() -> int:
     parser.add_argument("--shortest", type=float, default=15.0)
     parser.add_argument("--longest", type=float, default=45.0)
     parser.add_argument("--poll", type=float, default=0.5)
+    parser.add_argument("--before", type=float, default=10.0, help="also report the estimate this long ahead")
     parser.add_argument("--seed", type=int, default=54)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--json", type=Path)
@@ -109,11 +113,12 @@ def main() -> int:
         if simulator is not None:
             simulator.stop()
         sandbox.stop()
-    report["operator_log"] = str(folder / "operator.log")
+    print(f"operator log: {folder / 'operator.log'}")
     print(table(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        saved = {"command": command_line(), **provenance(), **report}
+        args.json.write_text(json.dumps(saved, indent=2) + "\n")
     return 0
 
 
@@ -155,11 +160,9 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
                 continue
             estimate = record.get("estimatedStart") or {}
             if estimate.get("time"):
-                predicted = parse(estimate["time"])
-                entry.setdefault(
-                    "first", {"predicted": predicted, "at": now, "summary": record.get("summary")}
-                )
-                entry["last"] = {"predicted": predicted, "at": now, "summary": record.get("summary")}
+                mark = {"predicted": parse(estimate["time"]), "at": now, "summary": record.get("summary")}
+                entry.setdefault("first", mark)
+                entry.setdefault("history", []).append(mark)
             elif estimate.get("reason"):
                 unknown_reasons[name].add(estimate["reason"])
         if all("admitted" in e for e in seen.values()):
@@ -170,7 +173,13 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
         entry = seen[name]
         actual = entry.get("admitted")
         row: dict[str, Any] = {"job": name, "length_seconds": entry["length_seconds"], "admitted": actual}
-        for which in ("first", "last"):
+        # The estimate as it stood `--before` seconds ahead of the admission (the last one made by then).
+        ahead = [
+            m for m in entry.get("history", []) if actual is not None and m["at"] <= actual - args.before
+        ]
+        if ahead:
+            entry["before"] = ahead[-1]
+        for which in ("first", "before"):
             if which in entry and actual is not None:
                 mark = entry[which]
                 row[which] = {
@@ -182,7 +191,7 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
         row["unknown_reasons"] = sorted(unknown_reasons[name])[:3]
         jobs.append(row)
     summary = {}
-    for which in ("first", "last"):
+    for which in ("first", "before"):
         errors = [abs(j[which]["error_seconds"]) for j in jobs if which in j]
         leads = [j[which]["lead_seconds"] for j in jobs if which in j]
         summary[which] = {
@@ -198,29 +207,6 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
         "summary": summary,
         "never_estimated": never,
     }
-
-
-def table(report: dict[str, Any]) -> str:
-    lines = [
-        "| job | length s | first estimate: lead s | error s | last estimate: lead s | error s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for job in report["jobs"]:
-        first, last = job.get("first") or {}, job.get("last") or {}
-        lines.append(
-            f"| {job['job']} | {job['length_seconds']} | {first.get('lead_seconds', '-')} | "
-            f"{first.get('error_seconds', '-')} | {last.get('lead_seconds', '-')} | "
-            f"{last.get('error_seconds', '-')} |"
-        )
-    for which, figures in report["summary"].items():
-        lines.append(
-            f"\n{which} estimate: {figures['jobs']} jobs, "
-            f"median |error| {figures['median_abs_error_seconds']} s, "
-            f"worst {figures['worst_abs_error_seconds']} s, median lead {figures['median_lead_seconds']} s"
-        )
-    if report["never_estimated"]:
-        lines.append(f"never estimated before admission: {', '.join(report['never_estimated'])}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,27 @@ def test_progress_rises_with_an_eta_at_the_pace_since_the_last_read():
     assert progress.eta == "2026-11-24T12:01:30Z"
 
 
+def test_the_eta_paces_from_the_first_read_at_which_the_step_moved():
+    """After the first move, the pace runs over a growing window: a read that came 1 s early (status times
+    have whole seconds, reads jitter) no longer makes the ETA jump, as the pace between two reads did."""
+    job = running_job()
+    first = step(job, T0, sample(0))  # before the first step (compiling)
+    moved = step(after(job, first), T0 + dt.timedelta(seconds=40), sample(100))
+    progress = moved.status.progress
+    assert (progress.pace_step, progress.pace_time) == (100, "2026-11-24T12:00:40Z")
+    # Steady 10 steps/s from here; the next reads 2 s apart, the second one a second late.
+    steady = step(after(job, moved), T0 + dt.timedelta(seconds=60), sample(300))
+    assert steady.status.progress.eta == "2026-11-24T12:02:10Z"  # 700 left at 10/s
+    late = step(after(job, steady), T0 + dt.timedelta(seconds=63), sample(320))
+    # 220 steps in 23 s: 680 left at 9.57/s = 71 s. Between the last two reads it would be 20 in 3 s: 102 s.
+    assert late.status.progress.eta == "2026-11-24T12:02:14Z"
+    # The step went back (resumed from a checkpoint in place): the window starts again.
+    back = step(after(job, late), T0 + dt.timedelta(seconds=70), sample(200))
+    assert back.status.progress.pace_step is None
+    again = step(after(job, back), T0 + dt.timedelta(seconds=80), sample(300))
+    assert again.status.progress.pace_step == 300
+
+
 def test_a_step_that_stands_still_rewrites_nothing():
     job = running_job()
     first = step(job, T0, sample(100))

@@ -193,7 +193,9 @@ class Progress(ApiModel):
     target_steps: int | None = Field(default=None, description="The step at which training ends.")
     percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")
     eta: str | None = Field(
-        default=None, description="When training should end at the pace since the last read (RFC 3339)."
+        default=None,
+        description="When training should end (RFC 3339), at the pace since paceTime (at the pace between "
+        "the last two reads until then).",
     )
     checkpoint_step: int | None = Field(default=None, description="The step of the last checkpoint saved.")
     checkpoint_time: str | None = Field(default=None, description="When it was saved (RFC 3339).")
@@ -206,6 +208,12 @@ class Progress(ApiModel):
         "every read of a step that stands still."
     )
     attempt: int = Field(default=0, description="The attempt whose trainer reported it.")
+    pace_step: int | None = Field(
+        default=None, description="The step at the first read at which it had moved in this attempt."
+    )
+    pace_time: str | None = Field(
+        default=None, description="When that was read (RFC 3339): the ETA's pace is measured from it."
+    )
     stalled: bool | None = Field(
         default=None, description="This attempt was restarted as Stalled (progressDeadlineSeconds)."
     )

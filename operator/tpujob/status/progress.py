@@ -69,15 +69,30 @@ def read_urgent(job: TPUJob, now: dt.datetime) -> bool:
 
 def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) -> Progress:
     """The progress record after a read: unchanged while the step stands still (no status rewrite for the
-    clock alone); when it moved, the new step, since now, and an ETA at the pace since the previous read."""
+    clock alone); when it moved, the new step, since now, and an ETA at the pace since the step first moved
+    (at the pace since the previous read until then)."""
     if before is not None and before.step == sample.step:
         return before
     eta = before.eta if before is not None else None
+    # The pace runs from the first read at which the step had moved (after the first step's compilation):
+    # over a growing window, the status times' one-second resolution and a read's jitter fade (between two
+    # reads 2 s apart they made the pace, and the ETA a queued job's start estimate rests on, up to 50 %
+    # off). A step that went back (resumed from a checkpoint in place) starts the window again.
+    pace_step = before.pace_step if before is not None else None
+    pace_time = before.pace_time if before is not None else None
+    if before is not None and before.step is not None and sample.step < before.step:
+        pace_step = pace_time = None
     if before is not None and before.step is not None and sample.target_steps and sample.step > before.step:
-        seconds = (now - parse_timestamp(before.read_time)).total_seconds()
+        if pace_step is not None and pace_time is not None and sample.step > pace_step:
+            since, from_step = parse_timestamp(pace_time), pace_step
+        else:
+            since, from_step = parse_timestamp(before.read_time), before.step
+        seconds = (now - since).total_seconds()
         if seconds > 0:
-            pace = (sample.step - before.step) / seconds
+            pace = (sample.step - from_step) / seconds
             eta = timestamp(now + dt.timedelta(seconds=max(sample.target_steps - sample.step, 0) / pace))
+        if pace_step is None:
+            pace_step, pace_time = sample.step, timestamp(now)
     percent = None
     if sample.target_steps:
         percent = min(100, sample.step * 100 // sample.target_steps)
@@ -94,6 +109,8 @@ def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) 
         step_time=timestamp(now),
         read_time=timestamp(now),
         attempt=sample.attempt,
+        pace_step=pace_step,
+        pace_time=pace_time,
     )
 
 
