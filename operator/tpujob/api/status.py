@@ -194,8 +194,8 @@ class Progress(ApiModel):
     percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")
     eta: str | None = Field(
         default=None,
-        description="When training should end (RFC 3339), at the pace since paceTime (at the pace between "
-        "the last two reads until then).",
+        description="When training should end (RFC 3339), at the pace since paceTime; unset until a read "
+        "after paceTime.",
     )
     checkpoint_step: int | None = Field(default=None, description="The step of the last checkpoint saved.")
     checkpoint_time: str | None = Field(default=None, description="When it was saved (RFC 3339).")
@@ -212,7 +212,8 @@ class Progress(ApiModel):
         default=None, description="The step at the first read at which it had moved in this attempt."
     )
     pace_time: str | None = Field(
-        default=None, description="When that was read (RFC 3339): the ETA's pace is measured from it."
+        default=None,
+        description="When that was read (RFC 3339, to the millisecond): the ETA's pace is measured from it.",
     )
     stalled: bool | None = Field(
         default=None, description="This attempt was restarted as Stalled (progressDeadlineSeconds)."
