@@ -12,11 +12,12 @@ and target as the trainer contract says, so the operator reads its ETA.
 
 The bench polls every job's status every `--poll` seconds. For each queued job: its admission
 (status.queue.admittedTime, Kueue's Admitted time), the first estimate the operator made for it
-(status.queue.estimatedStart.time: a job behind others whose run time is not yet known has none at
-first; the estimate comes once the jobs ahead of it run and report their ETAs), how long before the
+(status.queue.estimatedStart.time, not a `bound`: a job behind others whose run time is not yet known has
+none at first; the estimate comes once the jobs ahead of it run and report their ETAs), how long before the
 admission that was (its lead), and the estimate as it stood `--before` seconds ahead of the admission.
 Error = predicted - actual (seconds; positive: it started earlier than predicted). Reports each job, and the
-median and worst absolute error of both.
+median and worst absolute error of both. Latest starts (`bound`: quota held by a job not yet reporting an
+ETA may come back sooner) are counted apart, with how many the job's admission came after.
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
             if "admitted" in entry:
                 continue
             estimate = record.get("estimatedStart") or {}
-            if estimate.get("time"):
+            if estimate.get("time") and estimate.get("bound"):  # a latest start: kept apart
+                entry.setdefault("bounds", []).append({"predicted": parse(estimate["time"]), "at": now})
+            elif estimate.get("time"):
                 mark = {"predicted": parse(estimate["time"]), "at": now, "summary": record.get("summary")}
                 entry.setdefault("first", mark)
                 entry.setdefault("history", []).append(mark)
@@ -188,6 +191,10 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
                     "error_seconds": round(mark["predicted"] - actual, 1),
                     "summary": mark["summary"],
                 }
+        bounds = entry.get("bounds") or []
+        row["bounds"] = len(bounds)
+        # A latest start the job started after (beyond the status' whole second): a bound that did not hold.
+        row["bounds_broken"] = sum(1 for b in bounds if actual is not None and actual > b["predicted"] + 1)
         row["unknown_reasons"] = sorted(unknown_reasons[name])[:3]
         jobs.append(row)
     summary = {}
@@ -201,6 +208,10 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
             "median_lead_seconds": round(statistics.median(leads), 1) if leads else None,
         }
     never = [j["job"] for j in jobs if "first" not in j]
+    summary["bounds"] = {
+        "jobs": sum(1 for j in jobs if j["bounds"]),
+        "broken": sum(1 for j in jobs if j["bounds_broken"]),
+    }
     return {
         "settings": {k: v for k, v in vars(args).items() if k != "json"} | {"time_scale": TIME_SCALE},
         "jobs": jobs,

@@ -16,9 +16,17 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for which, figures in report["summary"].items():
+        if which == "bounds":
+            continue
         lines.append(
             f"| {names.get(which, which)} | {figures['jobs']} | {figures['median_abs_error_seconds']} | "
             f"{figures['worst_abs_error_seconds']} | {figures['median_lead_seconds']} |"
+        )
+    bounds = report["summary"].get("bounds")
+    if bounds:
+        lines.append(
+            f"\nJobs shown a latest start (bound) before an estimate: {bounds['jobs']}; admitted after it: "
+            f"{bounds['broken']}."
         )
     if report["never_estimated"]:
         lines.append(f"\nNever estimated before their admission: {', '.join(report['never_estimated'])}.")

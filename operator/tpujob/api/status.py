@@ -298,8 +298,9 @@ class StartEstimate(ApiModel):
     )
     bound: bool = Field(
         default=False,
-        description="The time rests on deadlines (activeDeadlineSeconds) of jobs ahead or holding quota: a "
-        "latest start rather than an estimate.",
+        description="A latest start rather than an estimate: the time rests on deadlines "
+        "(activeDeadlineSeconds), or quota whose release the operator cannot foresee (a job with no ETA, "
+        "workloads it does not run) may come back sooner.",
     )
     jobs_ahead: int | None = Field(
         default=None, ge=0, description="TPUJobs ahead of it in its ClusterQueue, in Kueue's order."

@@ -88,7 +88,9 @@ class QueueFacts:
 @dataclass(frozen=True)
 class Estimate:
     """When the job should be admitted (None: unknown, `why` says why), and how many of the operator's jobs
-    are ahead of it in Kueue's order. `bound`: the time rests on a deadline, so it is a latest start."""
+    are ahead of it in Kueue's order. `bound`: a latest start, not an estimate: the time rests on a
+    deadline, or quota whose release the operator cannot foresee (a job with no ETA, workloads it does not
+    run) may come back sooner."""
 
     time: dt.datetime | None
     why: str = ""
@@ -151,17 +153,18 @@ def estimate(facts: QueueFacts, key: str, now: dt.datetime) -> Estimate:
         )
     foreign = foreign_chips(facts)
     free = {f: quota - foreign.get(f, 0) for f, quota in facts.quota.items()}
-    # Releases to come: (time, order, chips per flavor, a deadline bound). What never comes is why it may
-    # wait for ever: the first such reason is said.
+    # Releases to come: (time, order, chips per flavor, a deadline bound). What never comes (`stuck`: its
+    # flavors, why) is why it may wait for ever, and the first such reason is said; or, if it is admitted
+    # without it, it may come sooner: the time found is then a latest start.
     tie = itertools.count()
     releases: list[tuple[dt.datetime, int, dict[str, int], bool]] = []
-    stuck = [f"{chips} chips of flavor {f} are held by workloads the operator does not run"
+    stuck = [({f}, f"{chips} chips of flavor {f} are held by workloads the operator does not run")
              for f, chips in foreign.items() if chips]  # fmt: skip
     for holder in facts.holders:
         for name, held in holder.chips.items():
             free[name] = free.get(name, 0) - held
         if holder.ends is None:
-            stuck.append(holder.unknown or f"{holder.what} has no known end")
+            stuck.append((set(holder.chips), holder.unknown or f"{holder.what} has no known end"))
         else:
             heapq.heappush(releases, (max(holder.ends, now), next(tie), holder.chips, holder.bound))
     waiting, at, bound = list(order), now, False
@@ -174,15 +177,17 @@ def estimate(facts: QueueFacts, key: str, now: dt.datetime) -> Estimate:
                 continue
             waiting.remove(waiter)
             if waiter is me:
-                return Estimate(at, "", ahead, bound)
+                unforeseen = at > now and any(flavors & set(me.flavors) for flavors, _ in stuck)
+                return Estimate(at, "", ahead, bound or unforeseen)
             free[room] -= waiter.chips
             ends, is_bound = _release_of(waiter, at)
             if ends is None:
-                stuck.append(f"{waiter.what}, ahead of it, has no known run time (no activeDeadlineSeconds)")
+                why = f"{waiter.what}, ahead of it, has no known run time (no activeDeadlineSeconds)"
+                stuck.append(({room}, why))
             else:
                 heapq.heappush(releases, (ends, next(tie), {room: waiter.chips}, is_bound))
         if not releases:
-            why = stuck[0] if stuck else f"ClusterQueue {facts.name} never has room for it"
+            why = stuck[0][1] if stuck else f"ClusterQueue {facts.name} never has room for it"
             return Estimate(None, why, ahead)
         at, _, freed, is_bound = heapq.heappop(releases)
         bound = bound or is_bound
