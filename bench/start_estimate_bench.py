@@ -12,12 +12,13 @@ and target as the trainer contract says, so the operator reads its ETA.
 
 The bench polls every job's status every `--poll` seconds. For each queued job: its admission
 (status.queue.admittedTime, Kueue's Admitted time), the first estimate the operator made for it
-(status.queue.estimatedStart.time, not a `bound`: a job behind others whose run time is not yet known has
-none at first; the estimate comes once the jobs ahead of it run and report their ETAs), how long before the
+(status.queue.estimatedStart.time: a job behind others whose run time is not yet known has none at
+first; it comes once the jobs ahead of it run and report their ETAs), how long before the
 admission that was (its lead), and the estimate as it stood `--before` seconds ahead of the admission.
 Error = predicted - actual (seconds; positive: it started earlier than predicted). Reports each job, and the
-median and worst absolute error of both. Latest starts (`bound`: quota held by a job not yet reporting an
-ETA may come back sooner) are counted apart, with how many the job's admission came after.
+median and worst absolute error of each. A time shown as a latest start (`bound`: quota held by a job not
+yet reporting an ETA may come back sooner) is marked ≤, and the first that is an estimate (~) is reported
+too.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ WORKER = Path(__file__).resolve().parent / "start_estimate_worker.py"
 IMAGE = "tpujob-jax:start-estimate-bench"  # a local image: the simulated kubelet runs its command
 STEP_SECONDS = 0.1
 NAMESPACE = "start-estimate"
+# The estimates reported: the first shown (an estimate or a latest start), the first that is an estimate,
+# and the one shown `--before` seconds ahead of the admission.
+WHICH = ("first", "first_estimate", "before")
 V5E_LABELS = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
     "cloud.google.com/gke-tpu-topology": "2x2",
@@ -160,11 +164,16 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
             if "admitted" in entry:
                 continue
             estimate = record.get("estimatedStart") or {}
-            if estimate.get("time") and estimate.get("bound"):  # a latest start: kept apart
-                entry.setdefault("bounds", []).append({"predicted": parse(estimate["time"]), "at": now})
-            elif estimate.get("time"):
-                mark = {"predicted": parse(estimate["time"]), "at": now, "summary": record.get("summary")}
+            if estimate.get("time"):
+                mark = {
+                    "predicted": parse(estimate["time"]),
+                    "at": now,
+                    "bound": bool(estimate.get("bound")),
+                    "summary": record.get("summary"),
+                }
                 entry.setdefault("first", mark)
+                if not mark["bound"]:
+                    entry.setdefault("first_estimate", mark)
                 entry.setdefault("history", []).append(mark)
             elif estimate.get("reason"):
                 unknown_reasons[name].add(estimate["reason"])
@@ -182,23 +191,20 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
         ]
         if ahead:
             entry["before"] = ahead[-1]
-        for which in ("first", "before"):
+        for which in WHICH:
             if which in entry and actual is not None:
                 mark = entry[which]
                 row[which] = {
                     "predicted": mark["predicted"],
+                    "bound": mark["bound"],
                     "lead_seconds": round(actual - mark["at"], 1),
                     "error_seconds": round(mark["predicted"] - actual, 1),
                     "summary": mark["summary"],
                 }
-        bounds = entry.get("bounds") or []
-        row["bounds"] = len(bounds)
-        # A latest start the job started after (beyond the status' whole second): a bound that did not hold.
-        row["bounds_broken"] = sum(1 for b in bounds if actual is not None and actual > b["predicted"] + 1)
         row["unknown_reasons"] = sorted(unknown_reasons[name])[:3]
         jobs.append(row)
     summary = {}
-    for which in ("first", "before"):
+    for which in WHICH:
         errors = [abs(j[which]["error_seconds"]) for j in jobs if which in j]
         leads = [j[which]["lead_seconds"] for j in jobs if which in j]
         summary[which] = {
@@ -208,10 +214,7 @@ def run(custom: k8s.CustomObjectsApi, queue: str, args: argparse.Namespace) -> d
             "median_lead_seconds": round(statistics.median(leads), 1) if leads else None,
         }
     never = [j["job"] for j in jobs if "first" not in j]
-    summary["bounds"] = {
-        "jobs": sum(1 for j in jobs if j["bounds"]),
-        "broken": sum(1 for j in jobs if j["bounds_broken"]),
-    }
+
     return {
         "settings": {k: v for k, v in vars(args).items() if k != "json"} | {"time_scale": TIME_SCALE},
         "jobs": jobs,
