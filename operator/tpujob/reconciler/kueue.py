@@ -129,6 +129,7 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         pod_sets=tuple(render_workload.pod_set_facts(p) for p in pod_sets),
         priority=priority,
         queue_order_time=queue_order_time(meta, conditions),
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -148,6 +148,7 @@ def waiter(
         since=since,
         deadline=_deadline(body),
         runs_at_most=_runs_at_most(body),
+        tie=workload.uid,
     )
 
 

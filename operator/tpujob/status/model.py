@@ -276,6 +276,7 @@ class WorkloadView:
     # status.admissionChecks: each check's name, state and podSetUpdates (render/podset_updates.py).
     admission_checks: tuple[dict[str, Any], ...] = ()
     priority: int = 0  # spec.priority, Kueue's first order of waiting Workloads
+    uid: str = ""  # its UID: Kueue's last order, among equals
     # Kueue's second: its queue-order timestamp (Workload.GetQueueOrderTimestamp, RFC 3339; "" unknown).
     queue_order_time: str = ""
 

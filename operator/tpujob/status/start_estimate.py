@@ -11,7 +11,7 @@ holds, as far as it knows, for ever; so does a job whose end it cannot tell (no 
 restarting, and no deadline).
 
 The estimate replays Kueue's scheduler over that future (pkg/scheduler/scheduler.go schedule, one cycle per
-release of quota): the waiting jobs in Kueue's order (pkg/queue/cluster_queue.go queueOrderingFunc: higher
+release of quota): the waiting jobs in Kueue's order (pkg/cache/queue/cluster_queue.go baseCompareFunc: higher
 priority first, then the earlier queue-order timestamp, which is the Workload's creation or its last
 eviction, pkg/workload GetQueueOrderTimestamp), each admitted into the first of its flavors that has room
 (flavorassigner: flavors are tried in the queue's order); under StrictFIFO the first that does not fit
@@ -69,6 +69,7 @@ class Waiter:
     # activeDeadlineSeconds of a job whose clock has not started (it counts from the admission): it runs
     # at most this long once admitted.
     runs_at_most: float | None = None
+    tie: str = ""  # its Workload's UID: Kueue's order among equal priority and time
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,9 @@ class Estimate:
 
 
 def kueue_order(waiters: tuple[Waiter, ...]) -> list[Waiter]:
-    """Kueue's order of a ClusterQueue's waiting Workloads: priority, then queue-order timestamp."""
-    return sorted(waiters, key=lambda w: (-w.priority, w.since, w.key))
+    """Kueue's order of a ClusterQueue's waiting Workloads: priority, then queue-order timestamp, then the
+    Workload's UID (pkg/cache/queue/cluster_queue.go baseCompareFunc)."""
+    return sorted(waiters, key=lambda w: (-w.priority, w.since, w.tie, w.key))
 
 
 def foreign_chips(facts: QueueFacts) -> dict[str, int]:
