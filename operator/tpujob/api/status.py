@@ -198,7 +198,9 @@ class Progress(ApiModel):
     target_steps: int | None = Field(default=None, description="The step at which training ends.")
     percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")
     eta: str | None = Field(
-        default=None, description="When training should end at the pace since the last read (RFC 3339)."
+        default=None,
+        description="When training should end (RFC 3339), at the pace since paceTime; unset until a read "
+        "after paceTime.",
     )
     checkpoint_step: int | None = Field(default=None, description="The step of the last checkpoint saved.")
     checkpoint_time: str | None = Field(default=None, description="When it was saved (RFC 3339).")
@@ -211,6 +213,13 @@ class Progress(ApiModel):
         "every read of a step that stands still."
     )
     attempt: int = Field(default=0, description="The attempt whose trainer reported it.")
+    pace_step: int | None = Field(
+        default=None, description="The step at the first read at which it had moved in this attempt."
+    )
+    pace_time: str | None = Field(
+        default=None,
+        description="When that was read (RFC 3339, to the millisecond): the ETA's pace is measured from it.",
+    )
     stalled: bool | None = Field(
         default=None, description="This attempt was restarted as Stalled (progressDeadlineSeconds)."
     )
@@ -282,6 +291,29 @@ class Cost(ApiModel):
     )
 
 
+class StartEstimate(ApiModel):
+    """When a queued job should be admitted: when enough of its ClusterQueue's quota frees up for it, from the
+    ETAs and deadlines of the TPUJobs holding that quota and the jobs ahead of it in Kueue's order
+    (docs/concepts/kueue.md says how, and what it does not know)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    time: str | None = Field(
+        default=None, description="The estimated admission time (RFC 3339); unset: unknown (reason says why)."
+    )
+    bound: bool = Field(
+        default=False,
+        description="A latest start rather than an estimate: the time rests on deadlines "
+        "(activeDeadlineSeconds), or quota whose release the operator cannot foresee (a job with no ETA, "
+        "workloads it does not run) may come back sooner.",
+    )
+    jobs_ahead: int | None = Field(
+        default=None, ge=0, description="TPUJobs ahead of it in its ClusterQueue, in Kueue's order."
+    )
+    reason: str | None = Field(default=None, max_length=1024, description="Why the start is unknown.")
+    computed_time: str = Field(description="When this was estimated (RFC 3339).")
+
+
 class QueueStatus(ApiModel):
     """Where Kueue has the job: its queue, its Workload, the ClusterQueue and flavors that admitted it."""
 
@@ -315,6 +347,15 @@ class QueueStatus(ApiModel):
         default=None,
         description="The Workload the operator deactivated itself (spec.active false: the job was "
         "suspended), the only one it activates again; one Kueue or an administrator deactivated stays so.",
+    )
+    estimated_start: StartEstimate | None = Field(
+        default=None, description="While it waits for quota: when it should be admitted."
+    )
+    summary: str | None = Field(
+        default=None,
+        max_length=256,
+        description="While it waits for quota, what `kubectl get tpujobs` shows: its position in the "
+        "ClusterQueue where known and its estimated start, e.g. 'Queued #3, ~14:20Z'.",
     )
 
 

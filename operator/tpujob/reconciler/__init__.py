@@ -5,6 +5,7 @@ pass per job at a time. Idempotent: creating what exists and deleting what is go
 a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 
 - kueue: what a pass reads of Kueue (the job's Workload, its flavors, its LocalQueue, its priority);
+- start_estimates: a waiting job's ClusterQueue and the operator's jobs in it, for its start estimate;
 - observe: what a pass sees (pods, pools while they change, the cluster, maintenance notices);
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
 - act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics; returns what happened;

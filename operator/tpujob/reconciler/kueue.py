@@ -10,6 +10,7 @@ time the Workload watch starts; every read, write and watch of Kueue's objects a
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from tpujob import kube
 from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
+from tpujob.reconciler.start_estimates import StartEstimates
 from tpujob.render import workload as render_workload
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,11 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
     admission = status.get("admission")
     if admission is not None and not isinstance(admission, dict):
         raise ValueError("status.admission: not an object")
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError("spec.priority: not an integer")
     return s.WorkloadView(
         name=meta["name"],
         resource_version=meta.get("resourceVersion") or "",
@@ -120,7 +127,19 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
         pod_sets=tuple(render_workload.pod_set_facts(p) for p in pod_sets),
+        priority=priority,
+        queue_order_time=queue_order_time(meta, conditions),
+        uid=str(meta.get("uid") or ""),
     )
+
+
+def queue_order_time(meta: Mapping[str, Any], conditions: tuple[dict[str, Any], ...]) -> str:
+    """Kueue's queue-order timestamp of a Workload (pkg/workload Ordering.GetQueueOrderTimestamp, with the
+    default requeuingStrategy.timestamp Eviction): when a PodsReady timeout evicted it, else its creation."""
+    evicted = next((x for x in conditions if x.get("type") == "Evicted"), None)
+    if evicted and evicted.get("status") == "True" and evicted.get("reason") == "PodsReadyTimeout":
+        return str(evicted.get("lastTransitionTime") or meta.get("creationTimestamp") or "")
+    return str(meta.get("creationTimestamp") or "")
 
 
 def flavor_view(body: Mapping[str, Any]) -> s.FlavorView:
@@ -140,9 +159,16 @@ class KueueReader:
         self.served = KueueServed(api)
         self._flavors: dict[str, tuple[float, s.FlavorView | None]] = {}
         self._lock = threading.Lock()
+        # A waiting job's ClusterQueue and the operator's jobs in it (its start estimate); the glue sets
+        # its source.
+        self.estimates = StartEstimates(api, self.flavor)
 
     def view(
-        self, job: TPUJob, workloads: list[s.WorkloadView] | None, problem: str = ""
+        self,
+        job: TPUJob,
+        workloads: list[s.WorkloadView] | None,
+        problem: str = "",
+        now: dt.datetime | None = None,
     ) -> s.QueueView | None:
         """None for a job without the queue label. `workloads`: the watch's for the job's name (None: the
         Workload watch has not listed, or does not run); `problem`: why it does not, if known."""
@@ -158,11 +184,14 @@ class KueueReader:
         # A Workload of an earlier job of the same name (deleted, GC not done yet) is not this job's.
         workload = next((w for w in workloads if w.owner_uid == uid), None)
         try:
-            return dataclasses.replace(self._read(job, name, workload, served.version), api=served)
+            read = self._read(job, name, workload, served.version, now or dt.datetime.now(dt.UTC))
+            return dataclasses.replace(read, api=served)
         except kube.ApiError as error:
             return s.QueueView(name, known=False, problem=f"Kueue's API refused a read: {error}")
 
-    def _read(self, job: TPUJob, name: str, workload: s.WorkloadView | None, version: str) -> s.QueueView:
+    def _read(
+        self, job: TPUJob, name: str, workload: s.WorkloadView | None, version: str, now: dt.datetime
+    ) -> s.QueueView:
         admitted = workload is not None and workload.is_true("Admitted") and workload.admission
         if admitted:
             assert workload is not None and workload.admission is not None
@@ -177,12 +206,16 @@ class KueueReader:
         cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue") or ""
         pending = (local_queue.get("status") or {}).get("pendingWorkloads")
         priority = self.priority(job, version) if workload is None else None
+        waits_for_quota = workload is not None and not workload.is_true("QuotaReserved")
         return s.QueueView(
             name,
             workload=workload,
             cluster_queue=cluster_queue,
             pending_workloads=int(pending) if pending is not None else None,
             priority=priority,
+            facts=self.estimates.facts(cluster_queue, version, now, (job.to_wire(), workload))
+            if waits_for_quota and workload is not None
+            else None,
         )
 
     def flavor(self, name: str, version: str) -> s.FlavorView | None:

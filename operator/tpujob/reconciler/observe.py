@@ -239,7 +239,7 @@ class Observer:
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
-            queue=self.kueue.view(job, workloads, self.kueue_problem),
+            queue=self.kueue.view(job, workloads, self.kueue_problem, now),
             queue_required=policy.require_queue,
         )
         # A job Kueue admits is the queue's to count; one its namespace holds for a queue label is nobody's.

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpujob import tpu
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 from tpujob.render.placement import Placement
 from tpujob.render.workload import KueueApi, PodSetFacts, PriorityFact
+
+if TYPE_CHECKING:  # start_estimate reads this module's helpers
+    from tpujob.status.start_estimate import QueueFacts
 
 # Phases a job never leaves.
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -274,6 +277,10 @@ class WorkloadView:
     pod_sets: tuple[PodSetFacts, ...] = ()  # spec.podSets, what of them the job's must match
     # status.admissionChecks: each check's name, state and podSetUpdates (render/podset_updates.py).
     admission_checks: tuple[dict[str, Any], ...] = ()
+    priority: int = 0  # spec.priority, Kueue's first order of waiting Workloads
+    uid: str = ""  # its UID: Kueue's last order, among equals
+    # Kueue's second: its queue-order timestamp (Workload.GetQueueOrderTimestamp, RFC 3339; "" unknown).
+    queue_order_time: str = ""
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
@@ -298,6 +305,8 @@ class QueueView:
     priority: PriorityFact | None = None  # read only while a Workload is to be created
     problem: str = ""  # why Kueue's API cannot be used now ("" none)
     api: KueueApi = field(default_factory=KueueApi)  # the Workload API version found served, its pod-set cap
+    # Its ClusterQueue's quota, holders and waiters, for a job waiting for quota (status/start_estimate.py).
+    facts: QueueFacts | None = None
 
 
 @dataclass(frozen=True)

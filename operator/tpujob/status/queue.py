@@ -21,10 +21,11 @@ import datetime as dt
 from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
-from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
+from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, StartEstimate, WorkerCounts
 from tpujob.render.placement import Placement
 from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
 from tpujob.render.workload import pod_set_name
+from tpujob.status import start_estimate
 from tpujob.status.builder import Builder, fail, known_pools, record_pools, release
 from tpujob.status.model import (
     POOL_DELETED,
@@ -90,7 +91,9 @@ def admitted(b: Builder) -> bool:
     if queue is None:
         return True
     record = b.status.queue or QueueStatus(name=queue.name)
-    b.status.queue = record.model_copy(update={"name": queue.name})
+    # The start estimate and its summary are a waiting job's only (_pending sets them again).
+    previous_estimate = record.estimated_start
+    b.status.queue = record.model_copy(update={"name": queue.name, "estimated_start": None, "summary": None})
     if not queue.enabled:
         _hold(
             b,
@@ -147,7 +150,7 @@ def admitted(b: Builder) -> bool:
         _hold(b, DEACTIVATED, f"Workload {workload.name} is deactivated (spec.active: false){STANDS}")
         return False
     if not workload.is_true(QUOTA_RESERVED) or not workload.is_true(ADMITTED):
-        _pending(b, queue, workload)
+        _pending(b, queue, workload, previous_estimate)
         return False
     return _admit(b, queue, workload)
 
@@ -291,9 +294,11 @@ def _evicted(b: Builder, workload: WorkloadView) -> None:
         b.decision.requeue(b.observed.poll_provisioning_seconds)
 
 
-def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
+def _pending(
+    b: Builder, queue: QueueView, workload: WorkloadView, previous_estimate: StartEstimate | None
+) -> None:
     """Waiting for Kueue: its reason and message as Kueue wrote them (QuotaReserved=False), or its
-    admission checks."""
+    admission checks; while it waits for quota, when it should start (status/start_estimate.py)."""
     record = b.status.queue
     assert record is not None
     record.workload = workload.name
@@ -315,6 +320,8 @@ def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
         else ""
     )
     _hold(b, reason, f"queued in {where}: {message}{waiting}")
+    if not workload.is_true(QUOTA_RESERVED):
+        start_estimate.record(record, previous_estimate, queue.facts, b.job.metadata.uid or "", b.now)
     if workload.condition(PODS_READY) is not None:
         _report_pods_ready(b, workload, ready=False)
 
