@@ -22,6 +22,7 @@ from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
 from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
+from tpujob.render.cluster import slice_shape
 from tpujob.render.placement import Placement
 from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
 from tpujob.render.workload import pod_set_name
@@ -39,7 +40,7 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.provisioned import workload_differences
-from tpujob.status.tas import tas_problem
+from tpujob.status.tas import TopologyAssignmentError, tas_problem, with_topology
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED = "QuotaReserved"
@@ -337,8 +338,12 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
             _hold(b, Reason.KUEUE_UNAVAILABLE, f"ResourceFlavor {missing[0]} of the admission cannot be read")
             return False
         try:  # the admission checks' pod set updates on the flavors' part (render/podset_updates.py)
-            b.decision.placement[index] = with_updates(
+            updated = with_updates(
                 b.job, index, placement([queue.flavors[n] for n in names]), workload.admission_checks
+            )
+            # Kueue TAS (policy existing): each worker on its assigned domain (status/tas.py).
+            b.decision.placement[index] = with_topology(
+                updated, assignments.get(pod_set_name(index)), slice_shape(b.job).hosts
             )
         except ValueError as error:
             _cannot_start(b, workload, pod_set_name(index), error)
@@ -374,6 +379,9 @@ def _cannot_start(b: Builder, workload: WorkloadView, pod_set: str, error: Value
             "point the job at a ClusterQueue whose admission checks provision what spec.tpu asks for "
             "(its ProvisioningRequestConfig and ResourceFlavor), or change spec.tpu (or spec.pod) to match"
         )
+    elif isinstance(error, TopologyAssignmentError):
+        problem = f"Workload {workload.name}: {error}"
+        fix = "a topology assignment must place each host of the slice once: re-create the job to queue again"
     else:
         problem, fix = f"Workload {workload.name}: {error}", "fix the admission check that wrote it"
     fail(b, FAILED_TO_START, f"Kueue admitted the job, but it cannot start: {problem}: {fix}")

@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tpujob_sandbox.kueue import checks
+from tpujob_sandbox.kueue import checks, tas
 from tpujob_sandbox.kueue.assign import Cluster, QueueView, queue_view
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.objects import (
@@ -38,6 +38,8 @@ class World:
     local_queues: list[Obj] = field(default_factory=list)
     workloads: list[Obj] = field(default_factory=list)
     version: str = VERSIONS[0]  # the API version they were listed in (and the statuses are written in)
+    topologies: list[Obj] = field(default_factory=list)  # for topology-aware scheduling (tas.py)
+    nodes: list[Obj] = field(default_factory=list)
 
 
 @dataclass
@@ -112,7 +114,15 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
         if active[name]:
             waiting = [wl for wl in workloads if queue_of(wl)[1] == name and not stopped(queue_of(wl)[0])]
             waiting = [wl for wl in waiting if queue_of(wl)[0] is not None and _waiting(wl, now)]
-            schedule_queue(Cluster(view, flavors, tuple(holders(name))), waiting, now)
+            cluster = Cluster(
+                view,
+                flavors,
+                tuple(holders(name)),
+                topologies={t["metadata"]["name"]: tas.levels_of(t) for t in world.topologies},
+                nodes=tuple(tas.node_of(n) for n in world.nodes),
+                version=world.version,
+            )
+            schedule_queue(cluster, waiting, now)
 
     for name, cq in cqs.items():
         queued = [

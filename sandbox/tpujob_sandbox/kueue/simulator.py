@@ -37,6 +37,7 @@ class KueueSimulator:
     def __init__(self, api_client: k8s.ApiClient, config: KueueConfig | None = None) -> None:
         self.api_client = api_client
         self.custom = k8s.CustomObjectsApi(api_client)
+        self.core = k8s.CoreV1Api(api_client)
         self._config = config or KueueConfig()
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -149,6 +150,13 @@ class KueueSimulator:
             return None  # no Kueue CRDs: nothing to do until they come
         flavors, cluster_queues, local_queues, workloads = (self._list(version, p) for p in PLURALS)
         world = World(flavors, cluster_queues, local_queues, workloads, version=version)
+        if any((f.get("spec") or {}).get("topologyName") for f in flavors):
+            # Topology-aware scheduling reads the Topologies and the Nodes (Kueue's TAS cache watches both:
+            # pkg/controller/tas/topology_controller.go, node_controller.go); read each pass, the resync
+            # bounding how stale they get.
+            world.topologies = self._list(version, "topologies")
+            response = self.core.list_node(_preload_content=False)
+            world.nodes = json.loads(response.data)["items"]
         with self._lock:
             config = self._config
         plan = reconcile(world, config, datetime.now(UTC))
