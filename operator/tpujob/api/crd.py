@@ -177,6 +177,13 @@ PRINTER_COLUMNS = [
         "description": "Kueue: the ClusterQueue the job waits in or was admitted by",
     },
     {
+        "name": "Position",
+        "type": "integer",
+        "jsonPath": ".status.queue.position",
+        "description": "Kueue: while queued, the job's place in its ClusterQueue (1: next), where Kueue's "
+        "visibility API is served",
+    },
+    {
         "name": "Reason",
         "type": "string",
         "jsonPath": ".status.reason",

@@ -20,7 +20,8 @@ operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a name
 `startup` (why workers have not started), `progress` (a trainer's step counter), `worker_numbers` (bounds on
 what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits),
 `restart_history` (each restart's cause and time to recover), `provisioned` (a job admitted on capacity a
-ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment).
+ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment), `queue_position`
+(where a queued job stands, from Kueue's visibility API).
 """
 
 from tpujob.status.invalid import InvalidObserved, decide_invalid

@@ -91,7 +91,8 @@ def admitted(b: Builder) -> bool:
     if queue is None:
         return True
     record = b.status.queue or QueueStatus(name=queue.name)
-    b.status.queue = record.model_copy(update={"name": queue.name})
+    # The position is the pass' own reading (set again while pending: _pending).
+    b.status.queue = record.model_copy(update={"name": queue.name, "position": None})
     if not queue.enabled:
         _hold(
             b,
@@ -300,6 +301,7 @@ def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
     record.workload = workload.name
     record.cluster_queue = queue.cluster_queue or record.cluster_queue
     record.pending_workloads = queue.pending_workloads
+    record.position = queue.position.in_cluster_queue + 1 if queue.position is not None else None
     record.flavors = {}
     reserved = workload.condition(QUOTA_RESERVED) or {}
     if workload.is_true(QUOTA_RESERVED):
@@ -310,11 +312,15 @@ def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
     else:  # Kueue has not looked at it yet
         reason, message = Reason.WORKLOAD_CREATED, f"waiting for Kueue to admit Workload {workload.name}"
     where = f"ClusterQueue {record.cluster_queue}" if record.cluster_queue else f"LocalQueue {queue.name}"
-    waiting = (
-        f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
-        if (queue.pending_workloads)
-        else ""
-    )
+    if queue.position is not None:  # Kueue's visibility API (status/queue_position.py)
+        waiting = (
+            f"; position {record.position} in ClusterQueue {record.cluster_queue} "
+            f"({queue.position.in_local_queue + 1} in LocalQueue {queue.name})"
+        )
+    elif queue.pending_workloads:
+        waiting = f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
+    else:
+        waiting = ""
     _hold(b, reason, f"queued in {where}: {message}{waiting}")
     if workload.condition(PODS_READY) is not None:
         _report_pods_ready(b, workload, ready=False)
@@ -353,7 +359,7 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
     record.workload = workload.name
     record.cluster_queue = admission.get("clusterQueue") or record.cluster_queue
     record.flavors = flavors
-    record.pending_workloads = None
+    record.pending_workloads = record.position = None
     if newly or record.admitted_time is None:
         admitted_at = (workload.condition(ADMITTED) or {}).get("lastTransitionTime") or timestamp(b.now)
         record.admitted_time = admitted_at
