@@ -143,16 +143,16 @@ def test_without_the_visibility_api_it_says_the_local_queues_count():
     assert "5 workload(s) pending in LocalQueue" in decision.status.message
 
 
-def test_the_reader_asks_the_visibility_api_only_for_a_pending_workload_where_served():
+@pytest.mark.parametrize(("served", "read"), [(group("v1beta1", "v1beta2"), True), (None, False)])
+def test_the_reader_asks_the_visibility_api_only_where_it_is_served(served, read):
     job = queued_job()
     api = VisibilityApi(summary(item("tpujob-train-abcde", 4, 0, namespace=job.metadata.namespace)))
+    api.visibility = served
     api.get_kueue_object = lambda version, plural, name, namespace=None: {"spec": {"clusterQueue": "tpu-cq"}}
     reader = KueueReader(api, enabled=True)  # type: ignore[arg-type]
     reader.served.current = KueueApi("v1beta2", 18)
-    reader.served.visibility = "v1beta2"
     view = reader.view(job, workloads=[workload(PENDING)])
-    assert view is not None and view.position == QueuePosition(4, 0)
-    reader.served.visibility = None
-    reader.positions = PendingPositions(api)  # type: ignore[arg-type]
-    view = reader.view(job, workloads=[workload(PENDING)])
-    assert view is not None and view.position is None and len(api.asked) == 1
+    assert view is not None and view.position == (QueuePosition(4, 0) if read else None)
+    assert api.asked == ([(VISIBILITY_GROUP, "v1beta2", "tpu-cq")] if read else [])
+    reader.view(job, workloads=[workload(PENDING)])
+    assert len(api.asked) == (1 if read else 0)  # within the interval: the same reading

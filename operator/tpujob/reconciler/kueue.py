@@ -30,6 +30,8 @@ MIN_CAP = render_workload.MIN_POD_SETS
 FLAVOR_TTL_SECONDS = 60.0
 # A ClusterQueue's pending workloads (Kueue's visibility API) are read at most this often.
 VISIBILITY_READ_SECONDS = 10.0
+# Whether Kueue's visibility API is served is looked up again this often.
+VISIBILITY_DISCOVERY_SECONDS = 30.0
 
 
 def served_version(group: Mapping[str, Any] | None) -> str | None:
@@ -100,14 +102,18 @@ class KueueServed:
         self.api = api
         self.current: render_workload.KueueApi | None = None
         self.problem = ""  # why the last discovery found none ("" none)
-        # Kueue's visibility API version served (an aggregated API: Kueue's own server), None: not served.
+        # Kueue's visibility API version served (an aggregated API: Kueue's own server), None: not served;
+        # found with the Workload version, and again every VISIBILITY_DISCOVERY_SECONDS (`visibility_now`):
+        # its server comes and goes apart from the CRDs.
         self.visibility: str | None = None
+        self._visibility_at = float("-inf")
 
     def discover(self) -> render_workload.KueueApi | None:
         """Ask discovery for kueue.x-k8s.io's versions, then the Workload CRD for its cap. A CRD the operator
         may not read (its RBAC grants that one get) leaves the cap at the fewest any version allows."""
         version = served_version(self.api.get_api_group(c.KUEUE_GROUP))
         self.visibility = self._visibility() if version is not None else None
+        self._visibility_at = time.monotonic()
         if version is None:
             self.current = None
             self.problem = (
@@ -133,6 +139,13 @@ class KueueServed:
             )
         self.current, self.problem = found, ""
         return found
+
+    def visibility_now(self) -> str | None:
+        """The visibility API version, discovered again when the last look is older than the interval."""
+        if time.monotonic() - self._visibility_at >= VISIBILITY_DISCOVERY_SECONDS:
+            self._visibility_at = time.monotonic()
+            self.visibility = self._visibility()
+        return self.visibility
 
     def _visibility(self) -> str | None:
         """The visibility API's version: discovery of visibility.kueue.x-k8s.io (an APIService that is
@@ -238,7 +251,7 @@ class KueueReader:
         pending = (local_queue.get("status") or {}).get("pendingWorkloads")
         priority = self.priority(job, version) if workload is None else None
         position = None
-        visibility = self.served.visibility
+        visibility = self.served.visibility_now() if workload is not None else None
         if workload is not None and cluster_queue and visibility is not None:
             position = self.positions.position(
                 visibility, cluster_queue, job.metadata.namespace, workload.name

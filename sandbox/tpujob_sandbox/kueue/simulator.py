@@ -22,7 +22,7 @@ from kubernetes import watch
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.model import Plan, World, reconcile
-from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj, key
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class KueueSimulator:
         self._responses: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.passes = 0  # passes run (a test can wait for one after a change)
+        self.latest: World | None = None  # the objects as the last pass left them
 
     # --- control ---------------------------------------------------------------------------------------
 
@@ -161,6 +162,14 @@ class KueueSimulator:
             config = self._config
         plan = reconcile(world, config, datetime.now(UTC))
         conflicts = self._apply(world, plan)
+        # What the pass left, for the visibility API (visibility_server.py): Kueue answers from its queue
+        # manager's memory, not from a fresh list.
+        self.latest = replace(
+            world,
+            workloads=[
+                {**w, "status": plan.workload_status.get(key(w), w.get("status"))} for w in world.workloads
+            ],
+        )
         self.passes += 1
         if conflicts:
             self._dirty.set()
