@@ -104,7 +104,7 @@ def _level_value(values: Any, index: int, where: str) -> str:
     prefix, suffix = individual.get("prefix") or "", individual.get("suffix") or ""
     if not isinstance(prefix, str) or not isinstance(suffix, str):
         raise TopologyAssignmentError(f"{where}.individual: prefix and suffix must be strings")
-    return prefix + roots[index] + suffix
+    return f"{prefix}{roots[index]}{suffix}"
 
 
 def _v1beta2_domains(levels: list[str], slices: Any, where: str) -> list[tuple[tuple[str, ...], int]]:
@@ -122,15 +122,18 @@ def _v1beta2_domains(levels: list[str], slices: Any, where: str) -> list[tuple[t
         pods = piece.get("podCounts")
         if not isinstance(pods, Mapping):
             raise TopologyAssignmentError(f"{at}.podCounts: not an object")
-        individual = pods.get("individual")
-        if pods.get("universal") is None and (not isinstance(individual, list) or len(individual) != count):
+        individual, universal = pods.get("individual"), pods.get("universal")
+        if universal is not None:
+            counts: list[Any] = [universal] * count
+        elif isinstance(individual, list) and len(individual) == count:
+            counts = individual
+        else:
             raise TopologyAssignmentError(f"{at}.podCounts: neither universal nor one count per domain")
         for index in range(count):
             values = tuple(
                 _level_value(v, index, f"{at}.valuesPerLevel[{level}]") for level, v in enumerate(per_level)
             )
-            pods_here = pods.get("universal") if pods.get("universal") is not None else individual[index]
-            out.append((values, _count(pods_here, f"{at}.podCounts")))
+            out.append((values, _count(counts[index], f"{at}.podCounts")))
     return out
 
 

@@ -22,6 +22,7 @@ import logging
 import re
 import ssl
 import threading
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -133,15 +134,17 @@ class VisibilityServer:
                     "versionPriority": VERSION_PRIORITY,
                 },
             }
-            wait_for(lambda b=body: self._created(api, b), timeout=timeout, what=f"APIService {name} created")
+            wait_for(partial(self._created, api, body), timeout=timeout, what=f"APIService {name} created")
             wait_for(
-                lambda n=name: any(
-                    c.type == "Available" and c.status == "True"
-                    for c in (api.read_api_service(n).status.conditions or [])
-                ),
+                partial(self._available, api, name),
                 timeout=timeout,
                 what=f"the aggregator to find {name} available",
             )
+
+    @staticmethod
+    def _available(api: k8s.ApiregistrationV1Api, name: str) -> bool:
+        conditions = api.read_api_service(name).status.conditions or []
+        return any(c.type == "Available" and c.status == "True" for c in conditions)
 
     @staticmethod
     def _created(api: k8s.ApiregistrationV1Api, body: dict[str, Any]) -> bool:
@@ -242,9 +245,16 @@ class VisibilityServer:
                 if self.path == "/healthz":
                     self.reply(200, {"status": "ok"})
                     return
-                peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
-                subject = dict(x[0] for x in (peer or {}).get("subject", ()))
-                if subject.get("commonName") != FRONT_PROXY_CLIENT:  # --requestheader-allowed-names
+                peer: Any = (
+                    self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+                )
+                names = [
+                    value
+                    for rdn in (peer or {}).get("subject", ())
+                    for key, value in rdn
+                    if key == "commonName"
+                ]
+                if names != [FRONT_PROXY_CLIENT]:  # --requestheader-allowed-names
                     self.reply(401, status(401, "Unauthorized", "Unauthorized"))
                     return
                 user = self.headers.get("X-Remote-User") or ""
