@@ -111,6 +111,7 @@ def test_an_expired_booking_before_admission_is_rejected_and_its_pools_go(jobs, 
         admission_checks=[kueue.provisioning_check(backoff_limit=0), approval],
     )
     queue = kueue.local_queue(jobs.namespace, cluster_queue)
+    earlier = len(gke.queued_provisioning.created)  # the session's other tests' requests
     jobs.create(queued(plain_job("expiry", tpu=V5E_4X4), queue))
 
     def provisioned():
@@ -129,7 +130,7 @@ def test_an_expired_booking_before_admission_is_rejected_and_its_pools_go(jobs, 
         what="the provisioning check Ready (GKE made the request's pools)",
         last_state=lambda: jobs.status("expiry"),
     )
-    made = list(gke.queued_provisioning.created)
+    made = list(gke.queued_provisioning.created[earlier:])
     assert len(made) == SLICES and set(made) <= set(gke.node_pools())
     assert condition(workload, "Admitted").get("status") != "True"
     assert jobs.status("expiry")["phase"] == "Queued" and jobs.pods("expiry") == []
