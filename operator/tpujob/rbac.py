@@ -92,6 +92,12 @@ KUEUE_CLUSTER_RULES: list[dict[str, Any]] = [
         "verbs": ["get"],
     },
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list"]},
+    # Kueue's visibility API, where it is served: a queued job's position in its ClusterQueue.
+    {
+        "apiGroups": [c.KUEUE_VISIBILITY_GROUP],
+        "resources": ["clusterqueues/pendingworkloads"],
+        "verbs": ["get"],
+    },
     # The Workload CRD alone: how many pod sets the installed Kueue allows (spec.podSets maxItems).
     {
         "apiGroups": ["apiextensions.k8s.io"],

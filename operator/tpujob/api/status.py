@@ -343,6 +343,14 @@ class QueueStatus(ApiModel):
     pending_workloads: int | None = Field(
         default=None, description="Workloads pending in the LocalQueue, as Kueue last counted them."
     )
+    position: int | None = Field(
+        default=None,
+        ge=1,
+        description="While queued, the job's place among the Workloads pending in its ClusterQueue, 1 the "
+        "next Kueue considers (Kueue's visibility API, positionInClusterQueue + 1; read at most once every "
+        "10 s per ClusterQueue). Unset when that API is not served: then "
+        "pendingWorkloads counts the LocalQueue's.",
+    )
     deactivated_workload: str | None = Field(
         default=None,
         description="The Workload the operator deactivated itself (spec.active false: the job was "

@@ -23,12 +23,17 @@ from tpujob.api import TPUJob
 from tpujob.api import constants as c
 from tpujob.reconciler.start_estimates import StartEstimates
 from tpujob.render import workload as render_workload
+from tpujob.status.queue_position import VISIBILITY_GROUP, positions, visibility_version
 
 log = logging.getLogger(__name__)
 
 MIN_CAP = render_workload.MIN_POD_SETS
 # A flavor read is kept this long: flavors change rarely, and a running job's passes would read them again.
 FLAVOR_TTL_SECONDS = 60.0
+# A ClusterQueue's pending workloads (Kueue's visibility API) are read at most this often.
+VISIBILITY_READ_SECONDS = 10.0
+# Whether Kueue's visibility API is served is looked up again this often.
+VISIBILITY_DISCOVERY_SECONDS = 30.0
 
 
 def served_version(group: Mapping[str, Any] | None) -> str | None:
@@ -52,6 +57,44 @@ def max_pod_sets(crd: Mapping[str, Any] | None, version: str) -> int | None:
     return None
 
 
+class PendingPositions:
+    """Where the Workloads pending in each ClusterQueue stand, from Kueue's visibility API: one read per
+    ClusterQueue at most every `interval` seconds, shared by every job queued there: the answer lists the
+    whole queue, and Kueue has its server throttled by an API Priority and Fairness configuration of its own
+    (visibility-apf.yaml; site/.../monitor_pending_workloads/pending_workloads_on_demand.md).
+    A read that fails (403: RBAC, 503: the APIService down) is not tried again before the interval either;
+    meanwhile the jobs fall back to their LocalQueue's pending count."""
+
+    def __init__(self, api: kube.Kube, interval: float = VISIBILITY_READ_SECONDS) -> None:
+        self.api = api
+        self.interval = interval
+        self.reads = 0  # the reads made (tests bound them)
+        self._read: dict[tuple[str, str], tuple[float, dict[tuple[str, str], s.QueuePosition]]] = {}
+        self._lock = threading.Lock()
+
+    def position(
+        self, version: str, cluster_queue: str, namespace: str, workload: str
+    ) -> s.QueuePosition | None:
+        key = (version, cluster_queue)
+        with self._lock:  # one reader per interval: the others take what it read (or read nothing)
+            cached = self._read.get(key)
+            if cached is None or time.monotonic() - cached[0] >= self.interval:
+                cached = (time.monotonic(), self._fetch(version, cluster_queue))
+                self._read[key] = cached
+                self.reads += 1
+        return cached[1].get((namespace, workload))
+
+    def _fetch(self, version: str, cluster_queue: str) -> dict[tuple[str, str], s.QueuePosition]:
+        try:
+            summary = self.api.get_pending_workloads(VISIBILITY_GROUP, version, cluster_queue)
+        except kube.ApiError as error:
+            log.info(
+                "Kueue's visibility API refused ClusterQueue %s's pending workloads: %s", cluster_queue, error
+            )
+            return {}
+        return positions(summary)
+
+
 class KueueServed:
     """Which Workload API the cluster serves (render.workload.KueueApi), refreshed by `discover` (the Workload
     watch calls it each time it starts: Kueue installed, upgraded or removed since). `current` is None until
@@ -61,11 +104,18 @@ class KueueServed:
         self.api = api
         self.current: render_workload.KueueApi | None = None
         self.problem = ""  # why the last discovery found none ("" none)
+        # Kueue's visibility API version served (an aggregated API: Kueue's own server), None: not served;
+        # found with the Workload version, and again every VISIBILITY_DISCOVERY_SECONDS (`visibility_now`):
+        # its server comes and goes apart from the CRDs.
+        self.visibility: str | None = None
+        self._visibility_at = float("-inf")
 
     def discover(self) -> render_workload.KueueApi | None:
         """Ask discovery for kueue.x-k8s.io's versions, then the Workload CRD for its cap. A CRD the operator
         may not read (its RBAC grants that one get) leaves the cap at the fewest any version allows."""
         version = served_version(self.api.get_api_group(c.KUEUE_GROUP))
+        self.visibility = self._visibility() if version is not None else None
+        self._visibility_at = time.monotonic()
         if version is None:
             self.current = None
             self.problem = (
@@ -90,6 +140,28 @@ class KueueServed:
                 "Kueue serves Workloads %s, at most %d pod sets each", found.api_version, found.max_pod_sets
             )
         self.current, self.problem = found, ""
+        return found
+
+    def visibility_now(self) -> str | None:
+        """The visibility API version, discovered again when the last look is older than the interval."""
+        if time.monotonic() - self._visibility_at >= VISIBILITY_DISCOVERY_SECONDS:
+            self._visibility_at = time.monotonic()
+            self.visibility = self._visibility()
+        return self.visibility
+
+    def _visibility(self) -> str | None:
+        """The visibility API's version: discovery of visibility.kueue.x-k8s.io (an APIService that is
+        registered but not available answers 503: not served for now)."""
+        try:
+            found = visibility_version(self.api.get_api_group(VISIBILITY_GROUP))
+        except kube.ApiError as error:
+            log.info(
+                "Kueue's visibility API is not available (%s): queued jobs show their LocalQueue's count",
+                error,
+            )
+            return None
+        if found != self.visibility:
+            log.info("Kueue's visibility API: %s", f"{VISIBILITY_GROUP}/{found}" if found else "not served")
         return found
 
 
@@ -157,6 +229,7 @@ class KueueReader:
         self.api = api
         self.enabled = enabled  # TPUJOB_KUEUE
         self.served = KueueServed(api)
+        self.positions = PendingPositions(api)
         self._flavors: dict[str, tuple[float, s.FlavorView | None]] = {}
         self._lock = threading.Lock()
         # A waiting job's ClusterQueue and the operator's jobs in it (its start estimate); the glue sets
@@ -207,6 +280,12 @@ class KueueReader:
         pending = (local_queue.get("status") or {}).get("pendingWorkloads")
         priority = self.priority(job, version) if workload is None else None
         waits_for_quota = workload is not None and not workload.is_true("QuotaReserved")
+        position = None
+        visibility = self.served.visibility_now() if workload is not None else None
+        if workload is not None and cluster_queue and visibility is not None:
+            position = self.positions.position(
+                visibility, cluster_queue, job.metadata.namespace, workload.name
+            )
         return s.QueueView(
             name,
             workload=workload,
@@ -216,6 +295,7 @@ class KueueReader:
             facts=self.estimates.facts(cluster_queue, version, now, (job.to_wire(), workload))
             if waits_for_quota and workload is not None
             else None,
+            position=position,
         )
 
     def flavor(self, name: str, version: str) -> s.FlavorView | None:

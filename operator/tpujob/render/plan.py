@@ -326,6 +326,10 @@ def pod(
             *spec["tolerations"],
             *(t for t in placement.tolerations if t not in spec["tolerations"]),
         ]
+        if worker_index < len(placement.worker_node_selectors):
+            # Kueue's topology assignment: this worker's domain, copied over as the ungater copies it
+            # (topology_ungater.go Reconcile: maps.Copy into the pod's nodeSelector; status/tas.py).
+            spec["nodeSelector"].update(placement.worker_node_selectors[worker_index])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

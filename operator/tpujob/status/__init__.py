@@ -22,7 +22,8 @@ what a worker reports), `goodput` and `cost` (time and chips accounted), `waitin
 `restart_history` (each restart's cause and time to recover), `provisioned` (a job admitted on capacity a
 ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment), `bad_nodes`
 (failures that were a node's fault, counted per node; the nodes the job keeps off), `start_estimate` (when a
-job waiting in a ClusterQueue should be admitted).
+job waiting in a ClusterQueue should be admitted), `queue_position` (where a queued job stands, from Kueue's
+visibility API).
 """
 
 from tpujob.status.bad_nodes import affinity_avoids, newly_avoided

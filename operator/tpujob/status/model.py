@@ -13,6 +13,7 @@ from tpujob.api.job import TPUJob
 from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobStatus
 from tpujob.render.placement import Placement
 from tpujob.render.workload import KueueApi, PodSetFacts, PriorityFact
+from tpujob.status.queue_position import QueuePosition
 
 if TYPE_CHECKING:  # start_estimate reads this module's helpers
     from tpujob.status.start_estimate import QueueFacts
@@ -302,6 +303,9 @@ class QueueView:
     flavors: dict[str, FlavorView] = field(default_factory=dict)  # the admission's, by name (missing: unread)
     cluster_queue: str = ""  # the LocalQueue's spec.clusterQueue ("" not known)
     pending_workloads: int | None = None  # the LocalQueue's status.pendingWorkloads
+    # Where its Workload stands in the ClusterQueue (Kueue's visibility API; None: not served, not read yet,
+    # or not pending there: status/queue_position.py).
+    position: QueuePosition | None = None
     priority: PriorityFact | None = None  # read only while a Workload is to be created
     problem: str = ""  # why Kueue's API cannot be used now ("" none)
     api: KueueApi = field(default_factory=KueueApi)  # the Workload API version found served, its pod-set cap
@@ -562,6 +566,7 @@ __all__ = [
     "PoolView",
     "PriorityFact",
     "ProgressSample",
+    "QueuePosition",
     "QueueView",
     "WorkloadView",
     "WorkloadWrites",

@@ -253,7 +253,8 @@ def record(
     """A waiting job's status.queue: its estimated start and the summary `kubectl get` shows. The previous
     estimate stands while the new one is within its slack (no status write for a wobble of the pace)."""
     if facts is None:
-        queue.estimated_start, queue.summary = None, None
+        queue.estimated_start = None
+        queue.summary = f"Queued #{queue.position}" if queue.position is not None else None
         return
     found = estimate(facts, key, now)
     before = parse_timestamp(previous.time) if previous is not None and previous.time else None
@@ -276,4 +277,6 @@ def record(
             computed_time=timestamp(now),
         )
     shown = queue.estimated_start
-    queue.summary = summary(parse_timestamp(shown.time) if shown.time else None, shown.bound, now)
+    queue.summary = summary(
+        parse_timestamp(shown.time) if shown.time else None, shown.bound, now, queue.position
+    )
