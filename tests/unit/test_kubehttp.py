@@ -33,13 +33,12 @@ RAW = {
 
 class Server:
     """Answers 200 with the request line; records each request's client port (one per connection) and
-    headers. `close_after` True: it closes each connection after its answer, without saying so (as a server
-    whose idle timeout ended the connection)."""
+    headers. /then-close: it closes the connection after its answer, without saying so (as a server whose
+    idle timeout ended the connection); the paths in RAW are answered byte for byte."""
 
     def __init__(self) -> None:
         self.ports: list[int] = []
         self.headers: list[dict[str, str]] = []
-        self.close_after = False
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -59,7 +58,7 @@ class Server:
                 self.end_headers()
                 self.wfile.write(body)
                 self.wfile.flush()
-                if server.close_after:
+                if self.path == "/then-close":
                     self.close_connection = True
 
             do_GET = do_POST = do_PATCH = _answer
@@ -115,9 +114,7 @@ def test_the_query_and_headers_go_as_given(server: Server) -> None:
 
 def test_a_connection_the_server_closed_while_idle_is_not_reused(server: Server) -> None:
     pool = kubehttp.Connections(server.url(), None, lambda _: None)
-    server.close_after = True
-    pool.request("GET", "/a")
-    server.close_after = False
+    pool.request("GET", "/then-close")
     ((_, idle),) = pool._idle
     wait_for(idle.readable, timeout=10, what="the server's close to reach the client")
 
