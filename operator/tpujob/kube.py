@@ -1,5 +1,5 @@
 """The Kubernetes calls a reconcile pass makes, as plain JSON over one pool of kept-alive connections
-(tpujob.kubehttp: HTTP/1.1 on kept-alive TLS sockets), as the operator's login says (tpujob.kubelogin: the
+(tpujob.kubehttp: the standard library's http.client), as the operator's login says (tpujob.kubelogin: the
 TLS context lightkube builds, the credentials; kopf's watches act as the same identity).
 
 Bodies go out as dicts and answers come back as dicts, never models: a created pod's answer is not worth
