@@ -4,29 +4,29 @@ service account: the projected token file, which the kubelet rotates in place. E
 KUBECONFIG (a list of files merged as kubectl merges them), else ~/.kube/config, exec credential plugins
 such as `gke-gcloud-auth-plugin` included.
 
-lightkube parses the kubeconfig and builds the client's TLS and most of its auth (a token file read again
-on a 401, a token, client certificates). An exec plugin's token is kept here instead, as client-go keeps it:
-until its expiry, minted again then or on a 401, one run at a time (lightkube's ExecAuth runs the plugin on
-every 401, from every thread that got one, and knows only the plugin API's v1alpha1 and v1beta1). kopf takes
-plain credentials (`kopf.ConnectionInfo`): the token read or minted at its login, with the plugin's expiry,
-so kopf logs in again before the API server refuses it, not after.
+lightkube parses the kubeconfig and builds the client's TLS context (client certificates included); the
+client's Authorization header is made here (Credentials), in lightkube's precedence: a token file read again
+on a 401, a token, an exec plugin, a user name and password. An exec plugin's token is kept as client-go
+keeps it: until its expiry, minted again then or on a 401, one run at a time (lightkube's ExecAuth runs the
+plugin on every 401, from every thread that got one, and knows only the plugin API's v1alpha1 and v1beta1).
+kopf takes plain credentials (`kopf.ConnectionInfo`): the token read or minted at its login, with the
+plugin's expiry, so kopf logs in again before the API server refuses it, not after.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import kopf
 import yaml
-from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import User, UserExec
 
@@ -96,16 +96,41 @@ def _absolute(section: str, entry: dict[str, Any], folder: Path) -> dict[str, An
 # --- the operator's client -----------------------------------------------------------------------------
 
 
-def client_auth(config: SingleConfig) -> httpx.Auth | None:
+class Credentials:
     """The operator's client's credentials, in lightkube's precedence (a token file, a token, a plugin, a
-    user name and password); client certificates go in the TLS context (lightkube's verify_cluster)."""
-    user = config.user
-    if user is not None and user.exec and not (user.token_file or user.token):
-        return PluginAuth(user.exec)
-    return client_adapter.user_auth(user)
+    user name and password); client certificates go in the TLS context (lightkube's verify_cluster).
+    `authorization` is the Authorization header to send (None: no credentials); given the header the API
+    server refused (401), a fresh one to try once more: a token file read again (the kubelet rotated it,
+    as lightkube's BearerTokenFileAuth does), a plugin's token minted again (PluginAuth)."""
+
+    def __init__(
+        self, config: SingleConfig, now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    ) -> None:
+        user = config.user or User()
+        self._token_file = config.abs_file(user.token_file) if user.token_file else None
+        plugin = user.exec if user.exec and not (user.token_file or user.token) else None
+        self._plugin = PluginAuth(plugin, now) if plugin else None
+        self._fixed: str | None = None
+        if user.token:
+            self._fixed = f"Bearer {user.token}"
+        elif user.username and user.password:
+            pair = f"{user.username}:{user.password}".encode()
+            self._fixed = f"Basic {base64.b64encode(pair).decode()}"
+        self._lock = threading.Lock()
+        self._read: str | None = None  # the token file's header, as last read
+
+    def authorization(self, refused: str | None = None) -> str | None:
+        if self._token_file is not None:
+            with self._lock:
+                if self._read is None or self._read == refused:
+                    self._read = f"Bearer {Path(self._token_file).read_text().strip()}"
+                return self._read
+        if self._plugin is not None:
+            return f"Bearer {self._plugin.token(refused.removeprefix('Bearer ') if refused else None)}"
+        return self._fixed
 
 
-class PluginAuth(httpx.Auth):
+class PluginAuth:
     """An exec plugin's token for every request: kept until it expires, minted again then, or when the API
     server refuses it (401: revoked, or a clock apart); one plugin run at a time however many threads ask."""
 
@@ -119,14 +144,6 @@ class PluginAuth(httpx.Auth):
             if self._token is None or self._token[0] == refused or _expired(self._token[1], self._now()):
                 self._token = exec_credential(self.plugin)
             return self._token[0]
-
-    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self.token()
-        request.headers["Authorization"] = f"Bearer {token}"
-        response = yield request
-        if response.status_code == 401:
-            request.headers["Authorization"] = f"Bearer {self.token(refused=token)}"
-            yield request
 
 
 def _expired(expires: dt.datetime | None, now: dt.datetime) -> bool:

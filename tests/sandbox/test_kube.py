@@ -205,7 +205,7 @@ def _refused_as(api: kube.Kube) -> bytes:
 def _refused_with(token: str) -> int:
     """The status of a request with `token` alone (no file to read again)."""
     config = kubelogin.load()
-    return kube.http_client(config._replace(user=User(token=token))).get("/api/v1/nodes").status_code
+    return kube.http_client(config._replace(user=User(token=token))).request("GET", "/api/v1/nodes").status
 
 
 def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_said_once(

@@ -1,21 +1,22 @@
 """tpujob.kubelogin without an API server: which kubeconfig entries win, what kopf is handed, and how the
-operator's client keeps an exec plugin's token (the API server's answers played by httpx's MockTransport)."""
+operator's client keeps its credentials (the API server's 401s played by a local HTTP server)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
+import http.server
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import yaml
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import UserExec
 
-from tpujob import kubelogin
+from tpujob import kubehttp, kubelogin
 
 
 def kubeconfig(path: Path, current: str | None, cluster: str, user: dict[str, Any]) -> Path:
@@ -105,36 +106,114 @@ class Plugin:
         return len(self.runs.read_text()) if self.runs.exists() else 0
 
 
-def client(auth: httpx2.Auth, refused: set[str]) -> tuple[httpx2.Client, list[str]]:
-    """A client whose API server answers 401 to the tokens in `refused`; the tokens it was sent, in order."""
-    sent: list[str] = []
+class FakeApiServer:
+    """Answers 401 to the tokens in `refused`, 200 to any other; the Authorization headers it was sent."""
 
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        token = request.headers["Authorization"].removeprefix("Bearer ")
-        sent.append(token)
-        return httpx2.Response(401 if token in refused else 200, content=json.dumps({}).encode())
+    def __init__(self) -> None:
+        self.refused: set[str] = set()
+        self.sent: list[str] = []
+        fake = self
 
-    return httpx2.Client(base_url="https://api", transport=httpx2.MockTransport(answer), auth=auth), sent
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                header = self.headers.get("Authorization") or ""
+                fake.sent.append(header.removeprefix("Bearer "))
+                self.send_response(401 if header.removeprefix("Bearer ") in fake.refused else 200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client(self, credentials: kubelogin.Credentials) -> kubehttp.Connections:
+        return kubehttp.Connections(
+            f"http://127.0.0.1:{self.server.server_address[1]}", None, credentials.authorization
+        )
 
 
-def test_a_plugin_token_is_kept_until_it_expires_then_minted_again(tmp_path: Path) -> None:
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    fake = FakeApiServer()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+def credentials(tmp_path: Path, user: dict[str, Any], **kwargs: Any) -> kubelogin.Credentials:
+    config = KubeConfig.from_file(kubeconfig(tmp_path / "config", "c", "c", user)).get()
+    assert config is not None
+    return kubelogin.Credentials(config, **kwargs)
+
+
+def exec_entry(plugin: Plugin) -> dict[str, Any]:
+    """The kubeconfig's `exec` entry of `plugin`."""
+    return {"apiVersion": plugin.exec.apiVersion, "command": plugin.exec.command, "args": plugin.exec.args}
+
+
+def test_a_plugin_token_is_kept_until_it_expires_then_minted_again(
+    tmp_path: Path, api_server: FakeApiServer
+) -> None:
     plugin = Plugin(tmp_path, "2030-01-01T00:00:00Z")
     now = [dt.datetime(2029, 12, 31, 23, 0, tzinfo=dt.UTC)]
-    http, sent = client(kubelogin.PluginAuth(plugin.exec, now=lambda: now[0]), refused=set())
+    http = api_server.client(credentials(tmp_path, {"exec": exec_entry(plugin)}, now=lambda: now[0]))
 
-    http.get("/a")
-    http.get("/b")
+    http.request("GET", "/a")
+    http.request("GET", "/b")
     now[0] = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-    http.get("/c")
+    http.request("GET", "/c")
 
-    assert sent == ["token-1", "token-1", "token-2"]
+    assert api_server.sent == ["token-1", "token-1", "token-2"]
     assert plugin.count() == 2
 
 
-def test_a_refused_plugin_token_is_minted_again_and_the_request_sent_once_more(tmp_path: Path) -> None:
+def test_a_refused_plugin_token_is_minted_again_and_the_request_sent_once_more(
+    tmp_path: Path, api_server: FakeApiServer
+) -> None:
     plugin = Plugin(tmp_path, "2100-01-01T00:00:00Z")
-    http, sent = client(kubelogin.PluginAuth(plugin.exec), refused={"token-1"})
+    api_server.refused = {"token-1"}
+    login = credentials(tmp_path, {"exec": exec_entry(plugin)})
 
-    assert http.post("/pods", content=b"{}").status_code == 200
+    assert api_server.client(login).request("POST", "/pods", content=b"{}").status == 200
 
-    assert sent == ["token-1", "token-2"]
+    assert api_server.sent == ["token-1", "token-2"]
+
+
+def test_a_refused_token_file_is_read_again_and_the_request_sent_once_more(
+    tmp_path: Path, api_server: FakeApiServer
+) -> None:
+    """The kubelet rotated the service account's token: the file has the new one (as lightkube's
+    BearerTokenFileAuth, client-go's cachingTokenSource)."""
+    token = tmp_path / "token"
+    token.write_text("old\n")
+    http = api_server.client(credentials(tmp_path, {"tokenFile": str(token)}))
+    assert http.request("GET", "/a").status == 200
+    token.write_text("new\n")
+    api_server.refused = {"old"}
+
+    assert http.request("GET", "/b").status == 200
+    assert http.request("GET", "/c").status == 200
+
+    assert api_server.sent == ["old", "old", "new", "new"]
+
+
+def test_a_refused_fixed_token_is_not_sent_again(tmp_path: Path, api_server: FakeApiServer) -> None:
+    api_server.refused = {"fixed"}
+    http = api_server.client(credentials(tmp_path, {"token": "fixed"}))
+
+    assert http.request("GET", "/a").status == 401
+    assert api_server.sent == ["fixed"]
+
+
+def test_a_user_name_and_password_go_as_basic_auth(tmp_path: Path) -> None:
+    login = credentials(tmp_path, {"username": "u", "password": "p"})
+
+    assert login.authorization() == "Basic dTpw"

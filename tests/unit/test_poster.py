@@ -6,10 +6,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import httpx2
 import pytest
 
-from tpujob import kube, metrics, peering
+from tpujob import kube, kubehttp, metrics, peering
 from tpujob.ratelimit import Priority
 from tpujob.reconciler.poster import EventPoster
 
@@ -103,7 +102,7 @@ class RecordingLimiter:
 
 def test_each_kube_call_takes_its_token_at_the_priority_it_names():
     limiter = RecordingLimiter()
-    api = kube.Kube(httpx2.Client(base_url="http://unused.invalid"), limiter)  # type: ignore[arg-type]
+    api = kube.Kube(kubehttp.Connections("http://unused.invalid", None, lambda _: None), limiter)
     calls = [
         lambda: api.create_pod("ns", {}),
         lambda: api.create_service("ns", {}),

@@ -49,7 +49,9 @@ def index_job(jobs: JobIndex, event_type: str | None, key: JobKey, body: Any) ->
 class IndexedJob:
     """A watched job as the index keeps it: what a pass reads, as compact JSON. A job's spec and status as
     decoded objects take about 3 times the bytes of their text (each dict, list and string an object of
-    its own), held for every live job; a pass decodes its job's text again, in its worker thread."""
+    its own), held for every live job; a pass decodes its job's text again, in its worker thread. Encoded
+    without the circular-reference check, made on every watch event of a job: a watch event's decoded JSON
+    is a tree."""
 
     uid: str
     deleting: bool
@@ -66,7 +68,11 @@ class IndexedJob:
         }
         if body.get("status") is not None:
             kept["status"] = body["status"]
-        return cls(meta["uid"], bool(meta.get("deletionTimestamp")), json.dumps(kept, separators=(",", ":")))
+        return cls(
+            meta["uid"],
+            bool(meta.get("deletionTimestamp")),
+            json.dumps(kept, separators=(",", ":"), check_circular=False),
+        )
 
     def body(self) -> dict[str, Any]:
         """A fresh copy of the job's body: the pass may keep or change it."""
