@@ -276,12 +276,11 @@ def test_the_workload_watch_returns(
 def test_the_node_watch_returns(
     runtime: Runtime, labels: dict[str, str], status: Any, event_type: str | None
 ) -> None:
-    faults: dict[str, Any] = {}
     body = {"metadata": {"name": "node-a", "uid": "n", "labels": labels}, "status": status}
-    nodes.node_changed(runtime, faults, {"type": event_type, "object": body})
+    nodes.node_changed(runtime, {"type": event_type, "object": body})
     healthy = {"type": "MODIFIED", "object": {"metadata": {"name": "node-a"}, "status": {"conditions": []}}}
-    nodes.node_changed(runtime, faults, healthy)
-    assert faults == {}
+    nodes.node_changed(runtime, healthy)
+    assert runtime.reconciler.watched.take("{}").node_faults == {}
 
 
 @pytest.mark.slow  # hypothesis: 150 examples each

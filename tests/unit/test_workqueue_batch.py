@@ -16,6 +16,7 @@ from tpujob.config import from_environment
 from tpujob.handlers.indexes import IndexedJob
 from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
 from tpujob.reconciler import Outcome
+from tpujob.reconciler.snapshot import Snapshot, Watched
 
 
 class Reconciler:
@@ -26,19 +27,14 @@ class Reconciler:
         self.threads: set[int] = set()
         self.forgotten: list[str] = []
         self.began: dict[str, float] = {}
+        self.watched = Watched()
 
     def passing(self, uid: str, now: float) -> None:
         self.began[uid] = now
 
-    def reconcile(
-        self,
-        body: dict[str, Any],
-        pods: list[Any],
-        service_exists: bool,
-        workloads: Any = None,
-        network_policy_seen: bool = False,
-    ) -> Outcome:
-        name = body["metadata"]["name"]
+    def reconcile(self, snapshot: Snapshot) -> Outcome:
+        name = snapshot.body()["metadata"]["name"]
+        pods, service_exists = snapshot.pods, snapshot.service_exists
         self.threads.add(threading.get_ident())
         if name in self.fail:
             raise RuntimeError("unreachable")

@@ -3,9 +3,9 @@
 slice restarts within seconds rather than at the next resync or its progressDeadlineSeconds.
 
 The watch is filtered by the API server to nodes with the TPU accelerator label, and keeps one small map:
-node -> its hardware conditions (Reconciler.observer.node_faults, read by each pass). When a node's
-conditions change (a new heartbeat included), the jobs with a pod on that node get a pass. Cluster-wide
-operators only: a Role cannot grant nodes.
+node -> its hardware conditions (Reconciler.watched: each pass's snapshot holds it, reconciler/snapshot.py).
+When a node's conditions change (a new heartbeat included), the jobs with a pod on that node get a pass.
+Cluster-wide operators only: a Role cannot grant nodes.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def watch_selector(settings: kopf.OperatorSettings) -> None:
     settings.watching.label_selectors[NODES] = c.NODE_LABEL_ACCELERATOR  # the label exists
 
 
-def node_changed(runtime: Runtime, faults: dict[str, tuple[s.NodeFault, ...]], event: Any) -> None:
+def node_changed(runtime: Runtime, event: Any) -> None:
     """One event of the nodes' watch: the node's faults kept, and a pass for the jobs on a node whose faults
     changed. Never raises: a failure is logged and the watch goes on with the next node."""
     try:
@@ -96,12 +96,8 @@ def node_changed(runtime: Runtime, faults: dict[str, tuple[s.NodeFault, ...]], e
         body = event["object"]
         name = body["metadata"]["name"]
         found = () if event["type"] == "DELETED" else node_faults(body)
-        if faults.get(name, ()) == found:
+        if not runtime.reconciler.watched.set_node_faults(name, found):
             return
-        if found:
-            faults[name] = found
-        else:
-            faults.pop(name, None)
         if event["type"] is not None:  # a change, not the first listing: the jobs there look now
             for job in jobs_on_node(runtime, name):
                 request_pass(runtime, *job)
@@ -110,13 +106,12 @@ def node_changed(runtime: Runtime, faults: dict[str, tuple[s.NodeFault, ...]], e
 
 
 async def watch_node_faults(runtime: Runtime, settings: kopf.OperatorSettings) -> None:
-    faults = runtime.reconciler.observer.node_faults
     while True:
         try:
             async for event in watching.infinite_watch(
                 settings=settings, resource=NODE_RESOURCE, namespace=None
             ):
-                node_changed(runtime, faults, event)
+                node_changed(runtime, event)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -244,7 +244,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
                 request_pass(runtime, *job)
 
         def workload_failed(problem: str) -> None:
-            observer.kueue_problem = problem
+            runtime.reconciler.watched.set_kueue_problem(problem)
 
         async def workload_resource() -> Any:
             """The version Kueue serves, found anew at each start of the watch (Kueue installed, upgraded

@@ -19,6 +19,7 @@ from tpujob.gke import NodePools, refuses_upgrade_shield
 from tpujob.reconciler.behind import Behind
 from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.poster import EventPoster
+from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.render import Cluster
 from tpujob.render import network as render_network
 from tpujob.render import plan as render
@@ -107,10 +108,12 @@ class Actions:
         api: kube.Kube,
         pools: NodePools | None,
         memory: JobMemory,
+        chips: NamespaceChips | None = None,
         refused_backoff_seconds: float = s.REJECTED_BACKOFF_BASE_SECONDS,
     ) -> None:
         self.api = api
         self.pools = pools
+        self.chips = chips if chips is not None else NamespaceChips(memory.records)
         # Refused pod creates are asked again after this, doubling with each refusal in a row (capped).
         self.refused_backoff_seconds = refused_backoff_seconds
         # Creates are recorded there until the watch shows them (not created twice, not taken for lost).
@@ -141,6 +144,11 @@ class Actions:
         """Carry the decision out: pools (after the finalizer), deletes, then pods and the Service. `job`:
         None for a spec that does not parse (its decisions only delete)."""
         applied = s.Applied()
+        if decision.chips is not None:  # first: nothing is done for a job the limit has no room for now
+            budget = self.chips.reserve(meta["uid"], decision.chips)
+            if not budget.fits(decision.chips.chips):
+                applied.chips_taken = budget
+                return applied
         if decision.create_pools and job is not None:
             # The finalizer before any paid resource: a job deleted from now on waits for its pools.
             self.ensure_finalizer(meta)

@@ -23,7 +23,9 @@ from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.observe import Observer, Settings
 from tpujob.reconciler.pod_views import Unreadable, pod_view
 from tpujob.reconciler.release import Releaser
+from tpujob.reconciler.snapshot import Snapshot, Watched
 from tpujob.reconciler.status_writer import StatusWriter
+from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.records import JobRecord, JobRecords
 from tpujob.render import Cluster
 from tpujob.status.provisioned import as_provisioned
@@ -69,11 +71,21 @@ class Reconciler:
         self.records = records if records is not None else JobRecords()
         self.memory = JobMemory(self.records)
         self.settings = settings or Settings()
-        self.observer = Observer(cluster, api, pools, self.memory, self.settings, policies)
-        self.actions = Actions(api, pools, self.memory, self.settings.refused_backoff_seconds)
+        # The cluster's facts the loops and watches keep; a pass sees them in its snapshot (`watched.take`).
+        self.watched = Watched()
+        # The namespaces' chips (tenancy maxChips): counted from the TPUJob watch, read when observing,
+        # reserved when acting, released when settling.
+        self.chips = NamespaceChips(self.records, self._has_chip_limit)
+        self.observer = Observer(
+            cluster, api, pools, self.memory, self.settings, policies, self.watched, self.chips
+        )
+        self.actions = Actions(api, pools, self.memory, self.chips, self.settings.refused_backoff_seconds)
         self.releaser = Releaser(pools, self.observer, self.actions, self.forget)
         self.recorder = metrics.PassRecorder(self.records)
         self.status_writer = StatusWriter(self._write_status, self.memory, self.forget)
+
+    def _has_chip_limit(self, namespace: str) -> bool:
+        return self.settings.tenancy.for_namespace(namespace).max_chips is not None
 
     def forget(self, uid: str) -> None:
         """The job is gone: its record, and its status write if one waits."""
@@ -158,27 +170,14 @@ class Reconciler:
     def sweep_orphans(self, namespace: str | None = None) -> list[str]:
         return self.releaser.sweep_orphans(namespace)
 
-    def reconcile(
-        self,
-        body: dict[str, Any],
-        pods: list[s.PodView],
-        service_exists: bool,
-        workloads: list[s.WorkloadView] | None = None,
-        network_policy_seen: bool = False,
-    ) -> Outcome:
-        """`workloads`: Kueue's, as the Workload watch has them for the job (None: not listed, no watch);
-        `network_policy_seen`: the NetworkPolicy watch shows the job's own."""
+    def reconcile(self, snapshot: Snapshot) -> Outcome:
+        """One pass over what `snapshot` shows (taken at its start: Watched.take); it reads no other fact
+        of the watches."""
         with metrics.RECONCILE_DURATION.time(), metrics.RECONCILE_ERRORS.count_exceptions():
-            return self._reconcile(body, pods, service_exists, workloads, network_policy_seen)
+            return self._reconcile(snapshot)
 
-    def _reconcile(
-        self,
-        body: dict[str, Any],
-        pods: list[s.PodView],
-        service_exists: bool,
-        workloads: list[s.WorkloadView] | None,
-        network_policy_seen: bool,
-    ) -> Outcome:
+    def _reconcile(self, snapshot: Snapshot) -> Outcome:
+        body = snapshot.body()
         meta, now = body["metadata"], dt.datetime.now(dt.UTC)  # the pass' one clock
         status_before = self.memory.current_status(body)
         status = TPUJobStatus.model_validate(status_before)
@@ -194,13 +193,13 @@ class Reconciler:
             ).model_copy(update={"status": status})
             # Admitted on capacity a ProvisioningRequest made: the job makes no pool of its own beside it
             # (status/provisioned.py); before as_admitted, so the shape recorded is the one it runs.
-            job = as_provisioned(job, workloads)
+            job = as_provisioned(job, snapshot.workloads)
             job, shape_refused = s.as_admitted(job)  # a running job's shape is the admitted one
         except InvalidTPUJob as invalid:
-            observed = self.observer.observe_invalid(body, status, invalid, pods, now)
+            observed = self.observer.observe_invalid(body, status, invalid, snapshot.pods, now)
             decision = s.decide_invalid(observed)
         else:
-            observed = self.observer.observe(job, pods, service_exists, now, workloads, network_policy_seen)
+            observed = self.observer.observe(job, snapshot, now)
             if shape_refused:
                 observed = dataclasses.replace(observed, shape_refused=tuple(map(str, shape_refused)))
             decision = s.decide(observed)
@@ -213,7 +212,8 @@ class Reconciler:
             # deleted meanwhile: nothing is created for a job the API server no longer has.
             return self._vanished(meta)
         try:
-            applied = self.actions.apply(meta, job, decision, self.observer.render_cluster, now)
+            cluster = self.observer.render_cluster(snapshot.cluster_check)
+            applied = self.actions.apply(meta, job, decision, cluster, now)
         except JobGone:  # deleted before its finalizer was added: a normal race, not a failed pass
             return self._vanished(meta)
         if refusals := {**decision.refused, **applied.refused}:
@@ -229,7 +229,7 @@ class Reconciler:
             # ever less often (30 s, 60 s, ... 10 min) instead of every 30 s.
             self.memory.accepted(meta["uid"])
         decision = s.settle(observed, decision, applied)
-        self.observer.chips.settled(meta["uid"], decision.status)
+        self.chips.settled(meta["uid"], decision.status)
         status_after = decision.status.to_wire()
         if status_after != status_before:
             self.status_writer.submit(

@@ -36,14 +36,16 @@ from tpujob.status.pool_conditions import (
 from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, Applied, settle
 from tpujob.status.shape import as_admitted
-from tpujob.status.tenancy import chips_counted, claims_admission, needs_admission
+from tpujob.status.tenancy import ChipCounts, chip_budget, chips_counted, claims_admission, needs_admission
 
 __all__ = [
     "FIRST_POLL_SECONDS",
     "Applied",
+    "ChipCounts",
     "InvalidObserved",
     "as_admitted",
     "capacity_shortage",
+    "chip_budget",
     "chips_counted",
     "decide",
     "decide_invalid",

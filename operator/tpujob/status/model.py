@@ -314,6 +314,16 @@ class ChipBudget:
 
 
 @dataclass(frozen=True)
+class ChipReservation:
+    """The chips a pass admits a job with under its namespace's limit (status/tenancy.py): reserved first
+    when acting, if they still fit (a pass side by side may have taken the room since they were counted)."""
+
+    namespace: str
+    limit: int
+    chips: int
+
+
+@dataclass(frozen=True)
 class Observed:
     job: TPUJob
     now: dt.datetime
@@ -430,6 +440,7 @@ class Decision:
     # Kueue: the Workload's writes, and each slice's placement from its admission (empty: none).
     workload: WorkloadWrites = field(default_factory=WorkloadWrites)
     placement: dict[int, Placement] = field(default_factory=dict)
+    chips: ChipReservation | None = None  # admitted under its namespace's chip limit: reserved when acting
 
     @property
     def creates(self) -> bool:
@@ -536,6 +547,7 @@ __all__ = [
     "VOLUME_START_PROBLEMS",
     "WARNING_REASONS",
     "ChipBudget",
+    "ChipReservation",
     "Decision",
     "Event",
     "FlavorView",
