@@ -14,7 +14,7 @@ from tpujob.api import InvalidTPUJob, parse_tpujob
 from tpujob.api.status import Reason
 from tpujob.api.validation import MAX_ARG_STRLEN, MAX_HOSTS_SETTING, host_list_bytes, size_problems
 from tpujob.reconciler import Settings
-from tpujob.reconciler.act import CREATE_BATCH
+from tpujob.reconciler.act_workers import CREATE_BATCH
 from tpujob.render import Cluster, render_plan
 from tpujob.render import plan as render
 from tpujob.render.cluster import slice_shape
@@ -185,13 +185,13 @@ def test_pods_are_created_in_batches_after_the_host_list_and_the_service_after_t
     api = RecordingKube()
     batches: list[int] = []
     passes = reconciler(None, api)
-    creates = passes.actions.create_pods
+    creates = passes.actions.workers.create_pods
 
     def recording(namespace: str, pods: list[dict[str, Any]]) -> None:
         batches.append(len(pods))
         creates(namespace, pods)
 
-    passes.actions.create_pods = recording  # type: ignore[method-assign]
+    passes.actions.workers.create_pods = recording  # type: ignore[method-assign]
     passes.run(large_body(), [], False)  # v5p 8x8x8: 128 hosts
     assert batches == [CREATE_BATCH, 128 - CREATE_BATCH]
     methods = [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"]

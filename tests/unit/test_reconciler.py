@@ -195,9 +195,9 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
     accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
     refused = sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE)
 
-    assert actions.delete_pool("p", "uid-1") is True
+    assert actions.gke.delete_pool("p", "uid-1") is True
     pools.delete_error = s.GKEError(Reason.GKE_UNAVAILABLE, "503", permanent=False)
-    assert actions.delete_pool("p", "uid-1") is False
+    assert actions.gke.delete_pool("p", "uid-1") is False
 
     assert sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted") == accepted + 1
     assert sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE) == refused + 1
@@ -211,7 +211,7 @@ def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> No
     pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
 
     with pytest.raises(kube.ApiError, match="Forbidden"):
-        actions.create_pods("ns", pods)
+        actions.workers.create_pods("ns", pods)
 
     created = [body["metadata"]["name"] for _, _, body in api.calls]
     assert sorted(created) == ["w-0", "w-1", "w-2"]
@@ -352,7 +352,7 @@ class SettledReconciler(Reconciler):
             self.watched.take(wire, pods, service_exists, workloads, network_policy_seen)
         )
         assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
-        assert self.actions.behind.drain(timeout=10)
+        assert self.actions.workers.behind.drain(timeout=10)
         return outcome
 
 

@@ -9,7 +9,9 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 - kueue: what a pass reads of Kueue (the job's Workload, its flavors, its LocalQueue, its priority);
 - observe: what a pass sees: its snapshot, and what it reads itself (pools while they change);
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
-- act: the writes, to Kubernetes and GKE, each GKE call counted in the metrics; returns what happened;
+- act: the writes, to Kubernetes and GKE, in a decision's order; returns what happened; split by what they act
+  on: act_pools (GKE's pools, each call counted in the metrics), act_workers (NetworkPolicy, host lists,
+  pods, Service), act_workload (Kueue's Workload); the job's own writes and its chips stay in act;
 - passes: the Reconciler, which runs a pass: observe, decide, act, settle, one write;
 - release: a deleted job's pools given back, and the sweep of pools whose job is gone;
 - pod_views: a watched pod as the pure core reads it; tenancy: a namespace's chip counts across passes
@@ -18,7 +20,8 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
   created after its pods, off the pass's thread too.
 """
 
-from tpujob.reconciler.act import CREATE_CONCURRENCY, EVENT_COMPONENT, event_manifest
+from tpujob.reconciler.act import EVENT_COMPONENT, event_manifest
+from tpujob.reconciler.act_workers import CREATE_CONCURRENCY
 from tpujob.reconciler.kueue import workload_view
 from tpujob.reconciler.observe import Settings
 from tpujob.reconciler.passes import Outcome, Reconciler
