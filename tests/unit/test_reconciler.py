@@ -24,7 +24,8 @@ from tpujob.reconciler import Reconciler, Settings
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
-from tpujob.reconciler.passes import Outcome, with_removals
+from tpujob.reconciler.parts import with_removals
+from tpujob.reconciler.passes import Outcome
 from tpujob.render import Cluster, naming
 from tpujob.render import pools as render_pools
 from tpujob.render.network import NAMESPACE_POLICY_NAME

@@ -12,7 +12,8 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 - act: the writes, to Kubernetes and GKE, in a decision's order; returns what happened; split by what they act
   on: act_pools (GKE's pools, each call counted in the metrics), act_workers (NetworkPolicy, host lists,
   pods, Service), act_workload (Kueue's Workload); the job's own writes and its chips stay in act;
-- passes: the Reconciler, which runs a pass: observe, decide, act, settle, one write;
+- passes: the Reconciler, which runs a pass: observe, decide, act, settle, one write; parts: its parts, wired
+  once, and what the kopf layer asks of them between passes (forget, stand by, refresh the cluster's facts);
 - release: a deleted job's pools given back, and the sweep of pools whose job is gone;
 - pod_views: a watched pod as the pure core reads it; tenancy: a namespace's chip counts across passes
   (read when observing, reserved when acting, released when settling: the gate is status/tenancy.py's);
