@@ -292,9 +292,9 @@ def _begin(runtime: Runtime, key: JobKey, uid: str) -> Snapshot | None:
     policies = runtime.indexes.network_policies
     return runtime.reconciler.watched.take(
         indexed[0].wire,
-        pods=list(_values(runtime.indexes.pods, key)),
+        pods=tuple(_values(runtime.indexes.pods, key)),
         service_exists=any(_values(runtime.indexes.services, key)),
-        workloads=list(_values(workloads, key)) if workloads is not None and workloads.listed else None,
+        workloads=tuple(_values(workloads, key)) if workloads is not None and workloads.listed else None,
         # The namespace's workers' policy (one for all its jobs).
         network_policy_seen=policies is not None and (key[0], "") in policies,
     )

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def needs_gke_look(
-    job: TPUJob, status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str] = frozenset()
+    job: TPUJob, status: TPUJobStatus, pods: Sequence[s.PodView], in_flight: frozenset[str] = frozenset()
 ) -> bool:
     """Ask GKE only while pools change; a running job's pools are watched through its pods, and looked at
     when one of its workers fails or goes (GKE may be upgrading or repairing the slice)."""
@@ -54,7 +54,7 @@ def needs_gke_look(
     return not (settled_running or settled_gone)
 
 
-def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str]) -> bool:
+def workers_disturbed(status: TPUJobStatus, pods: Sequence[s.PodView], in_flight: frozenset[str]) -> bool:
     """A worker of the current attempt failed (for any reason), or the slice was disrupted: a worker being
     deleted (evicted by a drain), or gone since the status counted it (pods created but not yet seen by the
     watch are not gone)."""
@@ -78,7 +78,7 @@ def _disrupted_attempt_began(
     return s.parse_timestamp(began) if began else None
 
 
-def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
+def needs_slice_created(job: TPUJob, pods: Sequence[s.PodView]) -> bool:
     """A flex-start job whose run deadline is not recorded yet, with workers of its attempt on nodes."""
     status = job.status or TPUJobStatus()
     if job.spec.capacity.mode != CapacityMode.flex_start or status.run_deadline is not None:
@@ -86,7 +86,7 @@ def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
     return any(p.node and s.is_current(status, p) and not p.deleting for p in pods)
 
 
-def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
+def running_worker_0(job: TPUJob, pods: Sequence[s.PodView]) -> s.PodView | None:
     """The pod whose trainer reports the job's step (slice 0, worker 0 of the current attempt), while every
     worker of the attempt may be running (the job is Starting or Running)."""
     status = job.status or TPUJobStatus()
@@ -190,7 +190,7 @@ class Observer:
         change, a starting pod's Events, worker 0's progress, the nodes' creation)."""
         uid = job.metadata.uid or ""
         policy = self.settings.tenancy.for_namespace(job.metadata.namespace or "default")
-        pods = self.volume_problems(job, list(snapshot.pods), now)
+        pods = self.volume_problems(job, snapshot.pods, now)
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
         in_flight = self.memory.pods_in_flight(uid, pods)
         looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus(), pods, in_flight)
@@ -248,7 +248,9 @@ class Observer:
             observed = dataclasses.replace(observed, gke_errors={**observed.gke_errors, **foreign})
         return observed
 
-    def volume_problems(self, job: TPUJob, pods: list[s.PodView], now: dt.datetime) -> list[s.PodView]:
+    def volume_problems(
+        self, job: TPUJob, pods: Sequence[s.PodView], now: dt.datetime
+    ) -> Sequence[s.PodView]:
         """The first worker of a starting job still creating its container past the startup grace, with the
         kubelet's FailedMount or FailedAttachVolume Event (its latest) as its waiting reason and message:
         the container status says only ContainerCreating. One list of one pod's Events per pass at most."""
