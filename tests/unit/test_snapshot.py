@@ -206,3 +206,27 @@ def test_a_job_that_fits_is_reserved_when_acting_and_released_when_it_ends() -> 
     assert passes.records.namespace_chips("default") == 16
     passes.chips.settled("uid-first", TPUJobStatus(phase=Phase.FAILED))  # as its last pass settles
     assert passes.records.namespace_chips("default") == 0
+
+
+def test_a_claimed_admission_whose_chips_a_pass_side_by_side_took_is_held_and_its_clock_taken_back() -> None:
+    """A status that claims an admission nothing vouches for is judged again (budget.recheck); when the
+    reservation then finds the room taken, the job is held as any other, its startTime taken back, not left
+    admitted uncounted."""
+    api, pools = RecordingKube(), RecordingPools()
+    passes = reconciler(pools, api, limited(16))
+    counts = passes.chips.counts
+
+    def the_other_reserves_meanwhile(job: Any, limit: int) -> s.ChipCounts:
+        found = counts(job, limit)
+        passes.chips.reserve("uid-other", s.ChipReservation("default", 16, 16))
+        return found
+
+    passes.chips.counts = the_other_reserves_meanwhile  # type: ignore[method-assign]
+    body = v5e_job("forged", "uid-forged")
+    body["status"] = {"phase": "Provisioning", "startTime": "2026-11-21T11:00:00Z"}
+    passes.run(body, [], False)
+
+    assert pools.created == []
+    ((_, written),) = api.of("patch_tpujob_status")
+    assert written["status"]["reason"] == Reason.CHIP_LIMIT and written["status"].get("startTime") is None
+    assert passes.records.namespace_chips("default") == 16

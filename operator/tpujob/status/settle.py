@@ -53,8 +53,11 @@ def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Ap
     would see: so those rules decide it, on the observation with the refusal in it, not a second copy."""
     settled = decision
     if isinstance(observed, Observed) and applied.chips_taken is not None:
-        # Held by the limit after all, by the same gate (status/tenancy.py), on the budget as it is now.
-        return decide(dataclasses.replace(observed, chips=applied.chips_taken))
+        # Held by the limit after all, by the same gate (status/tenancy.py), on the budget as it is now (an
+        # admission its status claims is still judged again: it was not vouched for).
+        recheck = observed.chips is not None and observed.chips.recheck
+        taken = dataclasses.replace(applied.chips_taken, recheck=recheck)
+        return decide(dataclasses.replace(observed, chips=taken))
     if isinstance(observed, Observed) and (applied.refused or applied.pods_refused):
         settled = decide(_with_answers(observed, decision, applied))
     for pool in settled.status.node_pools:
