@@ -3,7 +3,7 @@ loop, under the job's lock, handlers/workqueue.py) and passed as one argument. F
 through it: a watch event that lands mid-pass changes what the next pass sees, never this one's.
 
 A snapshot holds references, not copies: the job as the index keeps it (its compact JSON text, decoded by the
-pass in its worker thread), the tuple of its pods' views and Workloads (the watch's own immutable views), and
+pass in its worker thread), a tuple of its pods' and Workloads' views (the watches' own frozen objects), and
 the cluster's facts, `Watched`'s maps and values, which are replaced whole when they change, never changed in
 place, so a map a snapshot took stays as it was (copy on write: the node watch copies its small map of
 faulty nodes at a change of one; the maintenance notices are read whole at each resync)."""
