@@ -349,9 +349,9 @@ class SettledReconciler(Reconciler):
     ) -> Outcome:
         """A pass over a snapshot of these objects, as the work queue takes one."""
         wire = json.dumps(body, separators=(",", ":"))
-        outcome = self.reconcile(
-            self.watched.take(wire, pods, service_exists, workloads, network_policy_seen)
-        )
+        departed = self.memory.departed(body["metadata"]["uid"], pods)
+        snapshot = self.watched.take(wire, pods, service_exists, workloads, network_policy_seen, departed)
+        outcome = self.reconcile(snapshot)
         assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
         assert self.actions.workers.behind.drain(timeout=10)
         return outcome

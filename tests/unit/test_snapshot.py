@@ -79,6 +79,8 @@ def test_a_watch_event_that_lands_mid_pass_does_not_change_what_the_pass_sees() 
         watched.set_maintenance({})
         watched.set_cluster_check(ClusterCheck(problem="gone"))
         watched.set_kueue_problem("the Workload watch failed")
+        gone = s.PodView("train-1-0", 1, 0, 0, "Failed", deleting=True, message="last words")
+        observer.memory.pod_departing("uid-1", gone)  # a worker's deletion, seen by the pods' watch
         looked.append(True)
         return original(*args)
 
@@ -90,7 +92,7 @@ def test_a_watch_event_that_lands_mid_pass_does_not_change_what_the_pass_sees() 
     assert observed.node_faults == {"n-0": FAULT}
     assert observed.maintenance == {"n-0": 1_900_000_000}
     assert observed.cluster_version == "1.33.1-gke.1"
-    assert snapshot.kueue_problem == ""
+    assert snapshot.kueue_problem == "" and observed.departed == ()
     # The next pass sees them.
     after = observer.observe(job, watched.take(snapshot.wire, [pod], True), NOW)
     assert after.node_faults == {} and after.maintenance == {} and after.cluster_version == ""

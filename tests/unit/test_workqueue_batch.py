@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from tpujob import kube
+from tpujob import status as s
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import IndexedJob
 from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
 from tpujob.reconciler import Outcome
+from tpujob.reconciler.memory import JobMemory
 from tpujob.reconciler.snapshot import Snapshot, Watched
 
 
@@ -28,6 +30,7 @@ class Reconciler:
         self.forgotten: list[str] = []
         self.began: dict[str, float] = {}
         self.watched = Watched()
+        self.memory = JobMemory()
 
     def passing(self, uid: str, now: float) -> None:
         self.began[uid] = now
@@ -58,7 +61,7 @@ def runtime_with(reconciler: Reconciler, jobs: dict[str, dict[str, Any]]) -> Run
     runtime = Runtime(from_environment(), reconciler)  # type: ignore[arg-type]
     runtime.indexes = Indexes(
         {("ns", name): [IndexedJob.of(body)] for name, body in jobs.items()},  # type: ignore[arg-type]
-        {("ns", "a"): ["pod-a0", "pod-a1"]},  # type: ignore[arg-type]
+        {("ns", "a"): [s.PodView(f"pod-a{w}", 0, w, 0, "Running") for w in (0, 1)]},
         {("ns", "a"): [True]},  # type: ignore[arg-type]
     )
     runtime.owned_listed.set()

@@ -290,9 +290,11 @@ def _begin(runtime: Runtime, key: JobKey, uid: str) -> Snapshot | None:
         return None
     workloads = runtime.indexes.workloads
     policies = runtime.indexes.network_policies
+    pods = tuple(_values(runtime.indexes.pods, key))
     return runtime.reconciler.watched.take(
         indexed[0].wire,
-        pods=tuple(_values(runtime.indexes.pods, key)),
+        pods=pods,
+        departed=runtime.reconciler.memory.departed(uid, pods),
         service_exists=any(_values(runtime.indexes.services, key)),
         workloads=tuple(_values(workloads, key)) if workloads is not None and workloads.listed else None,
         # The namespace's workers' policy (one for all its jobs).

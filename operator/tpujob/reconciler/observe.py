@@ -213,7 +213,7 @@ class Observer:
             pods_in_flight=in_flight,
             pods_refused=pods_refused,
             pods_refused_wait=pods_refused_wait,
-            departed=self.memory.departed(uid, pods),
+            departed=snapshot.departed,
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,

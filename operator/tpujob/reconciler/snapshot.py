@@ -29,6 +29,9 @@ class Snapshot:
 
     wire: str  # the job's body as the watch indexed it (handlers/indexes.IndexedJob), compact JSON
     pods: tuple[s.PodView, ...] = ()
+    # Deleted workers' last state as the pods' watch showed it, gone from its map now (kept in the job's
+    # record by Reconciler.saw_pod, reconciler/memory.py): their last words.
+    departed: tuple[s.PodView, ...] = ()
     service_exists: bool = False
     # Kueue's Workloads for the job's name (None: the Workload watch has not listed them, or does not run).
     workloads: tuple[s.WorkloadView, ...] | None = None
@@ -96,12 +99,14 @@ class Watched:
         service_exists: bool = False,
         workloads: Sequence[s.WorkloadView] | None = None,
         network_policy_seen: bool = False,
+        departed: Sequence[s.PodView] = (),
     ) -> Snapshot:
         """The snapshot of one pass: the job's own objects as its caller read them from the watches, and the
         cluster's facts as they are now."""
         return Snapshot(
             wire=wire,
             pods=tuple(pods),
+            departed=tuple(departed),
             service_exists=service_exists,
             workloads=None if workloads is None else tuple(workloads),
             network_policy_seen=network_policy_seen,
