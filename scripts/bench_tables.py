@@ -45,8 +45,22 @@ def race_tables(payload: dict[str, Any]) -> str:
     )
 
 
+def start_estimate_tables(payload: dict[str, Any]) -> str:
+    """bench/start_estimate_bench.py's table: each queued job's predicted start against its actual one."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import start_estimate_report
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    text: str = start_estimate_report.table(payload)
+    return text
+
+
 # The bench that wrote a file (its command's script) -> how its tables read.
-RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"bench/operator_bench.py": race_tables}
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "bench/operator_bench.py": race_tables,
+    "bench/start_estimate_bench.py": start_estimate_tables,
+}
 
 
 def provenance_line(payload: dict[str, Any]) -> str:

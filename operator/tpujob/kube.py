@@ -312,6 +312,11 @@ class Kube:
         """A ResourceFlavor, LocalQueue or WorkloadPriorityClass; None when there is none of that name."""
         return self._get_or_none(f"{_kueue(version, namespace, plural)}/{name}")
 
+    def get_pending_workloads(self, group: str, version: str, cluster_queue: str) -> dict[str, Any] | None:
+        """Kueue's visibility API: a ClusterQueue's pending workloads (PendingWorkloadsSummary, Kueue's
+        default limit of 1000); None when there is no such ClusterQueue."""
+        return self._get_or_none(f"/apis/{group}/{version}/clusterqueues/{cluster_queue}/pendingworkloads")
+
     def get_api_group(self, group: str) -> dict[str, Any] | None:
         """Discovery: the group's APIGroup (its served versions, the preferred one); None when not served."""
         return self._get_or_none(f"/apis/{group}")

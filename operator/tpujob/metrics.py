@@ -8,6 +8,7 @@ dashboards and alerts see a 0, not a gap.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -73,6 +74,13 @@ RECOVERY_SECONDS = Histogram(
     "trainer reported (status.restartHistory).",
     ["cause"],
     buckets=RECOVERY_BUCKETS,
+)
+# The one label that names a node: a node that failed a job twice (status.nodeFailures). Bounded by the
+# cluster's nodes (never a job's or a pod's name), and only those that failed a job: a handful.
+BAD_NODE_AVOIDED = Counter(
+    "tpujob_bad_node_avoided_total",
+    "TPUJobs that began to keep off a node after it failed them twice (status.nodeFailures), by node.",
+    ["node"],
 )
 POOL_OPERATIONS_TOTAL = Counter(
     "tpujob_node_pool_operations_total",
@@ -302,6 +310,62 @@ class NextMaintenance(Collector):
         )
 
 
+class QueuedStarts(Collector):
+    """A waiting TPUJob's estimated start (status.queue.estimatedStart), by ClusterQueue: per queue, the
+    seconds from the scrape to the soonest and to the latest estimated start of its waiting jobs, and how
+    many of them have none the operator could make. Per queue, not per job: a job's own estimate is in its
+    status (kubectl get tj); a ClusterQueue is an administrator's object, so the labels stay few; a queue's
+    series go with its last waiting job."""
+
+    def __init__(self, records: JobRecords | None = None) -> None:
+        self.records = records if records is not None else JobRecords()
+
+    def set(self, uid: str, status: TPUJobStatus) -> None:
+        queue = status.queue
+        estimate = queue.estimated_start if queue is not None else None
+        if queue is None or estimate is None or not queue.cluster_queue:
+            self.records.read(uid, _no_estimate, None)
+            return
+        when = s.parse_timestamp(estimate.time).timestamp() if estimate.time else None
+        cluster_queue = queue.cluster_queue
+
+        def keep(record: JobRecord) -> None:
+            record.start_estimate = (cluster_queue, when)
+
+        self.records.update(uid, keep)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        seconds = GaugeMetricFamily(
+            "tpujob_queued_start_estimate_seconds",
+            "Kueue: seconds from now to the estimated start (admission) of the TPUJobs waiting in each "
+            "ClusterQueue, the soonest (which=next) and the latest (which=last) of them; negative when "
+            "overdue. A job's own estimate: status.queue.estimatedStart.",
+            labels=["cluster_queue", "which"],
+        )
+        unknown = GaugeMetricFamily(
+            "tpujob_queued_start_unknown_jobs",
+            "Kueue: TPUJobs waiting in each ClusterQueue whose start the operator cannot estimate "
+            "(status.queue.estimatedStart.reason says why).",
+            labels=["cluster_queue"],
+        )
+        now = time.time()
+        by_queue: dict[str, list[float | None]] = {}
+        for cluster_queue, when in self.records.gather(lambda r: r.start_estimate):
+            by_queue.setdefault(cluster_queue, []).append(when)
+        for cluster_queue, times in sorted(by_queue.items()):
+            known = [when - now for when in times if when is not None]
+            if known:
+                seconds.add_metric([cluster_queue, "next"], min(known))
+                seconds.add_metric([cluster_queue, "last"], max(known))
+            unknown.add_metric([cluster_queue], len(times) - len(known))
+        yield seconds
+        yield unknown
+
+
+def _no_estimate(record: JobRecord) -> None:
+    record.start_estimate = None
+
+
 def register(recorder: PassRecorder, registry: CollectorRegistry = REGISTRY) -> None:
     """The recorder's scrape-time collectors and the zeroed series: call once at start."""
     for collector in recorder.collectors():
@@ -346,9 +410,10 @@ class PassRecorder:
         self.jobs_by_phase = JobsByPhase(self.records)
         self.chips_held = ChipsHeld(self.records)
         self.next_maintenance = NextMaintenance(self.records)
+        self.queued_starts = QueuedStarts(self.records)
 
     def collectors(self) -> tuple[Collector, ...]:
-        return (self.jobs_by_phase, self.chips_held, self.next_maintenance)
+        return (self.jobs_by_phase, self.chips_held, self.next_maintenance, self.queued_starts)
 
     def record(self, job: TPUJob, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:
         uid = job.metadata.uid or ""
@@ -358,6 +423,8 @@ class PassRecorder:
             delta = count - before.restarts_by_reason.get(reason, 0)
             if delta > 0:
                 RESTARTS.labels(reason).inc(delta)
+        for node in s.newly_avoided(before, after):
+            BAD_NODE_AVOIDED.labels(node).inc()
         for recovered in restart_history.recovered_between(before, after):
             RECOVERY_SECONDS.labels(recovered.reason).observe(recovered.recovery_seconds or 0.0)
         if after.running_time and not before.running_time and after.start_time:
@@ -372,6 +439,7 @@ class PassRecorder:
         self._goodput(job, before, after)
         self.jobs_by_phase.set(uid, after)
         self.next_maintenance.set(uid, after.maintenance_time)
+        self.queued_starts.set(uid, after)
 
     @staticmethod
     def _pools(record: JobRecord, before: TPUJobStatus, after: TPUJobStatus, now: dt.datetime) -> None:

@@ -87,6 +87,21 @@ def next_lead(lead: Lead, says_leads: bool | None, now: float, renew_deadline: f
     return Lead(active, in_a_row, now if says_leads else lead.confirmed_at)
 
 
+# The shortest wait the lead loop takes at its renew deadline (a read given no time at all would spin).
+LEAST_WAIT_SECONDS = 0.05
+
+
+def wait_within_deadline(lead: Lead, now: float, renew_deadline: float, period: float) -> float:
+    """How long the lead loop may wait (for a read, or between two reads) before it must judge its lead
+    again. An active replica's renew deadline is a time, not a count of failed reads: no wait runs past it,
+    so a replica cut off from the API server stands down at the deadline itself, however long a black-holed
+    read would hang (client-go's leader election times its renewals the same way). A standby waits a
+    period."""
+    if not lead.active:
+        return period
+    return max(LEAST_WAIT_SECONDS, min(period, lead.confirmed_at + renew_deadline - now))
+
+
 def priority_below(peers: Mapping[str, Any], identity: str, now: dt.datetime) -> int | None:
     """A priority under every other live peer's, for a replica that stood down at its renew deadline: it
     rejoins as a standby instead of taking the lead back from the one that took over. None: no live peer

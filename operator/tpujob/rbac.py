@@ -83,14 +83,21 @@ KUEUE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [c.KUEUE_GROUP], "resources": ["localqueues"], "verbs": ["get"]},
 ]
 # Cluster-scoped, so a cluster-wide operator's only: the admission's flavors (their node labels and
-# tolerations go on the pods), and the classes a Workload's priority comes from.
+# tolerations go on the pods), the classes a Workload's priority comes from, and the ClusterQueues a queued
+# job waits in (their quota and reservation: its start estimate, reconciler/start_estimates.py).
 KUEUE_CLUSTER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": [c.KUEUE_GROUP],
-        "resources": ["resourceflavors", "workloadpriorityclasses"],
+        "resources": ["resourceflavors", "workloadpriorityclasses", "clusterqueues"],
         "verbs": ["get"],
     },
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list"]},
+    # Kueue's visibility API, where it is served: a queued job's position in its ClusterQueue.
+    {
+        "apiGroups": [c.KUEUE_VISIBILITY_GROUP],
+        "resources": ["clusterqueues/pendingworkloads"],
+        "verbs": ["get"],
+    },
     # The Workload CRD alone: how many pod sets the installed Kueue allows (spec.podSets maxItems).
     {
         "apiGroups": ["apiextensions.k8s.io"],

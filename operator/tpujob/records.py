@@ -50,6 +50,8 @@ class JobRecord:
     waiting_since: float | None = None  # Unix time the phase's wait began (status/waiting.py)
     chips: tuple[str, str, int] | None = None  # (tpu type, capacity mode, chips held)
     maintenance: float | None = None  # Unix time of the next host maintenance announced
+    # Waiting in a ClusterQueue: (its name, Unix time of the estimated start or None: unknown).
+    start_estimate: tuple[str, float | None] | None = None
     # --- its namespace's chip limit (reconciler/tenancy.py) ---
     chips_namespace: str | None = None  # the namespace whose limit it counts against (None: counts nothing)
     chips_admitted: int | None = None  # admitted by this process with so many chips; its status not yet

@@ -38,6 +38,7 @@ from kubernetes import client as k8s
 from tpujob.api import constants as c
 from tpujob_sandbox.bed import Sandbox, SandboxNotRunning, attach_sandbox, start_sandbox
 from tpujob_sandbox.binaries import BinariesUnavailable, find_binaries
+from tpujob_sandbox.controlplane import ControlPlane
 from tpujob_sandbox.gke import GkeSimulator
 from tpujob_sandbox.jobs import Jobs
 from tpujob_sandbox.kubelet import (
@@ -52,7 +53,9 @@ from tpujob_sandbox.kueue.handle import KueueHandle
 from tpujob_sandbox.kueue.provisioning import ProvisioningController, ProvisioningRequestCrdMissing
 from tpujob_sandbox.kueue.provisioning import install_crd as install_pr_crd
 from tpujob_sandbox.kueue.simulator import KueueSimulator
+from tpujob_sandbox.kueue.visibility_server import VisibilityServer
 from tpujob_sandbox.operators import OperatorProcess, install_crd, operator_env
+from tpujob_sandbox.pki import Pki
 from tpujob_sandbox.waiting import wait_for
 
 # The simulated GKE runs this much faster than GKE: a TPU pool's 5 minutes of provisioning take 0.6 s, a
@@ -185,12 +188,15 @@ def gke(sandbox: Sandbox) -> Iterator[GkeSimulator]:
 @pytest.fixture
 def kubelet(sandbox: Sandbox) -> Iterator[KubeletSimulator]:
     """The simulated kubelet, with its registry's test controls (`registry.missing`, `registry.private`)
-    cleared before and after the test: it serves the whole session, so an image or host one test refuses
-    must not keep a later test's pods Pending in ErrImagePull."""
+    and its bad hosts (`fail_tpu_allocation`) cleared before and after the test: it serves the whole
+    session, so an image or host one test refuses must not keep a later test's pods Pending in ErrImagePull
+    (or rejected)."""
     simulator = sandbox.kubelet
     simulator.registry.clear()
+    simulator.repair()
     yield simulator
     simulator.registry.clear()
+    simulator.repair()  # a bad host one test made (fail_tpu_allocation) is no later test's
 
 
 def namespace_name(test_name: str) -> str:
@@ -289,6 +295,33 @@ def kueue(
     _kueue_simulator.poke()
     yield handle
     handle.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _kueue_visibility_server(
+    sandbox: Sandbox, _kueue_simulator: KueueSimulator
+) -> Iterator[VisibilityServer]:
+    """Kueue's visibility API server (tpujob_sandbox.kueue.visibility_server), for the session."""
+    control_plane = sandbox.control_plane
+    if not isinstance(control_plane, ControlPlane) or not control_plane.serves_crds:
+        pytest.skip("Kueue's visibility API needs the test bed's own aggregator (its front-proxy cert)")
+    server = VisibilityServer(
+        sandbox.api_client, _kueue_simulator, Pki(control_plane.state_dir / "pki")
+    ).start()
+    yield server
+    server.unregister()
+    server.stop()
+
+
+@pytest.fixture
+def kueue_visibility(
+    kueue: KueueHandle, _kueue_visibility_server: VisibilityServer
+) -> Iterator[VisibilityServer]:
+    """Kueue (the `kueue` fixture) with its visibility API served through kube-apiserver's aggregator, in the
+    versions its release serves; unregistered after the test (without this fixture it is not served)."""
+    _kueue_visibility_server.register(kueue.release)
+    yield _kueue_visibility_server
+    _kueue_visibility_server.unregister()
 
 
 @pytest.fixture

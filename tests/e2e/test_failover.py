@@ -47,10 +47,17 @@ STARTUP_SECONDS = 90
 TAKEOVER_BOUND_SECONDS = LIFETIME_SECONDS + peering.READS_TO_LEAD * LIFETIME_SECONDS / 5 + 5
 
 
-def logged_at(log: str, words: str) -> dt.datetime:
-    """When the first line with `words` was written, from its timestamp ([2026-11-27 18:00:34,614] ...)."""
-    line = next(line for line in log.splitlines() if words in line)
+def logged_at(log: str, words: str, nth: int = 0) -> dt.datetime:
+    """When the `nth` line (from 0) with `words` was written, from its timestamp ([2026-11-27 18:00:34,614]
+    ...). A replica may say a thing more than once: the low one started first is active for a moment before
+    the high one's record appears, so its takeover is its second "is now active"."""
+    line = [line for line in log.splitlines() if words in line][nth]
     return dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f")
+
+
+def said(log: str, words: str) -> int:
+    """How many lines of `log` have `words`: a wait for a new one counts from what was said before."""
+    return sum(words in line for line in log.splitlines())
 
 
 class Replicas:
@@ -236,11 +243,16 @@ def test_a_takeover_creates_nothing_for_jobs_deleted_while_it_stood_by_and_sweep
         jobs.wait_pods_running(name, 1, timeout=60)
     pools = {name: jobs.status(name)["nodePools"][0]["name"] for name in ("kept", "deleted", "leaked")}
 
+    # The low replica may have been active for a moment at start (before the high one's record): the waits
+    # count its words from here.
+    activated, stood_by = said(pair.log(LOW), "is now active"), said(pair.log(LOW), "is now standby")
     pair.processes[HIGH].kill()  # failover
     wait_for(lambda: pair.active({LOW}), timeout=30, what="the low replica alone")
-    wait_for(lambda: "is now active" in pair.log(LOW), timeout=30, what="the low replica acting")
+    wait_for(lambda: said(pair.log(LOW), "is now active") > activated, timeout=30,
+             what="the low replica acting")  # fmt: skip
     pair.processes[HIGH].start()  # failback
-    wait_for(lambda: "is now standby" in pair.log(LOW), timeout=30, what="the low replica standing by")
+    wait_for(lambda: said(pair.log(LOW), "is now standby") > stood_by, timeout=30,
+             what="the low replica standing by")  # fmt: skip
 
     jobs.delete("deleted")
     wait_for(lambda: jobs.gone("deleted") and pools["deleted"] not in gke.node_pools(), timeout=60,
@@ -384,6 +396,9 @@ class TestPartition:
         jobs.wait_phase("provisioning", "Provisioning", timeout=30)
         assert gke.calls["CreateNodePool"] == 2
 
+        # The low replica may have been active for a moment at start, before the high one's record: its
+        # takeover is the next "is now active" it says from here.
+        activated = said(pair.log(LOW), "is now active")
         api.cut()
         wait_for(
             lambda: "could not confirm its lead" in pair.log(HIGH),
@@ -391,12 +406,13 @@ class TestPartition:
             what="the high one standing down",
         )
         stood_down_at = time.monotonic()
-        wait_for(lambda: "is now active" in pair.log(LOW), timeout=30, what="the standby taking over")
+        wait_for(lambda: said(pair.log(LOW), "is now active") > activated, timeout=30,
+                 what="the standby taking over")  # fmt: skip
         # It stopped before the standby could take over (its record is live for a lifetime after its last
         # write), and from then on it calls GKE no more, though GKE is still within its reach. The order is
         # the one the two logs' timestamps say (one clock): when the test reads them is no measure of it.
         assert logged_at(pair.log(HIGH), "could not confirm its lead") < logged_at(
-            pair.log(LOW), "is now active"
+            pair.log(LOW), "is now active", nth=activated
         )
         kubelet.succeed(jobs.namespace, running_pod.metadata.name)
         jobs.wait_phase("running", "Succeeded", timeout=60)

@@ -145,6 +145,7 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
         "PHASE",
         "RESTARTS",
         "CLUSTERQUEUE",
+        "QUEUE",
         "REASON",
         "PROGRESS",
         "ETA",
@@ -155,10 +156,10 @@ def test_kubectl_get_by_short_name_and_category_shows_the_printer_columns(kubect
     for resource in ("tj", "tpujob", "tpujobs", c.CRD_NAME):
         header, rows = table(kubectl.ok("get", resource, "-n", jobs.namespace))
         assert header == columns, f"kubectl get {resource}: {header}"
-        # No Kueue queue: its ClusterQueue is empty.
-        assert [row[:8] for row in rows] == [["train", "v5e", "2x2", "1", "Running", "0", "", "Running"]], (
-            rows
-        )
+        # No Kueue queue: its ClusterQueue and Queue are empty.
+        assert [row[:9] for row in rows] == [
+            ["train", "v5e", "2x2", "1", "Running", "0", "", "", "Running"]
+        ], rows
     # Not in `all`: `kubectl get all` shows the job's pod and Service, not the TPUJob.
     everything = kubectl.ok("get", "all", "-n", jobs.namespace, "-o", "name").split()
     assert any(name.startswith("pod/") for name in everything), everything

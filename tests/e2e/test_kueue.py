@@ -20,6 +20,7 @@ import pytest
 from google.cloud import container_v1
 from kubernetes import client as k8s
 
+from tests.e2e.kubectl_cli import table
 from tests.e2e.test_tenancy import policy_namespace
 from tests.manifests import base_job, plain_job
 from tests.workloads import EXAMPLES, example_workload
@@ -187,6 +188,69 @@ def test_a_second_job_waits_for_the_quota_and_starts_when_the_first_finishes(job
     jobs.wait_phase("second", "Succeeded", timeout=60)
     # Admitted once: every Event before the job's Succeeded one (posted in order) has one Admitted.
     assert [e.reason for e in jobs.events_through("second", "Succeeded")].count("Admitted") == 1
+
+
+# A trainer of a known length that reports its step and target (the start-estimate bench's worker), run as a
+# local process by the simulated kubelet under the JAX example's local image name.
+KNOWN_LENGTH_WORKER = Path(__file__).resolve().parents[2] / "bench" / "start_estimate_worker.py"
+
+
+@pytest.mark.trainer  # a trainer that reports its step and target, as the trainer contract says
+def test_a_queued_job_shows_when_it_should_start_from_the_running_jobs_eta(jobs, kubelet, kueue, kubectl):
+    """Quota for one v5e host, held by a trainer that reports its ETA: the job queued behind it is estimated
+    to start at that ETA (status.queue.estimatedStart, the Queue column of `kubectl get tj`); the one behind
+    both has no estimate, and says why: the job ahead of it has no known run time."""
+    flavor = kueue.resource_flavor(node_labels=V5E_LABELS, prefix="v5e-2x2")
+    queue = kueue.local_queue(jobs.namespace, kueue.cluster_queue({flavor: {c.TPU_RESOURCE: 4}}))
+    trainer = {"image": "tpujob-jax:known-length", "command": ["python", str(KNOWN_LENGTH_WORKER), "900"]}
+    jobs.create(queued(base_job("first", tpu=V5E_2X2, trainer=trainer), queue))
+    jobs.wait_pods_running("first", 1, timeout=90)
+    eta = wait_for(
+        lambda: (jobs.status("first").get("progress") or {}).get("eta"),
+        timeout=60,
+        what="the running job's ETA",
+        last_state=lambda: jobs.status("first").get("progress"),
+    )
+    # Kueue orders by priority first: "second" goes ahead of "third" whatever their creation times.
+    jobs.create(queued(plain_job("second", tpu=V5E_2X2), queue, kueue.priority_class(10, prefix="ahead")))
+    jobs.create(queued(plain_job("third", tpu=V5E_2X2), queue))
+
+    def estimated(name: str) -> dict | None:
+        record = jobs.status(name).get("queue") or {}
+        found = record.get("estimatedStart") or {}
+        return record if found.get("time") or found.get("reason") else None
+
+    second = wait_for(
+        lambda: (r := estimated("second")) and r["estimatedStart"].get("time") and r,
+        timeout=30,
+        what="the second job's start estimate",
+        last_state=lambda: jobs.status("second").get("queue"),
+    )
+    # The running job's ETA as its latest read put it, within the estimate's slack (2 s) and the reads'
+    # wobble: the worker steps at a steady pace.
+    running_eta = parse_time(jobs.status("first")["progress"]["eta"])
+    predicted = parse_time(second["estimatedStart"]["time"])
+    assert abs((predicted - running_eta).total_seconds()) <= 10, (second, eta, running_eta)
+    assert second["estimatedStart"]["jobsAhead"] == 0 and not second["estimatedStart"].get("bound")
+    assert second["summary"] == f"Queued, ~{predicted:%H:%M}Z", second
+    # Unknown once the operator has seen both waiting (a pass may come before the other job's status says
+    # where it waits).
+    third = wait_for(
+        lambda: (
+            (r := estimated("third"))
+            and "has no known run time" in (r["estimatedStart"].get("reason") or "")
+            and r
+        ),
+        timeout=30,
+        what="the third job's start unknown, behind a job with no known run time",
+        last_state=lambda: jobs.status("third").get("queue"),
+    )
+    assert third["estimatedStart"].get("time") is None and third["estimatedStart"]["jobsAhead"] == 1
+    assert third["summary"] == "Queued, start unknown"
+    header, rows = table(kubectl.ok("get", "tj", "-n", jobs.namespace))
+    shown = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert shown["second"]["QUEUE"] == jobs.status("second")["queue"]["summary"], shown
+    assert shown["third"]["QUEUE"] == "Queued, start unknown" and shown["first"]["QUEUE"] == "", shown
 
 
 TRAINER_STEPS = 2500

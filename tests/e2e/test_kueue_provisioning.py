@@ -6,6 +6,8 @@ provisioning from its documentation (tpujob_sandbox.gke.queued_provisioning)."""
 
 from __future__ import annotations
 
+from kubernetes import client as k8s
+
 from tests.e2e.test_kueue import condition, pools_of, queued, workload_of
 from tests.manifests import plain_job
 from tpujob.api import constants as c
@@ -89,3 +91,70 @@ def test_a_failed_request_is_rejected_and_kueue_deactivates_the_workload(jobs, g
         timeout=30,
         what="the Workload deactivated by Kueue",
     )
+
+
+def test_an_expired_booking_before_admission_is_rejected_and_its_pools_go(jobs, gke, provisioning_requests):
+    """The booking of a provisioned request expires (GKE: the pods did not come in time) while the Workload
+    still waits for another admission check: Kueue's provisioning controller (controller.go syncCheckStates,
+    case isBookingExpired, !workload.IsAdmitted) retries within retryStrategy.backoffLimitCount, else rejects
+    the check, and the workload controller deactivates the Workload (reconcileCheckBasedEviction). The job
+    stays queued with Kueue's reason, made no pool of its own, and GKE's pools for the request are gone."""
+    kueue = provisioning_requests
+    flavor = kueue.resource_flavor(node_labels=LABELS, prefix="v5e-4x4")
+    # A second check that nobody marks Ready (a team's own approval controller, say): the Workload keeps its
+    # quota reservation, provisioned, but is not admitted while the booking runs out.
+    approval = kueue._create_cluster(
+        "admissionchecks", "AdmissionCheck", "approval", {"controllerName": "example.com/approval"}
+    )
+    cluster_queue = kueue.cluster_queue(
+        {flavor: {c.TPU_RESOURCE: 16 * SLICES}},
+        admission_checks=[kueue.provisioning_check(backoff_limit=0), approval],
+    )
+    queue = kueue.local_queue(jobs.namespace, cluster_queue)
+    earlier = len(gke.queued_provisioning.created)  # the session's other tests' requests
+    jobs.create(queued(plain_job("expiry", tpu=V5E_4X4), queue))
+
+    def provisioned():
+        try:
+            found = workload_of(jobs, kueue, "expiry")
+        except k8s.ApiException as error:
+            if error.status == 404:  # not made yet
+                return None
+            raise
+        states = (found.get("status") or {}).get("admissionChecks") or []
+        return any(s.get("state") == "Ready" for s in states) and found
+
+    workload = wait_for(
+        provisioned,
+        timeout=120,
+        what="the provisioning check Ready (GKE made the request's pools)",
+        last_state=lambda: jobs.status("expiry"),
+    )
+    made = list(gke.queued_provisioning.created[earlier:])
+    assert len(made) == SLICES and set(made) <= set(gke.node_pools())
+    assert condition(workload, "Admitted").get("status") != "True"
+    assert jobs.status("expiry")["phase"] == "Queued" and jobs.pods("expiry") == []
+    ready = next(s for s in workload["status"]["admissionChecks"] if s.get("state") == "Ready")
+    request = ready["podSetUpdates"][0]["annotations"][CONSUME_PROVISIONING_REQUEST]
+    gke.queued_provisioning.expire(jobs.namespace, request, "the pods did not arrive within the booking")
+    status = wait_for(
+        lambda: (s := jobs.status("expiry")).get("reason") == "DeactivatedDueToAdmissionCheck" and s,
+        timeout=60,
+        what="the job to say Kueue deactivated its Workload for the rejected check",
+        last_state=lambda: jobs.status("expiry"),
+    )
+    assert status["phase"] == "Queued"
+    assert "the pods did not arrive within the booking" in status["message"]
+    wait_for(
+        lambda: workload_of(jobs, kueue, "expiry")["spec"]["active"] is False,
+        timeout=30,
+        what="the Workload deactivated by Kueue, and left so",
+    )
+    wait_for(
+        lambda: not set(made) & set(gke.node_pools()),
+        timeout=60,
+        what="GKE to delete the expired request's pools",
+        last_state=lambda: sorted(gke.node_pools()),
+    )
+    assert gke.calls_received().get("CreateNodePool", 0) == 0 and pools_of(gke, "expiry") == []
+    assert jobs.pods("expiry") == [] and jobs.status("expiry").get("nodePools", []) == []

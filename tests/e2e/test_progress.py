@@ -56,6 +56,7 @@ def test_progress_rises_in_kubectl_get_while_the_trainer_runs(
 # beside it), and the field's description asks for room for startup.
 DEADLINE = 60
 HANG_AT = 170  # between two checkpoints (every 50 steps): the hung attempt loses 20 steps
+HUNG_GRACE_SECONDS = 5
 
 
 def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_then_succeeds(
@@ -64,7 +65,14 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     args = ["--steps", "400", "--checkpoint-every-steps", "50", "--hang-at-step", str(HANG_AT)]
     manifest = base_job(
         "train",
-        trainer={"image": trainer_image, "args": args, "checkpointDir": str(tmp_path / "checkpoints")},
+        trainer={
+            "image": trainer_image,
+            "args": args,
+            "checkpointDir": str(tmp_path / "checkpoints"),
+            # The hung worker ignores SIGTERM: the grace is waited out whole before the next attempt (the
+            # default 30 s was a quarter of the test). Its stack dump is taken at the SIGTERM.
+            "terminationGracePeriodSeconds": HUNG_GRACE_SECONDS,
+        },
         runPolicy={"progressDeadlineSeconds": DEADLINE, "maxRestarts": 1},
     )
     with jobs.recording_job(

@@ -1,7 +1,8 @@
 """Recovery on the test bed: a failure confined to one slice of a Multislice job recreates only that slice
 (restartStrategy RecreateSlice) while the other slices' pods stay and are told the new attempt; the TPU
 device plugin's MegascaleHangDetected restarts a running job at once, uncounted; a Secret volume that
-cannot mount shows the kubelet's FailedMount words, then the startup timeout gives the slice back."""
+cannot mount shows the kubelet's FailedMount words, then the startup timeout gives the slice back; a node
+that failed the job twice is named and avoided."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from tests.manifests import plain_job
+from tests.sandbox.helpers import tpu_nodes
 from tests.trainer.conftest import REPO
 from tpujob.api import constants as c
 from tpujob_sandbox import free_port, wait_for
@@ -182,3 +184,97 @@ def test_the_jax_example_rejoins_after_its_healthy_slice_restarts_in_place(jobs,
     recreated = kubelet.log_path(jobs.namespace, final[(1, 0)].metadata.name).read_text()
     assert final[(1, 0)].metadata.labels[c.LABEL_ATTEMPT] == "1"
     assert "allgather of process ids: [0, 1, 2, 3]" in recreated and "learned w=" in recreated
+
+
+def hostnames_kept_off(pod) -> list[list[str]]:
+    """The NotIn kubernetes.io/hostname values of each term of a pod's required node affinity."""
+    affinity = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
+    return [
+        e.values
+        for term in (required.node_selector_terms if required else [])
+        for e in term.match_expressions or []
+        if (e.key, e.operator) == ("kubernetes.io/hostname", "NotIn")
+    ]
+
+
+def test_a_node_that_fails_the_job_twice_is_avoided_on_the_third_attempt(jobs, gke, kubelet):
+    """An existing pool of three single-host v5e nodes; one's TPU device plugin fails every allocation, so
+    the kubelet rejects the worker placed there (UnexpectedAdmissionError). The other two are cordoned until
+    the job has failed twice on the bad one: the third attempt's pod carries a required NotIn on the bad
+    node's hostname, so the scheduler can place it nowhere, until the others open; then it runs there and
+    the job succeeds. The status and a Warning Event name the node."""
+    bad, *good = tpu_nodes(gke, jobs.core, "badhost-v5e", count=3)
+    for node in good:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": True}})
+    kubelet.fail_tpu_allocation(bad)
+    jobs.create(plain_job("badhost", nodePool={"policy": "existing"}, runPolicy={"maxRestarts": 3}))
+
+    def avoided():
+        records = jobs.status("badhost").get("nodeFailures") or []
+        return records if any(r.get("avoided") for r in records) else None
+
+    (record,) = wait_for(avoided, timeout=90, what="the bad node avoided in status.nodeFailures")
+    assert record == {
+        "node": bad,
+        "failures": 2,
+        "reason": "UnexpectedAdmissionError",
+        "lastTime": record["lastTime"],
+        "avoided": True,
+    }
+    said = jobs.wait_events("badhost", "BadNodeAvoided")
+    assert f"node {bad} failed this job 2 times (last: UnexpectedAdmissionError)" in said[0].message
+    assert said[0].type == "Warning"
+
+    def third_unschedulable():
+        for pod in jobs.pods("badhost", attempt=2):
+            conditions = {c.type: c for c in pod.status.conditions or []}
+            scheduled = conditions.get("PodScheduled")
+            if scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
+                return pod
+        return None
+
+    third = wait_for(third_unschedulable, timeout=60, what="attempt 2's pod refused by the scheduler")
+    assert hostnames_kept_off(third) == [[bad], [bad]]  # in both of the maintenance terms
+    for node in good:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": False}})
+    (running,) = jobs.wait_pods_running("badhost", 1, attempt=2, timeout=60)
+    assert running.spec.node_name in good
+    kubelet.succeed(jobs.namespace, running.metadata.name)
+    status = jobs.wait_phase("badhost", "Succeeded", timeout=60)
+    assert (status["restarts"], status["attempt"]) == (2, 2)
+    assert status["nodeFailures"] == [record]
+
+
+def test_a_bad_node_of_the_jobs_own_pool_has_the_pool_recreated(jobs, gke, kubelet):
+    """A pool the operator made holds exactly the slice's hosts: a node of it that failed the job twice (GKE's
+    TPU device plugin reported a slice error there twice) is not avoided by affinity, which would leave the
+    pod nowhere to go, but by recreating the slice's pool with new VMs; the job then succeeds on it."""
+    jobs.create(plain_job("ownpool", runPolicy={"maxRestarts": 0}))
+    for attempt in (0, 1):
+        (pod,) = jobs.wait_pods_running("ownpool", 1, attempt=attempt, timeout=120)
+        jobs.wait_phase("ownpool", "Running", timeout=60)
+        node = pod.spec.node_name
+        gke.device_plugin.report_slice_error(jobs.namespace, pod.metadata.name, "ICI link 3 down")
+
+        def restarted(times=attempt + 1):
+            status = jobs.status("ownpool")
+            return status if status.get("restartsByReason", {}).get("SliceErrorDetected") == times else None
+
+        wait_for(restarted, timeout=60, what=f"restart {attempt + 1} for the slice error")
+    said = jobs.wait_events("ownpool", "BadNodeAvoided")
+    assert f"node {node} failed this job 2 times (last: SliceErrorDetected)" in said[0].message
+    assert "its slice's node pool is recreated" in said[0].message
+    (pod,) = jobs.wait_pods_running("ownpool", 1, attempt=2, timeout=180)
+    assert gke.calls["DeleteNodePool"] == 1 and gke.calls["CreateNodePool"] == 2
+    assert hostnames_kept_off(pod) == []  # the new pool's VMs are new: nothing to keep off
+    kubelet.succeed(jobs.namespace, pod.metadata.name)
+    status = jobs.wait_phase("ownpool", "Succeeded", timeout=60)
+    assert status["applicationRestarts"] == 0
+    # The recreated pool's VM is a new one (GKE names it anew; the simulated GKE reuses the name): the node
+    # is still named, with when it was replaced, and no longer avoided.
+    (record,) = status["nodeFailures"]
+    assert (record["node"], record["failures"], record["avoided"]) == (node, 0, False)
+    assert record["replacedTime"] >= record["lastTime"]
+    replaced = jobs.wait_events("ownpool", "BadNodeReplaced")
+    assert f"node {node} was deleted since it failed this job" in replaced[0].message

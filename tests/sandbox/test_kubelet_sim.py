@@ -75,6 +75,26 @@ def test_a_bound_pod_runs_then_succeeds_or_fails_on_command(core, kubelet, names
     )
 
 
+def test_a_node_whose_tpu_device_plugin_fails_rejects_pods_that_request_tpus_at_admission(
+    core, kubelet, namespace, node
+):
+    kubelet.fail_tpu_allocation(node, "rpc error: code = Unavailable desc = connection refused")
+    tpus = {"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}}
+    core.create_namespaced_pod(namespace, pod_manifest("tpu", node, resources=tpus))
+    core.create_namespaced_pod(namespace, pod_manifest("cpu", node))  # no device plugin resource: admitted
+    rejected = wait_phase(core, namespace, "tpu", "Failed")
+    assert (rejected.status.reason, rejected.status.message) == (
+        "UnexpectedAdmissionError",
+        "Pod was rejected: Allocate failed due to rpc error: code = Unavailable desc = connection refused, "
+        "which is unexpected",
+    )
+    assert not rejected.status.container_statuses  # no container ever ran
+    wait_phase(core, namespace, "cpu", "Running")
+    kubelet.repair(node)
+    core.create_namespaced_pod(namespace, pod_manifest("tpu-again", node, resources=tpus))
+    wait_phase(core, namespace, "tpu-again", "Running")
+
+
 def test_the_exit_code_annotation_ends_a_pod_as_a_user_would(core, namespace, node):
     core.create_namespaced_pod(namespace, pod_manifest("annotated", node))
     wait_phase(core, namespace, "annotated", "Running")

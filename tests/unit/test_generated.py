@@ -51,6 +51,7 @@ def test_crd_has_status_subresource_printer_columns_and_cel():
         "Phase",
         "Restarts",
         "ClusterQueue",
+        "Queue",
         "Reason",
         "Progress",
         "ETA",

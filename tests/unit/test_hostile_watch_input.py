@@ -280,7 +280,9 @@ def test_the_node_watch_returns(
     nodes.node_changed(runtime, {"type": event_type, "object": body})
     healthy = {"type": "MODIFIED", "object": {"metadata": {"name": "node-a"}, "status": {"conditions": []}}}
     nodes.node_changed(runtime, healthy)
-    assert runtime.reconciler.watched.take("{}").node_faults == {}
+    seen = runtime.reconciler.watched.take("{}")
+    assert seen.node_faults == {}
+    assert set(seen.nodes_deleted) == ({"node-a"} if event_type == "DELETED" else set())
 
 
 @pytest.mark.slow  # hypothesis: 150 examples each

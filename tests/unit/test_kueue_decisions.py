@@ -37,6 +37,7 @@ from tpujob.render.workload import (
 )
 from tpujob.render.workload import workload as render_workload
 from tpujob.status.cost import chips_held
+from tpujob.status.queue_position import VISIBILITY_GROUP
 
 # --- the version served --------------------------------------------------------------------------------
 
@@ -263,12 +264,15 @@ def test_a_queued_job_that_never_had_a_pool_records_none():
 class DiscoveryApi:
     """What KueueServed asks of the API server: the group's discovery, the Workload CRD."""
 
-    def __init__(self, group, crd=None, crd_error=None):
-        self.group, self.crd, self.crd_error = group, crd, crd_error
+    def __init__(self, group, crd=None, crd_error=None, visibility=None):
+        self.group, self.crd, self.crd_error, self.visibility = group, crd, crd_error, visibility
 
     def get_api_group(self, name):
-        assert name == c.KUEUE_GROUP
-        return self.group
+        assert name in (c.KUEUE_GROUP, VISIBILITY_GROUP)
+        found = self.group if name == c.KUEUE_GROUP else self.visibility
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     def get_crd(self, name):
         assert name == c.KUEUE_WORKLOAD_CRD

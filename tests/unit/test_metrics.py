@@ -183,3 +183,56 @@ def test_time_to_recover_is_observed_once_per_recovered_restart_by_cause():
     recorder.record(j, after, after, NOW)  # the same recovery, seen again
     assert sample("tpujob_recovery_seconds_count", cause="NodeLost") == count + 1
     assert sample("tpujob_recovery_seconds_sum", cause="NodeLost") == total + 120
+
+
+def test_queued_start_estimates_are_exported_per_cluster_queue_and_go_with_their_jobs():
+    """Per ClusterQueue, not per job: the soonest and latest estimated start of its waiting jobs (seconds
+    from the scrape) and how many have none; a job admitted, or forgotten, leaves them."""
+    import time
+
+    from tpujob.api.status import QueueStatus, StartEstimate
+
+    recorder = metrics.PassRecorder()
+    soon = dt.datetime.fromtimestamp(time.time() + 600, dt.UTC)
+    later = dt.datetime.fromtimestamp(time.time() + 1800, dt.UTC)
+
+    def waiting(when, cq="cq-a"):
+        estimate = StartEstimate(
+            time=s.timestamp(when) if when else None,
+            reason=None if when else "no ETA",
+            computed_time=s.timestamp(NOW),
+        )
+        return TPUJobStatus(
+            phase=Phase.QUEUED, queue=QueueStatus(name="q", cluster_queue=cq, estimated_start=estimate)
+        )
+
+    statuses = {
+        "w-1": waiting(soon),
+        "w-2": waiting(later),
+        "w-3": waiting(None),
+        "w-4": waiting(soon, "cq-b"),
+    }
+    for uid, status in statuses.items():
+        recorder.record(job(uid), status, status, NOW)
+
+    def gauges():
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in recorder.queued_starts.collect()
+            for sample in family.samples
+        }
+
+    found = gauges()
+    next_a = found[("tpujob_queued_start_estimate_seconds", (("cluster_queue", "cq-a"), ("which", "next")))]
+    last_a = found[("tpujob_queued_start_estimate_seconds", (("cluster_queue", "cq-a"), ("which", "last")))]
+    assert 590 < next_a <= 600 and 1790 < last_a <= 1800
+    assert found[("tpujob_queued_start_unknown_jobs", (("cluster_queue", "cq-a"),))] == 1
+    assert found[("tpujob_queued_start_unknown_jobs", (("cluster_queue", "cq-b"),))] == 0
+    # w-2 admitted (no estimate any more), w-4 deleted: cq-b's series go, cq-a's latest is w-1's.
+    admitted = TPUJobStatus(phase=Phase.RUNNING, queue=QueueStatus(name="q", cluster_queue="cq-a"))
+    recorder.record(job("w-2"), statuses["w-2"], admitted, NOW)
+    recorder.forget("w-4")
+    found = gauges()
+    assert not [key for key in found if ("cluster_queue", "cq-b") in key[1]]
+    last_a = found[("tpujob_queued_start_estimate_seconds", (("cluster_queue", "cq-a"), ("which", "last")))]
+    assert 590 < last_a <= 600

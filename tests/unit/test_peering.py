@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import threading
+import time
+from unittest import mock
 
 from tpujob import peering
+from tpujob.config import OperatorConfig
+from tpujob.handlers import loops
+from tpujob.handlers.workqueue import Runtime
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
 
@@ -99,3 +106,60 @@ def test_a_replica_that_stood_down_keeps_trying_to_rejoin_until_a_live_peer_is_t
     stood_down, lower = peering.rejoin(True, live, "me", now)
     assert not stood_down and lower is not None and 1 <= lower < 100
     assert peering.rejoin(False, live, "me", now) == (False, None)  # never stood down: keeps its priority
+
+
+def test_an_active_replica_waits_no_longer_than_its_renew_deadline() -> None:
+    confirmed = peering.Lead(active=True, in_a_row=3, confirmed_at=100.0)
+    assert peering.wait_within_deadline(confirmed, 100.0, 4.0, 1.2) == 1.2  # a period while there is time
+    assert peering.wait_within_deadline(confirmed, 103.5, 4.0, 1.2) == 0.5  # then only what is left
+    assert peering.wait_within_deadline(confirmed, 104.5, 4.0, 1.2) == peering.LEAST_WAIT_SECONDS  # past it
+    assert peering.wait_within_deadline(peering.Lead(active=False), 104.5, 4.0, 1.2) == 1.2  # a standby
+
+
+class BlackHoledPeering:
+    """The peering object read through a connection that goes silent after `answered` reads, and then
+    hangs past any timeout it is given (a black-holed TCP connection whose thread the kernel holds)."""
+
+    def __init__(self, identity: str, answered: int) -> None:
+        self.identity, self.answered = identity, answered
+        self.sent: list[float] = []
+        self.released = threading.Event()
+
+    def get_peering(self, name: str, namespace: str | None, timeout: object = None) -> dict[str, object]:
+        self.sent.append(time.monotonic())
+        if len(self.sent) > self.answered:
+            self.released.wait(30)
+        now = dt.datetime.now(dt.UTC)
+        return {"status": {self.identity: {"priority": 1, "lifetime": 10, "lastseen": now.isoformat()}}}
+
+
+def test_a_replica_cut_off_from_the_api_server_stands_down_at_its_renew_deadline_not_a_read_later() -> None:
+    """The stand-down is timed from the last read that confirmed the lead, not from when a hanging read
+    gives up: a read that hangs (the partition e2e test's black hole) cannot carry the replica past its
+    deadline into the window where a standby may take over. Judged before this was so, a replica with a
+    2 s deadline and a 2 s period stood down 5 s after its last confirmation (a period's sleep, then a read
+    waited for a period and a second)."""
+    config = OperatorConfig(peering="p", peering_lifetime_seconds=10, peering_renew_deadline_seconds=2)
+    api = BlackHoledPeering("me", answered=3)
+    runtime = Runtime(config, reconciler=mock.Mock(), api=api, identity="me", priority=1)  # type: ignore[arg-type]
+    runtime.indexes = mock.Mock(jobs={})
+    api_list = mock.Mock(return_value=set())
+    api.list_tpujob_uids = api_list  # type: ignore[attr-defined]
+    stood_down: list[float] = []
+
+    async def scenario() -> None:
+        loop = asyncio.create_task(loops.lead_forever(runtime))
+        try:
+            while not stood_down:
+                await asyncio.sleep(0.02)
+                if len(api.sent) > api.answered and not runtime.active:
+                    stood_down.append(time.monotonic())
+                if len(api.sent) > 20:
+                    raise AssertionError(f"never stood down: {api.sent}")
+        finally:
+            loop.cancel()
+            api.released.set()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    last_confirmation = api.sent[api.answered - 1]
+    assert stood_down[0] - last_confirmation <= 2 + 1.5, (api.sent, stood_down)

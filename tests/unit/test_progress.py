@@ -57,18 +57,43 @@ def sample(step_, attempt=0, target=1000, checkpoint_step=None, checkpoint_time=
     return s.ProgressSample(attempt, step_, target, checkpoint_step, checkpoint_time)
 
 
-def test_progress_rises_with_an_eta_at_the_pace_since_the_last_read():
+def test_progress_rises_with_an_eta_at_the_pace_since_the_step_first_moved():
     job = running_job()
     first = step(job, T0, sample(100, checkpoint_step=50, checkpoint_time=T0.timestamp() - 30))
     progress = first.status.progress
     assert (progress.step, progress.target_steps, progress.percent) == (100, 1000, 10)
     assert progress.eta is None  # one read: no pace yet
     assert (progress.checkpoint_step, progress.checkpoint_time) == (50, "2026-11-24T11:59:30Z")
-    second = step(after(job, first), T0 + dt.timedelta(seconds=30), sample(400))
+    second = step(after(job, first), T0 + dt.timedelta(seconds=30, milliseconds=250), sample(400))
     progress = second.status.progress
     assert (progress.step, progress.percent, progress.step_time) == (400, 40, "2026-11-24T12:00:30Z")
-    # 300 steps in 30 s: the 600 left take 60 s more.
-    assert progress.eta == "2026-11-24T12:01:30Z"
+    # The step moved: the pace is measured from here, to the millisecond; no ETA before the next read.
+    assert (progress.pace_step, progress.pace_time, progress.eta) == (400, "2026-11-24T12:00:30.250Z", None)
+    third = step(after(job, second), T0 + dt.timedelta(seconds=60, milliseconds=250), sample(700))
+    # 300 steps in 30 s: the 300 left take 30 s more.
+    assert third.status.progress.eta == "2026-11-24T12:01:30Z"
+
+
+def test_the_eta_paces_from_the_first_read_at_which_the_step_moved():
+    """Over a growing window, a read that came late (reads jitter) barely moves the ETA, where the pace
+    between the last two reads would make it jump."""
+    job = running_job()
+    first = step(job, T0, sample(0))  # before the first step (compiling)
+    moved = step(after(job, first), T0 + dt.timedelta(seconds=40), sample(100))
+    assert (moved.status.progress.pace_step, moved.status.progress.pace_time) == (
+        100,
+        "2026-11-24T12:00:40.000Z",
+    )
+    steady = step(after(job, moved), T0 + dt.timedelta(seconds=60), sample(300))  # 10 steps/s from here
+    assert steady.status.progress.eta == "2026-11-24T12:02:10Z"  # 700 left at 10/s
+    late = step(after(job, steady), T0 + dt.timedelta(seconds=63), sample(320))
+    # 220 steps in 23 s: 680 left at 9.57/s = 71 s. Between the last two reads it would be 20 in 3 s: 102 s.
+    assert late.status.progress.eta == "2026-11-24T12:02:14Z"
+    # The step went back (resumed from a checkpoint in place): the window starts again, and the ETA with it.
+    back = step(after(job, late), T0 + dt.timedelta(seconds=70), sample(200))
+    assert back.status.progress.pace_step is None and back.status.progress.eta is None
+    again = step(after(job, back), T0 + dt.timedelta(seconds=80), sample(300))
+    assert again.status.progress.pace_step == 300
 
 
 def test_a_step_that_stands_still_rewrites_nothing():

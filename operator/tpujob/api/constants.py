@@ -81,6 +81,7 @@ GCSFUSE_VOLUMES_ANNOTATION: Final = "gke-gcsfuse/volumes"
 # operator creates, as Kueue's job integrations do (pkg/controller/jobframework; names from
 # apis/kueue/v1beta2 and pkg/controller/constants).
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VISIBILITY_GROUP: Final = f"visibility.{KUEUE_GROUP}"  # its pending workloads: status/queue_position.py
 KUEUE_WORKLOAD_CRD: Final = f"workloads.{KUEUE_GROUP}"  # its versions and pod-set cap: render/workload.py
 LABEL_QUEUE_NAME: Final = f"{KUEUE_GROUP}/queue-name"
 LABEL_PRIORITY_CLASS: Final = f"{KUEUE_GROUP}/priority-class"  # a WorkloadPriorityClass' name

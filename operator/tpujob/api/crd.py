@@ -177,6 +177,12 @@ PRINTER_COLUMNS = [
         "description": "Kueue: the ClusterQueue the job waits in or was admitted by",
     },
     {
+        "name": "Queue",
+        "type": "string",
+        "jsonPath": ".status.queue.summary",
+        "description": "Kueue: a queued job's position (where known) and estimated start",
+    },
+    {
         "name": "Reason",
         "type": "string",
         "jsonPath": ".status.reason",

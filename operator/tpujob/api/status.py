@@ -87,6 +87,11 @@ class Reason(enum.StrEnum):
     KUEUE_UNAVAILABLE = "KueueUnavailable"  # the Workload API cannot be read or written
     INVALID_FOR_KUEUE = "InvalidForKueue"  # a queued job Kueue's Workload cannot describe (over 18 slices)
     CHIP_LIMIT = "ChipLimit"  # its namespace's TPUJobs hold the chips its tenancy policy allows (maxChips)
+    # A node failed the job BAD_NODE_FAILURES times (status.nodeFailures): its next attempts keep off it.
+    BAD_NODE_AVOIDED = "BadNodeAvoided"
+    # A node in status.nodeFailures was deleted since its last failure (GKE's repair, a recreated VM): its
+    # count starts again, and it is no longer avoided.
+    BAD_NODE_REPLACED = "BadNodeReplaced"
 
 
 class ConditionType(enum.StrEnum):
@@ -193,7 +198,9 @@ class Progress(ApiModel):
     target_steps: int | None = Field(default=None, description="The step at which training ends.")
     percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")
     eta: str | None = Field(
-        default=None, description="When training should end at the pace since the last read (RFC 3339)."
+        default=None,
+        description="When training should end (RFC 3339), at the pace since paceTime; unset until a read "
+        "after paceTime.",
     )
     checkpoint_step: int | None = Field(default=None, description="The step of the last checkpoint saved.")
     checkpoint_time: str | None = Field(default=None, description="When it was saved (RFC 3339).")
@@ -206,6 +213,13 @@ class Progress(ApiModel):
         "every read of a step that stands still."
     )
     attempt: int = Field(default=0, description="The attempt whose trainer reported it.")
+    pace_step: int | None = Field(
+        default=None, description="The step at the first read at which it had moved in this attempt."
+    )
+    pace_time: str | None = Field(
+        default=None,
+        description="When that was read (RFC 3339, to the millisecond): the ETA's pace is measured from it.",
+    )
     stalled: bool | None = Field(
         default=None, description="This attempt was restarted as Stalled (progressDeadlineSeconds)."
     )
@@ -277,6 +291,29 @@ class Cost(ApiModel):
     )
 
 
+class StartEstimate(ApiModel):
+    """When a queued job should be admitted: when enough of its ClusterQueue's quota frees up for it, from the
+    ETAs and deadlines of the TPUJobs holding that quota and the jobs ahead of it in Kueue's order
+    (docs/concepts/kueue.md says how, and what it does not know)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    time: str | None = Field(
+        default=None, description="The estimated admission time (RFC 3339); unset: unknown (reason says why)."
+    )
+    bound: bool = Field(
+        default=False,
+        description="A latest start rather than an estimate: the time rests on deadlines "
+        "(activeDeadlineSeconds), or quota whose release the operator cannot foresee (a job with no ETA, "
+        "workloads it does not run) may come back sooner.",
+    )
+    jobs_ahead: int | None = Field(
+        default=None, ge=0, description="TPUJobs ahead of it in its ClusterQueue, in Kueue's order."
+    )
+    reason: str | None = Field(default=None, max_length=1024, description="Why the start is unknown.")
+    computed_time: str = Field(description="When this was estimated (RFC 3339).")
+
+
 class QueueStatus(ApiModel):
     """Where Kueue has the job: its queue, its Workload, the ClusterQueue and flavors that admitted it."""
 
@@ -306,10 +343,27 @@ class QueueStatus(ApiModel):
     pending_workloads: int | None = Field(
         default=None, description="Workloads pending in the LocalQueue, as Kueue last counted them."
     )
+    position: int | None = Field(
+        default=None,
+        ge=1,
+        description="While queued, the job's place among the Workloads pending in its ClusterQueue, 1 the "
+        "next Kueue considers (Kueue's visibility API, positionInClusterQueue + 1; read at most once every "
+        "10 s per ClusterQueue). Unset when that API is not served: then "
+        "pendingWorkloads counts the LocalQueue's.",
+    )
     deactivated_workload: str | None = Field(
         default=None,
         description="The Workload the operator deactivated itself (spec.active false: the job was "
         "suspended), the only one it activates again; one Kueue or an administrator deactivated stays so.",
+    )
+    estimated_start: StartEstimate | None = Field(
+        default=None, description="While it waits for quota: when it should be admitted."
+    )
+    summary: str | None = Field(
+        default=None,
+        max_length=256,
+        description="While it waits for quota, what `kubectl get tpujobs` shows: its position in the "
+        "ClusterQueue where known and its estimated start, e.g. 'Queued #3, ~14:20Z'.",
     )
 
 
@@ -344,6 +398,45 @@ class RestartRecord(ApiModel):
     )
     recovery_seconds: float | None = Field(
         default=None, ge=0, description="recoveredTime - faultTime: the time the restart cost."
+    )
+
+
+MAX_NODE_FAILURES = 16
+# A Kubernetes node name: a DNS subdomain (RFC 1123), at most 253 characters.
+NODE_NAME_MAX_LENGTH = 253
+
+
+class NodeFailure(ApiModel):
+    """A node the job's failures were attributed to: the node's own fault, not the trainer's (see
+    docs/concepts/failure-and-recovery.md, "A bad host")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = Field(
+        max_length=NODE_NAME_MAX_LENGTH, description="The node's name (kubernetes.io/hostname)."
+    )
+    failures: int = Field(
+        default=0, ge=0, description="Attempts of this job that failed on this node (since replacedTime)."
+    )
+    reason: str = Field(
+        default="",
+        max_length=64,
+        description="The last failure's cause: NodeLost or DeletionByPodGC (the node went away), "
+        "UnexpectedAdmissionError (the kubelet could not allocate its TPU devices), StartError or "
+        "ContainerCannotRun (the runtime could not hand them to the container), MegascaleHangDetected or "
+        "SliceErrorDetected (GKE's TPU device plugin).",
+    )
+    last_time: str | None = Field(default=None, description="When the last one was seen (RFC 3339).")
+    replaced_time: str | None = Field(
+        default=None,
+        description="When the node was deleted after its last failure (GKE's repair, a recreated VM): a node "
+        "of that name since is a new VM, its count started again (RFC 3339).",
+    )
+    avoided: bool = Field(
+        default=False,
+        description="The node failed the job twice: its next attempts keep off it (policy existing: a "
+        "required node affinity NotIn on kubernetes.io/hostname; policy create: the slice's pool is "
+        "recreated, with new VMs).",
     )
 
 
@@ -384,6 +477,12 @@ class TPUJobStatus(ApiModel):
         max_length=MAX_RESTART_HISTORY,
         description=f"The last {MAX_RESTART_HISTORY} restarts, oldest first: each one's cause, when its "
         "fault was seen, when the job recovered and the steps it redid.",
+    )
+    node_failures: list[NodeFailure] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_FAILURES,
+        description=f"The nodes the job's failures were attributed to (at most {MAX_NODE_FAILURES}, the "
+        "most recent kept), each with its count; a node that failed the job twice is avoided.",
     )
     admitted_shape: str | None = Field(
         default=None,

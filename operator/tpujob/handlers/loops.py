@@ -36,8 +36,13 @@ async def lead_forever(runtime: Runtime) -> None:
     period = runtime.config.peering_lifetime_seconds / 5
     lead = peering.Lead(active=runtime.active)
     stood_down = False  # at the renew deadline: rejoins under the replica that took over
+    deadline = runtime.config.peering_renew_deadline_seconds
     while True:
-        peers = await read_peers(runtime, period)
+        # A read confirms the lead as of when it was sent: the others judge the records as they were then.
+        sent = time.monotonic()
+        peers = await read_peers(
+            runtime, period, peering.wait_within_deadline(lead, sent, deadline, period + 1)
+        )
         wall = dt.datetime.now(dt.UTC)
         if peers is not None:
             stood_down, lower = peering.rejoin(stood_down, peers, runtime.identity, wall)
@@ -48,8 +53,7 @@ async def lead_forever(runtime: Runtime) -> None:
             says_leads = runtime.identity in peers and peering.leads(
                 peers, runtime.identity, runtime.priority, wall
             )
-        deadline = runtime.config.peering_renew_deadline_seconds
-        lead = peering.next_lead(lead, says_leads, time.monotonic(), deadline)
+        lead = peering.next_lead(lead, says_leads, sent if peers is not None else time.monotonic(), deadline)
         if lead.active != runtime.active:
             # The gates first (every write and GKE call checks runtime.active when it starts), then the
             # words: once the log says it stopped, no call starts.
@@ -70,19 +74,20 @@ async def lead_forever(runtime: Runtime) -> None:
                 await take_over(runtime)
             else:
                 stand_by(runtime)
-        await asyncio.sleep(period)
+        await asyncio.sleep(peering.wait_within_deadline(lead, time.monotonic(), deadline, period))
 
 
-async def read_peers(runtime: Runtime, timeout: float) -> dict[str, Any] | None:
-    """The peering object's records; None when it cannot be read within `timeout` (the read gives up by
-    then too, so a black-holed connection holds no thread)."""
+async def read_peers(runtime: Runtime, timeout: float, within: float) -> dict[str, Any] | None:
+    """The peering object's records; None when they are not read within `within` seconds (the lead loop's
+    renew deadline may come first) or the read fails. The HTTP read gives up after `timeout` of silence, so
+    a black-holed connection holds no thread for long."""
     assert runtime.api is not None and runtime.config.peering is not None
     loop = asyncio.get_running_loop()
     read = functools.partial(
         runtime.api.get_peering, runtime.config.peering, runtime.config.namespace, timeout=(timeout, timeout)
     )
     try:
-        found = await asyncio.wait_for(loop.run_in_executor(None, read), timeout + 1)
+        found = await asyncio.wait_for(loop.run_in_executor(None, read), within)
     except Exception as error:
         log.warning("reading the peering object %s failed: %r", runtime.config.peering, error)
         return None

@@ -2,8 +2,10 @@
 (MegascaleHangDetected, SliceErrorDetected: ai-on-gke/tpu-device-plugin pkg/metrics/metrics.go), so a hung
 slice restarts within seconds rather than at the next resync or its progressDeadlineSeconds.
 
-The watch is filtered by the API server to nodes with the TPU accelerator label, and keeps one small map:
-node -> its hardware conditions (Reconciler.watched: each pass's snapshot holds it, reconciler/snapshot.py).
+The watch is filtered by the API server to nodes with the TPU accelerator label, and keeps two small maps
+(Reconciler.watched: each pass's snapshot holds them, reconciler/snapshot.py): node -> its hardware
+conditions, and the nodes deleted lately, with when (a job stops avoiding a bad host whose VM was replaced
+since: status/bad_nodes.py).
 When a node's conditions change (a new heartbeat included), the jobs with a pod on that node get a pass.
 Cluster-wide operators only: a Role cannot grant nodes.
 """
@@ -11,6 +13,7 @@ Cluster-wide operators only: a Role cannot grant nodes.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +25,7 @@ from kopf._cogs.structs import references
 from tpujob import status as s
 from tpujob.api import constants as c
 from tpujob.handlers.workqueue import Runtime, request_pass
-from tpujob.status.model import parse_timestamp
+from tpujob.status.model import parse_timestamp, timestamp
 from tpujob.status.recovery import HARDWARE_CONDITIONS
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,10 @@ RESTART_SECONDS = 5.0
 # status and Events), and a heartbeat that is not an RFC 3339 time is no heartbeat (no restart from it).
 MAX_CONDITIONS = 64
 MAX_FAULT_MESSAGE = 1024
+# Deleted nodes remembered (a name, a time: ~100 bytes each), enough for every node of a large cluster's
+# pools recreated at once; a job compares the nodes it avoids against them.
+MAX_DELETED_NODES = 8192
+MAX_NODE_NAME = 253
 
 
 def node_faults(body: Mapping[str, Any]) -> tuple[s.NodeFault, ...]:
@@ -77,6 +84,17 @@ def _heartbeat(value: object) -> str:
     return value
 
 
+def note_deleted(before: Mapping[str, str], name: str, when: str) -> dict[str, str]:
+    """The deleted nodes with one more, its name and when (RFC 3339), the latest MAX_DELETED_NODES kept: a
+    new map (a pass's snapshot holds the one before)."""
+    deleted = dict(before)
+    deleted.pop(name, None)
+    deleted[name[:MAX_NODE_NAME]] = when
+    while len(deleted) > MAX_DELETED_NODES:
+        del deleted[next(iter(deleted))]
+    return deleted
+
+
 def jobs_on_node(runtime: Runtime, node: str) -> set[tuple[str, str]]:
     pods = runtime.indexes.pods
     return {job for job in list(pods) if any(view.node == node for view in pods[job])}
@@ -88,13 +106,20 @@ def watch_selector(settings: kopf.OperatorSettings) -> None:
 
 
 def node_changed(runtime: Runtime, event: Any) -> None:
-    """One event of the nodes' watch: the node's faults kept, and a pass for the jobs on a node whose faults
+    """One event of the nodes' watch: the node's faults kept, a deleted node's name and when (a node of that
+    name seen later is a new VM, no longer a bad host), and a pass for the jobs on a node whose faults
     changed. Never raises: a failure is logged and the watch goes on with the next node."""
     try:
         if isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
             return
         body = event["object"]
         name = body["metadata"]["name"]
+        if event["type"] == "DELETED" and isinstance(name, str):
+            runtime.reconciler.watched.set_nodes_deleted(
+                note_deleted(
+                    runtime.reconciler.watched.nodes_deleted(), name, timestamp(dt.datetime.now(dt.UTC))
+                )
+            )
         found = () if event["type"] == "DELETED" else node_faults(body)
         if not runtime.reconciler.watched.set_node_faults(name, found):
             return

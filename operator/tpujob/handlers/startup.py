@@ -246,6 +246,28 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
         def workload_failed(problem: str) -> None:
             runtime.reconciler.watched.set_kueue_problem(problem)
 
+        def estimate_source() -> list[tuple[str, list[Any]]]:
+            """Every job with Workloads: its body as the watch has it, its Workloads (for the start estimates
+            of queued jobs, read in the passes' threads: each map is copied at once, as the watches change
+            them in the event loop)."""
+            jobs = runtime.indexes.jobs
+            for _ in range(3):
+                try:
+                    keys = list(workloads)
+                    break
+                except RuntimeError:  # changed while copied
+                    continue
+            else:
+                return []
+            found = []
+            for key in keys:
+                indexed, views = jobs.get(key), workloads.get(key)
+                if indexed and views:
+                    found.append((indexed[0].wire, views))
+            return found
+
+        observer.kueue.estimates.source = estimate_source
+
         async def workload_resource() -> Any:
             """The version Kueue serves, found anew at each start of the watch (Kueue installed, upgraded
             or removed since): the reads and writes of every pass speak it too."""

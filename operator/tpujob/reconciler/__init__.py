@@ -7,6 +7,7 @@ a pass interrupted anywhere (even by SIGKILL) is completed by the next one.
 - snapshot: what the watches and loops show a pass (its job, pods, Workloads, its nodes' notices and faults,
   the cluster), taken once at its start and passed as one argument: the only way facts reach a pass;
 - kueue: what a pass reads of Kueue (the job's Workload, its flavors, its LocalQueue, its priority);
+- start_estimates: a waiting job's ClusterQueue and the operator's jobs in it, for its start estimate;
 - observe: what a pass sees: its snapshot, and what it reads itself (pools while they change);
 - memory: what the watch has not shown yet (own status writes, creates) and GKE's recent refusals;
 - act: the writes, to Kubernetes and GKE, in a decision's order; returns what happened; split by what they act

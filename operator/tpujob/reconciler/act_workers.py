@@ -117,6 +117,7 @@ class WorkerActions:
         avoid: int,
     ) -> None:
         uid = job.metadata.uid or ""
+        bad_nodes = s.affinity_avoids(job.spec.node_pool.policy, decision.status)  # status.nodeFailures
         pods = [
             render.pod(
                 job,
@@ -125,6 +126,7 @@ class WorkerActions:
                 w,
                 decision.status.attempt,
                 avoid_maintenance_before=avoid,
+                avoid_nodes=bad_nodes,
                 placement=decision.placement.get(i),
             )
             for i, w in workers

@@ -10,6 +10,7 @@ time the Workload watch starts; every read, write and watch of Kueue's objects a
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
 import time
@@ -20,13 +21,19 @@ from tpujob import kube
 from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api import constants as c
+from tpujob.reconciler.start_estimates import StartEstimates
 from tpujob.render import workload as render_workload
+from tpujob.status.queue_position import VISIBILITY_GROUP, positions, visibility_version
 
 log = logging.getLogger(__name__)
 
 MIN_CAP = render_workload.MIN_POD_SETS
 # A flavor read is kept this long: flavors change rarely, and a running job's passes would read them again.
 FLAVOR_TTL_SECONDS = 60.0
+# A ClusterQueue's pending workloads (Kueue's visibility API) are read at most this often.
+VISIBILITY_READ_SECONDS = 10.0
+# Whether Kueue's visibility API is served is looked up again this often.
+VISIBILITY_DISCOVERY_SECONDS = 30.0
 
 
 def served_version(group: Mapping[str, Any] | None) -> str | None:
@@ -50,6 +57,44 @@ def max_pod_sets(crd: Mapping[str, Any] | None, version: str) -> int | None:
     return None
 
 
+class PendingPositions:
+    """Where the Workloads pending in each ClusterQueue stand, from Kueue's visibility API: one read per
+    ClusterQueue at most every `interval` seconds, shared by every job queued there: the answer lists the
+    whole queue, and Kueue has its server throttled by an API Priority and Fairness configuration of its own
+    (visibility-apf.yaml; site/.../monitor_pending_workloads/pending_workloads_on_demand.md).
+    A read that fails (403: RBAC, 503: the APIService down) is not tried again before the interval either;
+    meanwhile the jobs fall back to their LocalQueue's pending count."""
+
+    def __init__(self, api: kube.Kube, interval: float = VISIBILITY_READ_SECONDS) -> None:
+        self.api = api
+        self.interval = interval
+        self.reads = 0  # the reads made (tests bound them)
+        self._read: dict[tuple[str, str], tuple[float, dict[tuple[str, str], s.QueuePosition]]] = {}
+        self._lock = threading.Lock()
+
+    def position(
+        self, version: str, cluster_queue: str, namespace: str, workload: str
+    ) -> s.QueuePosition | None:
+        key = (version, cluster_queue)
+        with self._lock:  # one reader per interval: the others take what it read (or read nothing)
+            cached = self._read.get(key)
+            if cached is None or time.monotonic() - cached[0] >= self.interval:
+                cached = (time.monotonic(), self._fetch(version, cluster_queue))
+                self._read[key] = cached
+                self.reads += 1
+        return cached[1].get((namespace, workload))
+
+    def _fetch(self, version: str, cluster_queue: str) -> dict[tuple[str, str], s.QueuePosition]:
+        try:
+            summary = self.api.get_pending_workloads(VISIBILITY_GROUP, version, cluster_queue)
+        except kube.ApiError as error:
+            log.info(
+                "Kueue's visibility API refused ClusterQueue %s's pending workloads: %s", cluster_queue, error
+            )
+            return {}
+        return positions(summary)
+
+
 class KueueServed:
     """Which Workload API the cluster serves (render.workload.KueueApi), refreshed by `discover` (the Workload
     watch calls it each time it starts: Kueue installed, upgraded or removed since). `current` is None until
@@ -64,6 +109,11 @@ class KueueServed:
         self.current: render_workload.KueueApi | None = None
         self.problem = ""  # why the last discovery found none ("" none)
         self._publish = publish  # to the passes' snapshots (reconciler/snapshot.Watched.set_kueue)
+        # Kueue's visibility API version served (an aggregated API: Kueue's own server), None: not served;
+        # found with the Workload version, and again every VISIBILITY_DISCOVERY_SECONDS (`visibility_now`):
+        # its server comes and goes apart from the CRDs.
+        self.visibility: str | None = None
+        self._visibility_at = float("-inf")
 
     def discover(self) -> render_workload.KueueApi | None:
         """What `_discover` finds, published to the passes' snapshots."""
@@ -75,6 +125,8 @@ class KueueServed:
         """Ask discovery for kueue.x-k8s.io's versions, then the Workload CRD for its cap. A CRD the operator
         may not read (its RBAC grants that one get) leaves the cap at the fewest any version allows."""
         version = served_version(self.api.get_api_group(c.KUEUE_GROUP))
+        self.visibility = self._visibility() if version is not None else None
+        self._visibility_at = time.monotonic()
         if version is None:
             self.current = None
             self.problem = (
@@ -101,6 +153,28 @@ class KueueServed:
         self.current, self.problem = found, ""
         return found
 
+    def visibility_now(self) -> str | None:
+        """The visibility API version, discovered again when the last look is older than the interval."""
+        if time.monotonic() - self._visibility_at >= VISIBILITY_DISCOVERY_SECONDS:
+            self._visibility_at = time.monotonic()
+            self.visibility = self._visibility()
+        return self.visibility
+
+    def _visibility(self) -> str | None:
+        """The visibility API's version: discovery of visibility.kueue.x-k8s.io (an APIService that is
+        registered but not available answers 503: not served for now)."""
+        try:
+            found = visibility_version(self.api.get_api_group(VISIBILITY_GROUP))
+        except kube.ApiError as error:
+            log.info(
+                "Kueue's visibility API is not available (%s): queued jobs show their LocalQueue's count",
+                error,
+            )
+            return None
+        if found != self.visibility:
+            log.info("Kueue's visibility API: %s", f"{VISIBILITY_GROUP}/{found}" if found else "not served")
+        return found
+
 
 def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None = None) -> s.WorkloadView:
     """A Workload watch event's object -> what a pass reads of it. Kueue's CRD types every field read here;
@@ -119,6 +193,11 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
     admission = status.get("admission")
     if admission is not None and not isinstance(admission, dict):
         raise ValueError("status.admission: not an object")
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError("spec.priority: not an integer")
     return s.WorkloadView(
         name=meta["name"],
         resource_version=meta.get("resourceVersion") or "",
@@ -131,7 +210,19 @@ def workload_view(body: Mapping[str, Any], _warn: Callable[[str], None] | None =
         finalizers=tuple(str(finalizer) for finalizer in meta.get("finalizers") or ()),
         generation=int(meta.get("generation") or 0),
         pod_sets=tuple(render_workload.pod_set_facts(p) for p in pod_sets),
+        priority=priority,
+        queue_order_time=queue_order_time(meta, conditions),
+        uid=str(meta.get("uid") or ""),
     )
+
+
+def queue_order_time(meta: Mapping[str, Any], conditions: tuple[dict[str, Any], ...]) -> str:
+    """Kueue's queue-order timestamp of a Workload (pkg/workload Ordering.GetQueueOrderTimestamp, with the
+    default requeuingStrategy.timestamp Eviction): when a PodsReady timeout evicted it, else its creation."""
+    evicted = next((x for x in conditions if x.get("type") == "Evicted"), None)
+    if evicted and evicted.get("status") == "True" and evicted.get("reason") == "PodsReadyTimeout":
+        return str(evicted.get("lastTransitionTime") or meta.get("creationTimestamp") or "")
+    return str(meta.get("creationTimestamp") or "")
 
 
 def flavor_view(body: Mapping[str, Any]) -> s.FlavorView:
@@ -154,8 +245,12 @@ class KueueReader:
         self.api = api
         self.enabled = enabled  # TPUJOB_KUEUE
         self.served = KueueServed(api, publish)
+        self.positions = PendingPositions(api)
         self._flavors: dict[str, tuple[float, s.FlavorView | None]] = {}
         self._lock = threading.Lock()
+        # A waiting job's ClusterQueue and the operator's jobs in it (its start estimate); the glue sets
+        # its source.
+        self.estimates = StartEstimates(api, self.flavor)
 
     def view(
         self,
@@ -163,6 +258,7 @@ class KueueReader:
         workloads: Sequence[s.WorkloadView] | None,
         served: render_workload.KueueApi | None,
         problem: str = "",
+        now: dt.datetime | None = None,
     ) -> s.QueueView | None:
         """None for a job without the queue label. `workloads`: the watch's for the job's name (None: the
         Workload watch has not listed, or does not run); `served`: the Workload API Kueue serves (None: not
@@ -178,11 +274,14 @@ class KueueReader:
         # A Workload of an earlier job of the same name (deleted, GC not done yet) is not this job's.
         workload = next((w for w in workloads if w.owner_uid == uid), None)
         try:
-            return dataclasses.replace(self._read(job, name, workload, served.version), api=served)
+            read = self._read(job, name, workload, served.version, now or dt.datetime.now(dt.UTC))
+            return dataclasses.replace(read, api=served)
         except kube.ApiError as error:
             return s.QueueView(name, known=False, problem=f"Kueue's API refused a read: {error}")
 
-    def _read(self, job: TPUJob, name: str, workload: s.WorkloadView | None, version: str) -> s.QueueView:
+    def _read(
+        self, job: TPUJob, name: str, workload: s.WorkloadView | None, version: str, now: dt.datetime
+    ) -> s.QueueView:
         admitted = workload is not None and workload.is_true("Admitted") and workload.admission
         if admitted:
             assert workload is not None and workload.admission is not None
@@ -197,12 +296,23 @@ class KueueReader:
         cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue") or ""
         pending = (local_queue.get("status") or {}).get("pendingWorkloads")
         priority = self.priority(job, version) if workload is None else None
+        waits_for_quota = workload is not None and not workload.is_true("QuotaReserved")
+        position = None
+        visibility = self.served.visibility_now() if workload is not None else None
+        if workload is not None and cluster_queue and visibility is not None:
+            position = self.positions.position(
+                visibility, cluster_queue, job.metadata.namespace, workload.name
+            )
         return s.QueueView(
             name,
             workload=workload,
             cluster_queue=cluster_queue,
             pending_workloads=int(pending) if pending is not None else None,
             priority=priority,
+            facts=self.estimates.facts(cluster_queue, version, now, (job.to_wire(), workload))
+            if waits_for_quota and workload is not None
+            else None,
+            position=position,
         )
 
     def flavor(self, name: str, version: str) -> s.FlavorView | None:

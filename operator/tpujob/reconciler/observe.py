@@ -222,11 +222,16 @@ class Observer:
             zones=tuple(render_pools.job_zones(job, self.cluster)) if creates_pools else (),
             maintenance={p.node: maintenance[p.node] for p in pods if p.node in maintenance},
             node_faults={p.node: faults[p.node] for p in pods if p.node in faults},
+            nodes_deleted={
+                r.node: snapshot.nodes_deleted[r.node]
+                for r in (job.status.node_failures if job.status else ())
+                if r.node in snapshot.nodes_deleted
+            },
             cluster_version=check.version if check is not None else "",
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
-            queue=self.kueue.view(job, snapshot.workloads, snapshot.kueue, snapshot.kueue_problem),
+            queue=self.kueue.view(job, snapshot.workloads, snapshot.kueue, snapshot.kueue_problem, now),
             queue_required=policy.require_queue,
         )
         # A job Kueue admits is the queue's to count; one its namespace holds for a queue label is nobody's.

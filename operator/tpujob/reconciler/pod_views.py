@@ -52,10 +52,12 @@ def pod_view(pod: Any, warn: Callable[[str], None] = _ignore) -> s.PodView:
     }
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
-    unschedulable, since = "", ""
+    unschedulable, since, disruption = "", "", ""
     conditions = []
     for condition in status.get("conditions") or []:
         conditions.append((condition.get("type") or "", condition.get("status") or ""))
+        if (condition.get("type"), condition.get("status")) == (s.DISRUPTION_TARGET, "True"):
+            disruption = condition.get("reason") or ""
         scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
         if scheduled and condition.get("reason") == "Unschedulable":
             unschedulable = condition.get("message") or "Unschedulable"
@@ -91,6 +93,7 @@ def pod_view(pod: Any, warn: Callable[[str], None] = _ignore) -> s.PodView:
         # Only a failed pod's conditions matter (failurePolicy rules judge failed pods): the index keeps no
         # more.
         conditions=tuple(conditions) if phase == "Failed" else (),
+        disruption=disruption[:64] if phase == "Failed" else "",
         ready=phase == "Running" and ("Ready", "True") in conditions,
         lingering=lingering,
         waiting_container=waiting[0],

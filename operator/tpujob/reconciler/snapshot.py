@@ -39,6 +39,8 @@ class Snapshot:
     # GKE's host maintenance notices (node -> Unix seconds) and the TPU device plugin's faults, by node.
     maintenance: Mapping[str, int] = field(default_factory=lambda: EMPTY)
     node_faults: Mapping[str, tuple[s.NodeFault, ...]] = field(default_factory=lambda: EMPTY)
+    # TPU nodes deleted lately, node -> when (RFC 3339): a bad host's VM replaced since (status/bad_nodes.py).
+    nodes_deleted: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     cluster_check: ClusterCheck | None = None  # what the last GetCluster said (None: not yet)
     kueue: KueueApi | None = None  # the Workload API Kueue serves (None: not found)
     kueue_problem: str = ""  # why Kueue's Workloads cannot be read now ("" none)
@@ -57,6 +59,7 @@ class Watched:
     def __init__(self) -> None:
         self._maintenance: Mapping[str, int] = EMPTY
         self._node_faults: Mapping[str, tuple[s.NodeFault, ...]] = EMPTY
+        self._nodes_deleted: Mapping[str, str] = EMPTY
         self._cluster_check: ClusterCheck | None = None
         self._kueue: KueueApi | None = None
         self._kueue_problem = ""
@@ -78,6 +81,15 @@ class Watched:
             changed.pop(node, None)
         self._node_faults = types.MappingProxyType(changed)
         return True
+
+    def nodes_deleted(self) -> Mapping[str, str]:
+        """The deleted nodes as kept now: for their one writer (handlers/nodes.py), which replaces them
+        whole."""
+        return self._nodes_deleted
+
+    def set_nodes_deleted(self, deleted: Mapping[str, str]) -> None:
+        """The node watch's deleted nodes (a new map at each deletion: handlers/nodes.note_deleted)."""
+        self._nodes_deleted = types.MappingProxyType(dict(deleted))
 
     def set_cluster_check(self, check: ClusterCheck) -> ClusterCheck | None:
         """GetCluster's answer (Observer.check_cluster); the one before it."""
@@ -112,6 +124,7 @@ class Watched:
             network_policy_seen=network_policy_seen,
             maintenance=self._maintenance,
             node_faults=self._node_faults,
+            nodes_deleted=self._nodes_deleted,
             cluster_check=self._cluster_check,
             kueue=self._kueue,
             kueue_problem=self._kueue_problem or self._kueue_served_problem,

@@ -20,6 +20,9 @@ class Placement:
     # above: labels and annotations on the pods (a ProvisioningRequest's consume annotation among them).
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    # Kueue's topology assignment (status/tas.py): each worker's node selectors for its assigned domain, by
+    # worker number (empty: the flavor has no topology).
+    worker_node_selectors: tuple[dict[str, str], ...] = ()
 
 
 # GKE's names for a Kubernetes taint effect (container_v1.NodeTaint.Effect).

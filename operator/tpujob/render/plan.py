@@ -211,22 +211,31 @@ def _tolerations(job: TPUJob) -> list[dict[str, str]]:
 MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
 
 
-def _avoid_maintenance(before: int) -> dict[str, Any]:
-    """Node affinity: no node whose announced maintenance comes before `before` (Unix seconds)."""
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": MAINTENANCE_LABEL, "operator": "DoesNotExist"}]},
-                    {
-                        "matchExpressions": [
-                            {"key": MAINTENANCE_LABEL, "operator": "Gt", "values": [str(before)]}
-                        ]
-                    },
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def node_affinity(before: int | None, avoid_nodes: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The required node affinity of a new pod: with `before` (Unix seconds), no node whose announced
+    maintenance comes sooner; with `avoid_nodes`, none of those nodes (a bad host: status.nodeFailures).
+    Terms are ORed and a term's expressions ANDed, so the hostname expression goes into every term."""
+    avoid = (
+        [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(avoid_nodes)}] if avoid_nodes else []
+    )
+    if before is None:
+        terms = [{"matchExpressions": avoid}] if avoid else []
+    else:
+        terms = [
+            {"matchExpressions": [{"key": MAINTENANCE_LABEL, "operator": "DoesNotExist"}, *avoid]},
+            {
+                "matchExpressions": [
+                    {"key": MAINTENANCE_LABEL, "operator": "Gt", "values": [str(before)]},
+                    *avoid,
                 ]
-            }
-        }
-    }
+            },
+        ]
+    if not terms:
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def pod(
@@ -237,11 +246,13 @@ def pod(
     attempt: int = 0,
     *,
     avoid_maintenance_before: int | None = None,
+    avoid_nodes: tuple[str, ...] = (),
     placement: Placement | None = None,
 ) -> dict[str, Any]:
     """One TPU host's pod; with `avoid_maintenance_before` (Unix seconds), never on a node whose announced
-    maintenance comes sooner (it would stop the slice again); with a Kueue admission's `placement`, on its
-    flavors' nodes (their node labels as selectors, their tolerations)."""
+    maintenance comes sooner (it would stop the slice again); never on `avoid_nodes` (nodes that failed the
+    job: status/bad_nodes.py); with a Kueue admission's `placement`, on its flavors' nodes (their node labels
+    as selectors, their tolerations)."""
     shape = slice_shape(job)
     trainer = job.spec.trainer
     labels = {
@@ -294,8 +305,8 @@ def pod(
         spec["serviceAccountName"] = trainer.service_account_name
     # No Kubernetes API token in a worker unless the job asks for one (a trainer calls no Kubernetes API).
     spec["automountServiceAccountToken"] = trainer.automount_service_account_token
-    if avoid_maintenance_before is not None:
-        spec["affinity"] = _avoid_maintenance(avoid_maintenance_before)
+    if (affinity := node_affinity(avoid_maintenance_before, avoid_nodes)) is not None:
+        spec["affinity"] = affinity
     if trainer.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -315,6 +326,10 @@ def pod(
             *spec["tolerations"],
             *(t for t in placement.tolerations if t not in spec["tolerations"]),
         ]
+        if worker_index < len(placement.worker_node_selectors):
+            # Kueue's topology assignment: this worker's domain, copied over as the ungater copies it
+            # (topology_ungater.go Reconcile: maps.Copy into the pod's nodeSelector; status/tas.py).
+            spec["nodeSelector"].update(placement.worker_node_selectors[worker_index])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -21,9 +21,13 @@ operator cannot run), `settle` (the pass' answers, folded in), `tenancy` (a name
 `startup` (why workers have not started), `progress` (a trainer's step counter), `worker_numbers` (bounds on
 what a worker reports), `goodput` and `cost` (time and chips accounted), `waiting` (since when a job waits),
 `restart_history` (each restart's cause and time to recover), `provisioned` (a job admitted on capacity a
-ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment).
+ProvisioningRequest made: no pool of its own), `tas` (Kueue's topology-aware assignment), `bad_nodes`
+(failures that were a node's fault, counted per node; the nodes the job keeps off), `start_estimate` (when a
+job waiting in a ClusterQueue should be admitted), `queue_position` (where a queued job stands, from Kueue's
+visibility API).
 """
 
+from tpujob.status.bad_nodes import affinity_avoids, newly_avoided
 from tpujob.status.invalid import InvalidObserved, decide_invalid
 from tpujob.status.lifecycle import decide
 from tpujob.status.model import *  # noqa: F403  (the names every caller uses: s.PodView, s.REASON_...)
@@ -44,6 +48,7 @@ __all__ = [
     "Applied",
     "ChipCounts",
     "InvalidObserved",
+    "affinity_avoids",
     "as_admitted",
     "capacity_shortage",
     "chip_budget",
@@ -52,6 +57,7 @@ __all__ = [
     "decide_invalid",
     "claims_admission",
     "needs_admission",
+    "newly_avoided",
     "node_recreation",
     "pool_error_reason",
     "read_urgent",

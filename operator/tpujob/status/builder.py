@@ -99,7 +99,7 @@ def release(b: Builder, *, keep_finished_pods: bool) -> None:
             continue
         b.decision.delete_pods.append(pod.name)
     for pool in known_pools(b):
-        if pool.state not in POOL_RELEASED_STATES:
+        if pool.state not in POOL_RELEASED_STATES and pool.name not in b.decision.delete_pools:
             b.decision.delete_pools.append(pool.name)
 
 

@@ -5,9 +5,13 @@ flavors, the LocalQueue) and what it writes to the job's Workload: the pure core
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpujob.render.workload import KueueApi, PodSetFacts, PriorityFact
+from tpujob.status.queue_position import QueuePosition
+
+if TYPE_CHECKING:  # start_estimate reads the model's helpers
+    from tpujob.status.start_estimate import QueueFacts
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,10 @@ class WorkloadView:
     pod_sets: tuple[PodSetFacts, ...] = ()  # spec.podSets, what of them the job's must match
     # status.admissionChecks: each check's name, state and podSetUpdates (render/podset_updates.py).
     admission_checks: tuple[dict[str, Any], ...] = ()
+    priority: int = 0  # spec.priority, Kueue's first order of waiting Workloads
+    uid: str = ""  # its UID: Kueue's last order, among equals
+    # Kueue's second: its queue-order timestamp (Workload.GetQueueOrderTimestamp, RFC 3339; "" unknown).
+    queue_order_time: str = ""
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
@@ -58,9 +66,14 @@ class QueueView:
     flavors: dict[str, FlavorView] = field(default_factory=dict)  # the admission's, by name (missing: unread)
     cluster_queue: str = ""  # the LocalQueue's spec.clusterQueue ("" not known)
     pending_workloads: int | None = None  # the LocalQueue's status.pendingWorkloads
+    # Where its Workload stands in the ClusterQueue (Kueue's visibility API; None: not served, not read yet,
+    # or not pending there: status/queue_position.py).
+    position: QueuePosition | None = None
     priority: PriorityFact | None = None  # read only while a Workload is to be created
     problem: str = ""  # why Kueue's API cannot be used now ("" none)
     api: KueueApi = field(default_factory=KueueApi)  # the Workload API version found served, its pod-set cap
+    # Its ClusterQueue's quota, holders and waiters, for a job waiting for quota (status/start_estimate.py).
+    facts: QueueFacts | None = None
 
 
 @dataclass

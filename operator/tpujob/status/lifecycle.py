@@ -8,7 +8,7 @@ import datetime as dt
 from tpujob.api.spec import CapacityMode
 from tpujob.api.status import ConditionType, Phase, Reason, TransitionReason, WorkerCounts
 from tpujob.render import naming
-from tpujob.status import failures, progress, queue, recovery, shape, tenancy
+from tpujob.status import bad_nodes, failures, progress, queue, recovery, shape, tenancy
 from tpujob.status.builder import (
     Builder,
     begin_restart,
@@ -83,6 +83,7 @@ def _decide(b: Builder) -> None:
         if status.phase is None:
             b.set_phase(Phase.PENDING, TransitionReason.CREATED, "the operator accepted the job")
     status.workers = WorkerCounts(expected=len(expected_workers(b.job)), **count_workers(b))
+    bad_nodes.forget_replaced(b)  # a bad host's VM replaced since: its count starts again
     if _deadline_passed(b):
         return
     place(b)
@@ -324,6 +325,7 @@ def _restart(b: Builder, failed: list[PodView], lost: list[tuple[int, int]]) -> 
     slice, recovery.narrow_slice), unless the failurePolicy fails the job at once (failures.judge: its rules
     over preemption and application failures)."""
     status = b.status
+    bad_nodes.note_failures(b, failed)  # a failure that was its node's fault, counted for that node
     if lost:
         reason, counted = Reason.NODE_LOST, False
         detail = f"{len(lost)} worker pod(s) disappeared (slice {lost[0][0]} worker {lost[0][1]} first)"

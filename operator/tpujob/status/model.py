@@ -13,6 +13,7 @@ from tpujob.api.status import Condition, ConditionStatus, Phase, Reason, TPUJobS
 from tpujob.render.placement import Placement
 from tpujob.render.workload import PriorityFact
 from tpujob.status.kueue_views import FlavorView, QueueView, WorkloadView, WorkloadWrites
+from tpujob.status.queue_position import QueuePosition
 
 # Phases a job never leaves.
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -154,6 +155,8 @@ class PodView:
     finished_at: str = ""
     # The pod's conditions as (type, status), e.g. ("DisruptionTarget", "True"), for failurePolicy rules.
     conditions: tuple[tuple[str, str], ...] = ()
+    # A failed pod's DisruptionTarget condition's reason (DeletionByPodGC, TerminationByKubelet, ...).
+    disruption: str = ""
     # Running with its Ready condition True (its containers ready): what Kueue's PodsReady counts.
     ready: bool = False
     # A container that has not started: its name, the kubelet's waiting reason (ErrImagePull,
@@ -329,6 +332,9 @@ class Observed:
 
     # The TPU device plugin's hardware conditions on the nodes of the job's pods (node -> its faults).
     node_faults: dict[str, tuple[NodeFault, ...]] = field(default_factory=dict)
+    # The nodes of status.nodeFailures whose Node object was deleted lately, and when (RFC 3339): a node of
+    # the same name since is a new VM (status/bad_nodes.py).
+    nodes_deleted: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> TPUJobStatus:
@@ -483,6 +489,7 @@ __all__ = [
     "PoolView",
     "PriorityFact",
     "ProgressSample",
+    "QueuePosition",
     "QueueView",
     "WorkloadView",
     "WorkloadWrites",

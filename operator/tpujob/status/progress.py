@@ -69,15 +69,28 @@ def read_urgent(job: TPUJob, now: dt.datetime) -> bool:
 
 def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) -> Progress:
     """The progress record after a read: unchanged while the step stands still (no status rewrite for the
-    clock alone); when it moved, the new step, since now, and an ETA at the pace since the previous read."""
+    clock alone); when it moved, the new step, since now, and an ETA at the pace since the step first moved.
+
+    The pace runs from the first read at which the step had moved (after the first step's compilation),
+    kept to the millisecond (paceTime), over a growing window: between two reads 2 s apart, the status
+    times' whole seconds made it up to half off, and the ETA a queued job's start estimate rests on with
+    it. No ETA until the window has a second read. A step that went back (resumed from a checkpoint in
+    place) starts the window again."""
     if before is not None and before.step == sample.step:
         return before
     eta = before.eta if before is not None else None
+    pace_step = before.pace_step if before is not None else None
+    pace_time = before.pace_time if before is not None else None
+    if before is not None and before.step is not None and sample.step < before.step:
+        pace_step = pace_time = eta = None
     if before is not None and before.step is not None and sample.target_steps and sample.step > before.step:
-        seconds = (now - parse_timestamp(before.read_time)).total_seconds()
-        if seconds > 0:
-            pace = (sample.step - before.step) / seconds
-            eta = timestamp(now + dt.timedelta(seconds=max(sample.target_steps - sample.step, 0) / pace))
+        if pace_step is None or pace_time is None:
+            pace_step, pace_time = sample.step, precise_timestamp(now)
+        elif sample.step > pace_step:
+            seconds = (now - parse_precise(pace_time)).total_seconds()
+            if seconds > 0:
+                pace = (sample.step - pace_step) / seconds
+                eta = timestamp(now + dt.timedelta(seconds=max(sample.target_steps - sample.step, 0) / pace))
     percent = None
     if sample.target_steps:
         percent = min(100, sample.step * 100 // sample.target_steps)
@@ -94,6 +107,8 @@ def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) 
         step_time=timestamp(now),
         read_time=timestamp(now),
         attempt=sample.attempt,
+        pace_step=pace_step,
+        pace_time=pace_time,
     )
 
 
@@ -121,3 +136,13 @@ def human_lines(pod: PodView) -> str:
     """A worker's termination message without the trainer's progress line (that is for goodput)."""
     lines = [line.strip() for line in pod.message.splitlines()]
     return " ".join(line for line in lines if line and not line.startswith(PROGRESS_LINE_PREFIX))
+
+
+def precise_timestamp(moment: dt.datetime) -> str:
+    """RFC 3339 to the millisecond (status.progress.paceTime)."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def parse_precise(value: str) -> dt.datetime:
+    """An RFC 3339 time with or without its fraction of a second, in UTC."""
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)

@@ -21,10 +21,12 @@ import datetime as dt
 from typing import Any
 
 from tpujob.api.constants import KUEUE_FINALIZER, LABEL_QUEUE_NAME
-from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, WorkerCounts
+from tpujob.api.status import ConditionType, Phase, QueueStatus, Reason, StartEstimate, WorkerCounts
+from tpujob.render.cluster import slice_shape
 from tpujob.render.placement import Placement
 from tpujob.render.podset_updates import PodSetUpdateConflict, with_updates
 from tpujob.render.workload import pod_set_name
+from tpujob.status import start_estimate
 from tpujob.status.builder import Builder, fail, known_pools, record_pools, release
 from tpujob.status.model import (
     POOL_DELETED,
@@ -39,7 +41,7 @@ from tpujob.status.model import (
     timestamp,
 )
 from tpujob.status.provisioned import workload_differences
-from tpujob.status.tas import tas_problem
+from tpujob.status.tas import TopologyAssignmentError, tas_problem, with_topology
 
 # Kueue's condition types and reasons (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED = "QuotaReserved"
@@ -90,7 +92,11 @@ def admitted(b: Builder) -> bool:
     if queue is None:
         return True
     record = b.status.queue or QueueStatus(name=queue.name)
-    b.status.queue = record.model_copy(update={"name": queue.name})
+    # The start estimate, its summary and the position are a waiting job's only (_pending sets them again).
+    previous_estimate = record.estimated_start
+    b.status.queue = record.model_copy(
+        update={"name": queue.name, "estimated_start": None, "summary": None, "position": None}
+    )
     if not queue.enabled:
         _hold(
             b,
@@ -147,7 +153,7 @@ def admitted(b: Builder) -> bool:
         _hold(b, DEACTIVATED, f"Workload {workload.name} is deactivated (spec.active: false){STANDS}")
         return False
     if not workload.is_true(QUOTA_RESERVED) or not workload.is_true(ADMITTED):
-        _pending(b, queue, workload)
+        _pending(b, queue, workload, previous_estimate)
         return False
     return _admit(b, queue, workload)
 
@@ -291,14 +297,17 @@ def _evicted(b: Builder, workload: WorkloadView) -> None:
         b.decision.requeue(b.observed.poll_provisioning_seconds)
 
 
-def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
+def _pending(
+    b: Builder, queue: QueueView, workload: WorkloadView, previous_estimate: StartEstimate | None
+) -> None:
     """Waiting for Kueue: its reason and message as Kueue wrote them (QuotaReserved=False), or its
-    admission checks."""
+    admission checks; while it waits for quota, when it should start (status/start_estimate.py)."""
     record = b.status.queue
     assert record is not None
     record.workload = workload.name
     record.cluster_queue = queue.cluster_queue or record.cluster_queue
     record.pending_workloads = queue.pending_workloads
+    record.position = queue.position.in_cluster_queue + 1 if queue.position is not None else None
     record.flavors = {}
     reserved = workload.condition(QUOTA_RESERVED) or {}
     if workload.is_true(QUOTA_RESERVED):
@@ -309,12 +318,18 @@ def _pending(b: Builder, queue: QueueView, workload: WorkloadView) -> None:
     else:  # Kueue has not looked at it yet
         reason, message = Reason.WORKLOAD_CREATED, f"waiting for Kueue to admit Workload {workload.name}"
     where = f"ClusterQueue {record.cluster_queue}" if record.cluster_queue else f"LocalQueue {queue.name}"
-    waiting = (
-        f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
-        if (queue.pending_workloads)
-        else ""
-    )
+    if queue.position is not None:  # Kueue's visibility API (status/queue_position.py)
+        waiting = (
+            f"; position {record.position} in ClusterQueue {record.cluster_queue} "
+            f"({queue.position.in_local_queue + 1} in LocalQueue {queue.name})"
+        )
+    elif queue.pending_workloads:
+        waiting = f"; {queue.pending_workloads} workload(s) pending in LocalQueue {queue.name}"
+    else:
+        waiting = ""
     _hold(b, reason, f"queued in {where}: {message}{waiting}")
+    if not workload.is_true(QUOTA_RESERVED):
+        start_estimate.record(record, previous_estimate, queue.facts, b.job.metadata.uid or "", b.now)
     if workload.condition(PODS_READY) is not None:
         _report_pods_ready(b, workload, ready=False)
 
@@ -337,8 +352,12 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
             _hold(b, Reason.KUEUE_UNAVAILABLE, f"ResourceFlavor {missing[0]} of the admission cannot be read")
             return False
         try:  # the admission checks' pod set updates on the flavors' part (render/podset_updates.py)
-            b.decision.placement[index] = with_updates(
+            updated = with_updates(
                 b.job, index, placement([queue.flavors[n] for n in names]), workload.admission_checks
+            )
+            # Kueue TAS (policy existing): each worker on its assigned domain (status/tas.py).
+            b.decision.placement[index] = with_topology(
+                updated, assignments.get(pod_set_name(index)), slice_shape(b.job).hosts
             )
         except ValueError as error:
             _cannot_start(b, workload, pod_set_name(index), error)
@@ -348,7 +367,7 @@ def _admit(b: Builder, queue: QueueView, workload: WorkloadView) -> bool:
     record.workload = workload.name
     record.cluster_queue = admission.get("clusterQueue") or record.cluster_queue
     record.flavors = flavors
-    record.pending_workloads = None
+    record.pending_workloads = record.position = None
     if newly or record.admitted_time is None:
         admitted_at = (workload.condition(ADMITTED) or {}).get("lastTransitionTime") or timestamp(b.now)
         record.admitted_time = admitted_at
@@ -374,6 +393,9 @@ def _cannot_start(b: Builder, workload: WorkloadView, pod_set: str, error: Value
             "point the job at a ClusterQueue whose admission checks provision what spec.tpu asks for "
             "(its ProvisioningRequestConfig and ResourceFlavor), or change spec.tpu (or spec.pod) to match"
         )
+    elif isinstance(error, TopologyAssignmentError):
+        problem = f"Workload {workload.name}: {error}"
+        fix = "a topology assignment must place each host of the slice once: re-create the job to queue again"
     else:
         problem, fix = f"Workload {workload.name}: {error}", "fix the admission check that wrote it"
     fail(b, FAILED_TO_START, f"Kueue admitted the job, but it cannot start: {problem}: {fix}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tpujob.api.run_policy import RestartStrategy
 from tpujob.api.status import ConditionStatus, Phase, Reason
+from tpujob.status import bad_nodes
 from tpujob.status.builder import Builder, begin_restart
 from tpujob.status.model import NodeFault, PodView, parse_timestamp
 
@@ -51,6 +52,8 @@ def hardware_restart(b: Builder, current: list[PodView]) -> bool:
     if found is None:
         return False
     fault, pod = found
+    if pod.node:  # the device plugin's condition is the node's fault
+        bad_nodes.note_failures(b, [pod], {pod.node: fault.type})
     detail = (
         f"GKE's TPU device plugin set {fault.type} on node {pod.node} (slice {pod.slice} worker {pod.worker})"
     )

@@ -285,6 +285,26 @@ def terminated_status(
     return result
 
 
+# The kubelet's admission failure when the device manager's Allocate call to a device plugin fails (the TPU
+# device plugin down or its devices gone): kubernetes pkg/kubelet/cm/topologymanager and
+# pkg/kubelet/lifecycle, the admit handlers' UnexpectedAdmissionError.
+ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
+
+
+def rejected_status(pod: dict[str, Any], error: str) -> dict[str, Any]:
+    """A pod the kubelet refused to admit: it never starts a container. As kubelet.go rejectPod writes it:
+    phase Failed, the admit handler's reason, "Pod was rejected: " and its message ("Allocate failed due to
+    <the device plugin's error>, which is unexpected")."""
+    now = status_time()
+    return {
+        "phase": "Failed",
+        "reason": ADMISSION_ERROR_REASON,
+        "message": f"Pod was rejected: Allocate failed due to {error}, which is unexpected",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+        "startTime": (pod.get("status") or {}).get("startTime") or now,
+    }
+
+
 def termination_message(container: dict[str, Any], exit_code: int, written: bytes, log: bytes) -> str:
     """The message a kubelet puts in state.terminated.message: what the container `written` to its
     termination log, else (FallbackToLogsOnError and a failure) the end of this container's `log`."""

@@ -29,6 +29,7 @@ from tpujob_sandbox.kubelet.podstatus import (
     EXIT_CODE_START_ERROR,
     EXIT_MESSAGE_ANNOTATION,
     LocalImage,
+    rejected_status,
     restarted_status,
     restarts_container,
     running_status,
@@ -87,6 +88,9 @@ class KubeletSimulator:
         )
         self.pods = PodWatch(self.core, self._sync)
         self._simulated_nodes: set[str] = set()
+        # Nodes whose TPU device plugin fails every Allocate (fail_tpu_allocation): node -> (the Node's UID,
+        # the error). The fault is the VM's: a node registered again under the name (a new VM) is healthy.
+        self._allocation_errors: dict[str, tuple[str, str]] = {}
         self._addresses = LoopbackAddresses(POD_BASE)
         self._runtime = RuntimeMeter()
 
@@ -143,6 +147,21 @@ class KubeletSimulator:
             timeout=timeout,
             what=f"pod {namespace}/{name} to be OOMKilled",
         )
+
+    def fail_tpu_allocation(
+        self, node: str, error: str = "rpc error: code = Unknown desc = failed to open TPU device /dev/accel0"
+    ) -> None:
+        """A bad host: the node's TPU device plugin fails the device manager's Allocate call, so the kubelet
+        rejects every pod placed there from now on (UnexpectedAdmissionError, podstatus.rejected_status),
+        until the node is repaired or its VM replaced (the Node deleted and registered again)."""
+        self._allocation_errors[node] = (self.core.read_node(node).metadata.uid, error)
+
+    def repair(self, node: str | None = None) -> None:
+        """The node's device plugin allocates again (every node's, without one)."""
+        if node is None:
+            self._allocation_errors.clear()
+        else:
+            self._allocation_errors.pop(node, None)
 
     def _exited(self, namespace: str, name: str) -> Any:
         pod = self.core.read_namespaced_pod(name, namespace)
@@ -252,6 +271,10 @@ class KubeletSimulator:
 
     def _start(self, pod: dict[str, Any]) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        allocation_error = self._allocation_error(pod["spec"]["nodeName"])
+        if allocation_error is not None and self._requests_extended_resources(pod):
+            self._patch_status(pod, rejected_status(pod, allocation_error))  # admission: no container runs
+            return
         local = self.containers.trainer_container(pod)
         host_ip = self._host_ip(pod["spec"]["nodeName"])
         checked = self.starts.check(pod, host_ip)
@@ -291,6 +314,27 @@ class KubeletSimulator:
                 self._report_exit(pod, run, EXIT_CODE_START_ERROR, reason="StartError", message=str(error))
                 return
         self._patch_status(pod, status)
+
+    def _allocation_error(self, node: str) -> str | None:
+        """The error the node's device plugin fails Allocate with, while it is the VM fail_tpu_allocation
+        named."""
+        fault = self._allocation_errors.get(node)
+        if fault is None:
+            return None
+        try:
+            uid = self.core.read_node(node).metadata.uid
+        except ApiException:
+            return None
+        return fault[1] if uid == fault[0] else None
+
+    @staticmethod
+    def _requests_extended_resources(pod: dict[str, Any]) -> bool:
+        """The device manager allocates only for pods that request a device plugin's resource."""
+        return any(
+            "/" in name
+            for c in pod["spec"].get("containers") or []
+            for name in ((c.get("resources") or {}).get("limits") or {})
+        )
 
     def _on_exit_of(self, key: tuple[str, str]) -> Callable[[], None]:
         """When a local process exits, its pod is synced again (unless the kubelet is stopping)."""

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
 
+from tpujob_sandbox.kueue import tas
 from tpujob_sandbox.kueue.objects import (
     QUOTA_RESERVED,
     Obj,
+    admission,
     cluster_queue_checks,
     find_condition,
     is_evicted,
@@ -21,7 +23,14 @@ from tpujob_sandbox.kueue.objects import (
     uid,
 )
 from tpujob_sandbox.kueue.quantity import format_value, resource_value
-from tpujob_sandbox.kueue.requests import FlavorResource, Usage, add_usage, admitted_usage, pod_set_requests
+from tpujob_sandbox.kueue.requests import (
+    FlavorResource,
+    Usage,
+    add_usage,
+    admitted_usage,
+    pod_requests,
+    pod_set_requests,
+)
 
 
 class Mode(IntEnum):
@@ -177,15 +186,19 @@ class PodSetAssignment:
     reasons: list[str] = field(default_factory=list)
     mode: Mode = Mode.FIT
     failed: bool = False  # no flavor at all for some resource: the assignment stops here
+    topology: Obj | None = None  # its topologyAssignment, in the served version's shape (tas.py)
 
     def to_api(self) -> Obj:
         """PodSetAssignment.toAPI: only resources with a flavor."""
-        return {
+        found = {
             "name": self.name,
             "flavors": dict(self.flavors),
             "resourceUsage": {r: format_value(r, self.requests[r]) for r in self.flavors},
             "count": self.count,
         }
+        if self.topology is not None:
+            found["topologyAssignment"] = self.topology
+        return found
 
 
 @dataclass
@@ -219,6 +232,11 @@ class Cluster:
     queue: QueueView
     flavors: dict[str, Obj]
     holders: tuple[Obj, ...]
+    # For topology-aware scheduling (tas.py): Topologies' levels by name, the cluster's Nodes, and the
+    # Workload version the assignments are written in.
+    topologies: dict[str, list[str]] = field(default_factory=dict)
+    nodes: tuple[tas.Node, ...] = ()
+    version: str = "v1beta2"
 
     def usage(self) -> Usage:
         total: Usage = {}
@@ -254,6 +272,8 @@ def assign_flavors(wl: Obj, cluster: Cluster, now: datetime) -> Assignment:
             if chosen is None:
                 ps.failed = True
                 break
+        if not ps.failed:
+            _assign_topology(wl, ps, pod_set, cluster, result.pod_sets)
         result.pod_sets.append(ps)
         if ps.failed:
             return result  # assignFlavors returns at the first pod set with no flavor
@@ -261,6 +281,68 @@ def assign_flavors(wl: Obj, cluster: Cluster, now: datetime) -> Assignment:
             fr = (flavor, resource)
             result.usage[fr] = result.usage.get(fr, 0) + requests[resource]
     return result
+
+
+def _tas_usage(
+    cluster: Cluster, flavor: str, placed: list[PodSetAssignment]
+) -> dict[tas.Domain, dict[str, int]]:
+    """The TAS usage in `flavor`'s domains: the holders' admissions and the workload's earlier pod sets."""
+    used: dict[tas.Domain, dict[str, int]] = {}
+
+    def add(assignment: Obj | None, per_pod: dict[str, int]) -> None:
+        for leaf, amounts in tas.usage_per_domain(assignment, per_pod).items():
+            for resource, value in amounts.items():
+                used.setdefault(leaf, {})[resource] = used.get(leaf, {}).get(resource, 0) + value
+
+    for holder in cluster.holders:
+        templates = {p["name"]: p for p in (holder.get("spec") or {}).get("podSets") or []}
+        for psa in (admission(holder) or {}).get("podSetAssignments") or []:
+            if flavor in (psa.get("flavors") or {}).values() and psa.get("topologyAssignment"):
+                spec = ((templates.get(psa["name"]) or {}).get("template") or {}).get("spec") or {}
+                add(psa["topologyAssignment"], pod_requests(spec))
+    for earlier in placed:
+        if flavor in earlier.flavors.values() and earlier.topology is not None:
+            add(earlier.topology, {r: v // max(earlier.count, 1) for r, v in earlier.requests.items()})
+    return used
+
+
+def _assign_topology(
+    wl: Obj, ps: PodSetAssignment, pod_set: Obj, cluster: Cluster, placed: list[PodSetAssignment]
+) -> None:
+    """tas_flavorassigner.go assignTopology: a pod set on a flavor with spec.topologyName gets a topology
+    assignment, or does not fit (NoFit, with the snapshot's reason). Delayed (not assigned here) behind an
+    admission check (podSetTopologyRequest: a ProvisioningRequest check assigns it after provisioning)."""
+    names = {
+        str(((cluster.flavors.get(f) or {}).get("spec") or {}).get("topologyName") or "")
+        for f in ps.flavors.values()
+    } - {""}
+    if not names or cluster.queue.admission_checks:
+        return
+    topology = names.pop()
+    levels = cluster.topologies.get(topology)
+    if not levels:
+        ps.reasons.append(f'topology "{topology}" not found')
+        ps.failed = True
+        return
+    flavor = next(
+        f for f in ps.flavors.values() if (cluster.flavors[f].get("spec") or {}).get("topologyName")
+    )
+    pod_spec = ((pod_set.get("template") or {}).get("spec")) or {}
+    per_pod = pod_requests(pod_spec)
+    domains, why = tas.assign(
+        topology,
+        levels,
+        list(cluster.nodes),
+        cluster.flavors[flavor],
+        pod_set,
+        per_pod,
+        _tas_usage(cluster, flavor, placed),
+    )
+    if not domains:
+        ps.reasons.append(why)
+        ps.failed = True
+        return
+    ps.topology = tas.encode(levels, domains, cluster.version)
 
 
 def _flavor_for_group(

@@ -49,8 +49,12 @@ class KueueHandle:
         node_taints: list[Obj] | None = None,
         tolerations: list[Obj] | None = None,
         prefix: str = "flavor",
+        topology: str | None = None,
     ) -> str:
+        """`topology`: a Topology's name (spec.topologyName): Kueue places its pod sets by topology domain."""
         spec: Obj = {}
+        if topology:
+            spec["topologyName"] = topology
         if node_labels:
             spec["nodeLabels"] = node_labels
         if node_taints:
@@ -58,6 +62,12 @@ class KueueHandle:
         if tolerations:
             spec["tolerations"] = tolerations
         return self._create_cluster("resourceflavors", "ResourceFlavor", prefix, spec)
+
+    def topology(self, levels: list[str], prefix: str = "topology") -> str:
+        """A Topology (kueue.x-k8s.io, cluster-scoped) of these node labels, highest level first."""
+        return self._create_cluster(
+            "topologies", "Topology", prefix, {"levels": [{"nodeLabel": level} for level in levels]}
+        )
 
     def cluster_queue(
         self,

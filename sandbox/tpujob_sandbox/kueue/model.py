@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tpujob_sandbox.kueue import checks
+from tpujob_sandbox.kueue import checks, tas
 from tpujob_sandbox.kueue.assign import Cluster, QueueView, queue_view
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.objects import (
@@ -38,6 +38,8 @@ class World:
     local_queues: list[Obj] = field(default_factory=list)
     workloads: list[Obj] = field(default_factory=list)
     version: str = VERSIONS[0]  # the API version they were listed in (and the statuses are written in)
+    topologies: list[Obj] = field(default_factory=list)  # for topology-aware scheduling (tas.py)
+    nodes: list[Obj] = field(default_factory=list)
 
 
 @dataclass
@@ -54,7 +56,7 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
     return min(x for x in (a, b) if x is not None) if (a or b) else None
 
 
-def _queued(wl: Obj) -> bool:
+def in_queue(wl: Obj) -> bool:
     """In its queue (pending in the queue statuses): active, not finished or being deleted, no reservation."""
     return is_active(wl) and not is_finished(wl) and not is_deleting(wl) and not has_quota_reservation(wl)
 
@@ -62,7 +64,7 @@ def _queued(wl: Obj) -> bool:
 def _waiting(wl: Obj, now: datetime) -> bool:
     """A candidate for admission now: queued, and its requeuing backoff (if any) is over."""
     at = requeue_at(wl)
-    return _queued(wl) and (at is None or at <= now)
+    return in_queue(wl) and (at is None or at <= now)
 
 
 def _changed(old: Obj | None, new: Obj) -> bool:
@@ -112,11 +114,19 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
         if active[name]:
             waiting = [wl for wl in workloads if queue_of(wl)[1] == name and not stopped(queue_of(wl)[0])]
             waiting = [wl for wl in waiting if queue_of(wl)[0] is not None and _waiting(wl, now)]
-            schedule_queue(Cluster(view, flavors, tuple(holders(name))), waiting, now)
+            cluster = Cluster(
+                view,
+                flavors,
+                tuple(holders(name)),
+                topologies={t["metadata"]["name"]: tas.levels_of(t) for t in world.topologies},
+                nodes=tuple(tas.node_of(n) for n in world.nodes),
+                version=world.version,
+            )
+            schedule_queue(cluster, waiting, now)
 
     for name, cq in cqs.items():
         queued = [
-            wl for wl in workloads if queue_of(wl)[0] is not None and queue_of(wl)[1] == name and _queued(wl)
+            wl for wl in workloads if queue_of(wl)[0] is not None and queue_of(wl)[1] == name and in_queue(wl)
         ]
         status = cluster_queue_status(cq, views[name], set(flavors), len(queued), holders(name), now)
         if _changed(cq.get("status"), status):
@@ -124,7 +134,7 @@ def reconcile(world: World, config: KueueConfig, now: datetime) -> Plan:
     for lq_key, lq in lqs.items():
         cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
         mine = [wl for wl in workloads if queue_of(wl)[0] is lq]
-        queued = [wl for wl in mine if _queued(wl)]
+        queued = [wl for wl in mine if in_queue(wl)]
         lq_holders = [wl for wl in mine if holds_quota(wl)]
         status = local_queue_status(
             lq, views.get(cq_name), active.get(cq_name, False), len(queued), lq_holders, now, world.version

@@ -5,6 +5,7 @@ copies of the workloads it is given."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from tpujob_sandbox.kueue.assign import Assignment, Cluster, Mode, assign_flavors, preemption_targets
@@ -90,7 +91,7 @@ def schedule_queue(cluster: Cluster, pending: list[Obj], now: datetime) -> list[
     holders = list(cluster.holders)
     evicted: list[Obj] = []
     for wl in sorted(pending, key=queue_order):
-        current = Cluster(cluster.queue, cluster.flavors, tuple(holders))
+        current = replace(cluster, holders=tuple(holders))
         assignment = assign_flavors(wl, current, now)
         if assignment.mode == Mode.FIT:
             admit(wl, cluster.queue.name, assignment, now, cluster.queue.admission_checks)

@@ -22,7 +22,7 @@ from kubernetes import watch
 from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.model import Plan, World, reconcile
-from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj
+from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj, key
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class KueueSimulator:
     def __init__(self, api_client: k8s.ApiClient, config: KueueConfig | None = None) -> None:
         self.api_client = api_client
         self.custom = k8s.CustomObjectsApi(api_client)
+        self.core = k8s.CoreV1Api(api_client)
         self._config = config or KueueConfig()
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -44,6 +45,7 @@ class KueueSimulator:
         self._responses: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.passes = 0  # passes run (a test can wait for one after a change)
+        self.latest: World | None = None  # the objects as the last pass left them
 
     # --- control ---------------------------------------------------------------------------------------
 
@@ -149,10 +151,25 @@ class KueueSimulator:
             return None  # no Kueue CRDs: nothing to do until they come
         flavors, cluster_queues, local_queues, workloads = (self._list(version, p) for p in PLURALS)
         world = World(flavors, cluster_queues, local_queues, workloads, version=version)
+        if any((f.get("spec") or {}).get("topologyName") for f in flavors):
+            # Topology-aware scheduling reads the Topologies and the Nodes (Kueue's TAS cache watches both:
+            # pkg/controller/tas/topology_controller.go, node_controller.go); read each pass, the resync
+            # bounding how stale they get.
+            world.topologies = self._list(version, "topologies")
+            response = self.core.list_node(_preload_content=False)
+            world.nodes = json.loads(response.data)["items"]
         with self._lock:
             config = self._config
         plan = reconcile(world, config, datetime.now(UTC))
         conflicts = self._apply(world, plan)
+        # What the pass left, for the visibility API (visibility_server.py): Kueue answers from its queue
+        # manager's memory, not from a fresh list.
+        self.latest = replace(
+            world,
+            workloads=[
+                {**w, "status": plan.workload_status.get(key(w), w.get("status"))} for w in world.workloads
+            ],
+        )
         self.passes += 1
         if conflicts:
             self._dirty.set()
