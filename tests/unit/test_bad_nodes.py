@@ -277,11 +277,14 @@ def test_deleted_nodes_are_remembered_bounded_the_latest_kept():
 
     deleted: dict[str, str] = {}
     for i in range(nodes.MAX_DELETED_NODES + 10):
-        nodes.note_deleted(deleted, f"n{i}", "2026-11-21T12:00:00Z")
-    nodes.note_deleted(deleted, "n5000", "2026-11-21T13:00:00Z")  # deleted again: the latest time, last out
+        deleted = nodes.note_deleted(deleted, f"n{i}", "2026-11-21T12:00:00Z")
+    before = deleted
+    # Deleted again: the latest time, last out.
+    deleted = nodes.note_deleted(deleted, "n5000", "2026-11-21T13:00:00Z")
     assert len(deleted) == nodes.MAX_DELETED_NODES
     assert "n0" not in deleted and deleted["n5000"] == "2026-11-21T13:00:00Z"
     assert next(reversed(deleted)) == "n5000"
+    assert before["n5000"] == "2026-11-21T12:00:00Z"  # a new map: a snapshot holding the old one keeps it
 
 
 @pytest.mark.parametrize(

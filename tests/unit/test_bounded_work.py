@@ -14,7 +14,7 @@ from tpujob.api import InvalidTPUJob, parse_tpujob
 from tpujob.api.status import Reason
 from tpujob.api.validation import MAX_ARG_STRLEN, MAX_HOSTS_SETTING, host_list_bytes, size_problems
 from tpujob.reconciler import Settings
-from tpujob.reconciler.act import CREATE_BATCH
+from tpujob.reconciler.act_workers import CREATE_BATCH
 from tpujob.render import Cluster, render_plan
 from tpujob.render import plan as render
 from tpujob.render.cluster import slice_shape
@@ -145,7 +145,7 @@ def test_the_operator_refuses_a_job_above_its_cap_as_invalid_without_creating_an
         tpu={"type": "v5p", "topology": "4x4x8"}, nodePool={"policy": "existing"}, trainer=JAX
     )
     passes = reconciler(None, api, Settings(max_hosts_per_job=16))
-    passes.reconcile(job_body(manifest), [], False)
+    passes.run(job_body(manifest), [], False)
     assert api.of("create_pod") == [] and api.of("create_config_map") == []
     ((_, status),) = api.of("patch_tpujob_status")
     assert status["status"]["phase"] == "Failed"
@@ -185,14 +185,14 @@ def test_pods_are_created_in_batches_after_the_host_list_and_the_service_after_t
     api = RecordingKube()
     batches: list[int] = []
     passes = reconciler(None, api)
-    creates = passes.actions.create_pods
+    creates = passes.actions.workers.create_pods
 
     def recording(namespace: str, pods: list[dict[str, Any]]) -> None:
         batches.append(len(pods))
         creates(namespace, pods)
 
-    passes.actions.create_pods = recording  # type: ignore[method-assign]
-    passes.reconcile(large_body(), [], False)  # v5p 8x8x8: 128 hosts
+    passes.actions.workers.create_pods = recording  # type: ignore[method-assign]
+    passes.run(large_body(), [], False)  # v5p 8x8x8: 128 hosts
     assert batches == [CREATE_BATCH, 128 - CREATE_BATCH]
     methods = [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"]
     # The namespace's NetworkPolicy first (before any worker), then the host list before any pod that reads
@@ -208,7 +208,7 @@ def test_a_refused_batch_stops_the_creates_and_the_rest_wait_for_the_backoff() -
     refused.body = '{"message": "exceeded quota: pods"}'
     api.fail["create_pod"] = refused
     passes = reconciler(None, api)
-    passes.reconcile(large_body(), [], False)
+    passes.run(large_body(), [], False)
     assert len(api.of("create_pod")) == CREATE_BATCH  # the first batch only
     assert passes.memory.pod_refusal("uid-1")[0] == "exceeded quota: pods"
     assert passes.memory.pods_in_flight("uid-1", []) == frozenset()  # none taken for created
@@ -223,7 +223,7 @@ def test_the_host_list_is_brought_up_to_date_when_the_jobs_own_differs() -> None
         **stale,
         "metadata": {**stale["metadata"], "resourceVersion": "7"},
     }
-    reconciler(None, api).reconcile(large_body(), [], False)
+    reconciler(None, api).run(large_body(), [], False)
     ((name, patch),) = api.of("patch_config_map")
     assert name == "train-s0-hosts"
     assert patch["metadata"]["resourceVersion"] == "7"  # not over a write made meanwhile
@@ -237,7 +237,7 @@ def test_a_config_map_of_that_name_that_is_not_the_jobs_is_left_alone_and_said()
         "data": {"team": "settings"},
     }
     passes = reconciler(None, api)
-    passes.reconcile(large_body(), [], False)
+    passes.run(large_body(), [], False)
     assert api.of("patch_config_map") == [] and api.of("create_pod") == []
     ((_, status),) = api.of("patch_tpujob_status")
     assert status["status"]["reason"] == Reason.POD_REJECTED
@@ -246,7 +246,7 @@ def test_a_config_map_of_that_name_that_is_not_the_jobs_is_left_alone_and_said()
 
 def test_a_small_job_makes_no_config_map() -> None:
     api = RecordingKube()
-    reconciler(None, api).reconcile(existing_job_body(), [], False)
+    reconciler(None, api).run(existing_job_body(), [], False)
     assert api.of("create_config_map") == []
 
 

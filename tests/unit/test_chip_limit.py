@@ -12,10 +12,10 @@ import pytest
 from tests.unit.test_status import advance, make_job, step
 from tpujob import status as s
 from tpujob.api.status import Phase, Reason, TPUJobStatus
-from tpujob.api.tenancy import TenancyPolicy
 from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.records import JobRecords
 from tpujob.render import naming
+from tpujob.status.cost import job_chips
 
 V5E_4X4 = {"type": "v5e", "topology": "4x4"}  # 16 chips
 
@@ -102,6 +102,16 @@ def named(name, uid, **spec):
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"name": name, "uid": uid})})
 
 
+def admit(ledger, job, limit):
+    """What a pass of the job does with the ledger: the pure gate on its counts, and the reservation when
+    acting if the gate admitted it; the budget the reservation found (or the gate's, if it held the job)."""
+    budget = s.chip_budget(job, [], ledger.counts(job, limit))
+    chips = job_chips(job)
+    if not budget.fits(chips):
+        return budget
+    return ledger.reserve(job.metadata.uid, s.ChipReservation(budget.namespace, limit, chips))
+
+
 def watched(ledger, *bodies):
     """The TPUJob watch handing the ledger each job's version (handlers/events.py)."""
     for manifest in bodies:
@@ -112,17 +122,17 @@ def test_the_ledger_admits_while_there_is_room_and_counts_its_admissions_before_
     ledger = NamespaceChips(JobRecords())
     a, b, c = (named(n, n, tpu=V5E_4X4) for n in "abc")
     watched(ledger, body(a), body(b), body(c))  # none admitted, as the watch has them
-    assert ledger.admit(a, 32).fits(16)  # 0 held: a admitted
-    assert ledger.admit(b, 32).others == 16  # a counted though its status does not show it yet
-    budget = ledger.admit(c, 32)
+    assert admit(ledger, a, 32).fits(16)  # 0 held: a admitted
+    assert admit(ledger, b, 32).others == 16  # a counted though its status does not show it yet
+    budget = admit(ledger, c, 32)
     assert budget.others == 32 and not budget.fits(16)  # c waits
     # a's status shows it admitted (a new resourceVersion): the ledger lets its own record go.
     watched(ledger, body(a, Phase.RUNNING, started=True, version="2"))
-    assert ledger.admit(c, 32).others == 32
+    assert admit(ledger, c, 32).others == 32
     # a ends: its status says so, and its chips are free.
     watched(ledger, body(a, Phase.SUCCEEDED, started=True, version="3"))
     ledger.settled("a", status(Phase.SUCCEEDED))
-    assert ledger.admit(c, 32).fits(16)
+    assert admit(ledger, c, 32).fits(16)
 
 
 def test_a_job_another_replica_admitted_counts_once_its_status_shows_it():
@@ -131,10 +141,10 @@ def test_a_job_another_replica_admitted_counts_once_its_status_shows_it():
     ledger = NamespaceChips(records)
     c_job, d = named("c", "c", tpu=V5E_4X4), named("d", "d", tpu=V5E_4X4)
     watched(ledger, body(c_job), body(d))
-    assert ledger.admit(c_job, 16).others == 0
+    assert admit(ledger, c_job, 16).others == 0
     records.forget("c")  # as when c is deleted: its admission goes with its record
     watched(ledger, body(d, Phase.RUNNING, started=True, version="2"))
-    assert ledger.admit(c_job, 16).others == 16
+    assert admit(ledger, c_job, 16).others == 16
     decodes = ledger.decodes
     watched(ledger, body(d, Phase.RUNNING, started=True, version="2"))  # the same version again: not read
     assert ledger.decodes == decodes
@@ -147,29 +157,32 @@ def test_a_deleted_or_suspended_job_frees_its_chips_and_other_namespaces_count_n
     x = named("x", "x", tpu=V5E_4X4)
     x = x.model_copy(update={"metadata": x.metadata.model_copy(update={"namespace": "team-b"})})
     watched(ledger, body(a), body(b), body(x, Phase.RUNNING, True))
-    ledger.admit(a, 16)
-    assert not ledger.admit(b, 16).fits(16)
+    admit(ledger, a, 16)
+    assert not admit(ledger, b, 16).fits(16)
     records.forget("a")  # a deleted (handlers/events.py forgets its record)
-    assert ledger.admit(b, 16).fits(16)
+    assert admit(ledger, b, 16).fits(16)
     ledger.settled("b", status(Phase.SUSPENDED, started=False))
-    assert ledger.admit(a, 16).others == 0
+    assert admit(ledger, a, 16).others == 0
     assert records.namespace_chips("team-b") == 16
 
 
 def test_passes_side_by_side_never_admit_past_the_limit():
-    """Twenty jobs of 16 chips each, admitted from twenty threads at once, under a limit of 64: four."""
+    """Twenty jobs of 16 chips each under a limit of 64, their counts all read before any reserves (each
+    pass's gate admits it), then reserved from twenty threads at once: four."""
     ledger = NamespaceChips(JobRecords())
     jobs = [named(f"j{i}", f"u{i}", tpu=V5E_4X4) for i in range(20)]
     watched(ledger, *(body(job) for job in jobs))
+    budgets = [s.chip_budget(job, [], ledger.counts(job, 64)) for job in jobs]
+    assert all(budget.fits(16) for budget in budgets)  # every gate admits on what it counted
     start = threading.Barrier(len(jobs))
     admitted: list[str] = []
 
-    def admit(job):
+    def reserve(job):
         start.wait()
-        if ledger.admit(job, 64).fits(16):
+        if ledger.reserve(job.metadata.uid, s.ChipReservation("default", 64, 16)).fits(16):
             admitted.append(job.metadata.name)
 
-    threads = [threading.Thread(target=admit, args=(job,)) for job in jobs]
+    threads = [threading.Thread(target=reserve, args=(job,)) for job in jobs]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -184,8 +197,8 @@ def test_what_the_ledger_keeps_of_a_job_lives_in_its_record_and_goes_with_it():
     ledger = NamespaceChips(records)
     a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
     watched(ledger, body(a), body(b))
-    ledger.admit(a, 32)
-    ledger.admit(b, 32)
+    admit(ledger, a, 32)
+    admit(ledger, b, 32)
     assert records.uids() == {"a", "b"} and records.namespace_chips("default") == 32
     records.forget("a")
     records.retain({"a"})  # b: no longer listed
@@ -199,11 +212,11 @@ def test_a_replica_standing_by_keeps_what_the_watch_showed_and_drops_its_own_adm
     ledger = NamespaceChips(records)
     a, b = named("a", "a", tpu=V5E_4X4), named("b", "b", tpu=V5E_4X4)
     watched(ledger, body(a, Phase.RUNNING, started=True), body(b))
-    ledger.admit(b, 64)
+    admit(ledger, b, 64)
     assert records.namespace_chips("default") == 32
     records.forget_all()
     assert records.namespace_chips("default") == 16
-    assert ledger.admit(named("c", "c", tpu=V5E_4X4), 16).others == 16
+    assert admit(ledger, named("c", "c", tpu=V5E_4X4), 16).others == 16
 
 
 def test_an_admission_reads_counts_not_the_namespace_s_jobs():
@@ -215,10 +228,10 @@ def test_an_admission_reads_counts_not_the_namespace_s_jobs():
         watched(ledger, *(body(job) for job in pending))
         assert ledger.decodes == jobs  # once each, as the watch delivered them
         for job in pending[:20]:  # twenty passes of admission
-            ledger.admit(job, 10_000)
+            admit(ledger, job, 10_000)
         assert ledger.decodes == jobs  # and not once more
         watched(ledger, body(pending[0], Phase.PROVISIONING, started=True, version="2"))
-        ledger.admit(pending[1], 10_000)
+        admit(ledger, pending[1], 10_000)
         assert ledger.decodes == jobs + 1  # one job changed: one read
 
 
@@ -250,7 +263,7 @@ def test_a_stored_job_that_cannot_be_read_counts_nothing_with_a_warning_and_the_
     spoil(manifest)
     watched(ledger, manifest, body(good, Phase.RUNNING, started=True))
     assert "TPUJob default/bad (resourceVersion 1) cannot be read" in caplog.text
-    assert ledger.admit(named("new", "new", tpu=V5E_4X4), 32).others == 16
+    assert admit(ledger, named("new", "new", tpu=V5E_4X4), 32).others == 16
 
 
 def test_any_error_reading_a_stored_job_is_a_warning_not_only_a_validation_error(monkeypatch, caplog):
@@ -261,7 +274,7 @@ def test_any_error_reading_a_stored_job_is_a_warning_not_only_a_validation_error
     ledger = NamespaceChips(JobRecords())
     watched(ledger, body(named("bad", "bad", tpu=V5E_4X4)))
     assert "TPUJob default/bad (resourceVersion 1) cannot be read" in caplog.text
-    assert ledger.admit(named("new", "new", tpu=V5E_4X4), 16).others == 0
+    assert admit(ledger, named("new", "new", tpu=V5E_4X4), 16).others == 0
 
 
 def forged(job, phase=Phase.PROVISIONING):
@@ -282,34 +295,41 @@ def test_a_status_that_claims_an_admission_the_operator_cannot_vouch_for_is_judg
     assert kept.status.reason != Reason.CHIP_LIMIT
 
 
-def observer_with_limit(limit):
-    from tpujob.reconciler.memory import JobMemory
-    from tpujob.reconciler.observe import Observer, Settings
-    from tpujob.render import Cluster
-
-    settings = Settings(tenancy=TenancyPolicy.model_validate({"defaults": {"maxChips": limit}}))
-    return Observer(Cluster(), None, None, JobMemory(JobRecords()), settings)  # type: ignore[arg-type]
-
-
 def test_the_gate_vouches_only_for_its_own_admissions_or_a_job_with_pods():
-    observer = observer_with_limit(16)
+    ledger = NamespaceChips(JobRecords())
     other = named("other", "other", tpu=V5E_4X4)
-    watched(observer.chips, body(other, Phase.RUNNING, started=True))  # the namespace is full
+    watched(ledger, body(other, Phase.RUNNING, started=True))  # the namespace is full
+
+    def budget(job, pods=()):
+        return s.chip_budget(job, list(pods), ledger.counts(job, 16))
+
     job = named("j", "j", tpu=V5E_4X4)
-    budget = observer.chip_budget(forged(job), [])
-    assert budget is not None and budget.recheck and not budget.fits(16)
+    held = budget(forged(job))
+    assert held is not None and held.recheck and not held.fits(16)
     # A worker pod of the job (after a restart, the record is gone): it runs, nothing to judge again.
-    assert observer.chip_budget(forged(job), [object()]) is None  # type: ignore[list-item]
+    assert budget(forged(job), [object()]) is None
     # An admission this process kept (a pass settled it with this startTime) is its own.
     mine = named("mine", "mine", tpu=V5E_4X4)
-    observer.chips.settled("mine", status(Phase.PROVISIONING))
-    assert observer.chip_budget(forged(mine), []) is None
+    ledger.settled("mine", status(Phase.PROVISIONING))
+    assert budget(forged(mine)) is None
     # A startTime other than the one the pass left there is not.
     moved = mine.model_copy(
         update={
             "status": status(Phase.PROVISIONING).model_copy(update={"start_time": "2026-11-21T12:00:00Z"})
         }
     )
-    assert observer.chip_budget(moved, []).recheck
+    assert budget(moved).recheck
     # Ended or suspended jobs hold no admission to judge.
-    assert observer.chip_budget(forged(job, Phase.SUCCEEDED), []) is None
+    assert budget(forged(job, Phase.SUCCEEDED)) is None
+
+
+def test_the_gate_admits_with_a_reservation_and_acting_reserves_first():
+    """The pure gate names the chips it admits the job with (Decision.chips); the pass's acts reserve them
+    before anything else is done (reconciler/act.py)."""
+    job = make_job(tpu=V5E_4X4)
+    decision = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", limit=32, others=16))
+    assert decision.chips == s.ChipReservation("default", 32, 16)
+    held = step(job, pools=missing_pools(job), chips=s.ChipBudget("default", limit=32, others=24))
+    assert held.chips is None
+    admitted = advance(job, step(job, pools=missing_pools(job)))
+    assert step(admitted, pools=missing_pools(job), chips=s.ChipBudget("default", 16, 0)).chips is None

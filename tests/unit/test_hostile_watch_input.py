@@ -276,14 +276,13 @@ def test_the_workload_watch_returns(
 def test_the_node_watch_returns(
     runtime: Runtime, labels: dict[str, str], status: Any, event_type: str | None
 ) -> None:
-    faults: dict[str, Any] = {}
-    deleted: dict[str, str] = {}
     body = {"metadata": {"name": "node-a", "uid": "n", "labels": labels}, "status": status}
-    nodes.node_changed(runtime, faults, {"type": event_type, "object": body}, deleted)
+    nodes.node_changed(runtime, {"type": event_type, "object": body})
     healthy = {"type": "MODIFIED", "object": {"metadata": {"name": "node-a"}, "status": {"conditions": []}}}
-    nodes.node_changed(runtime, faults, healthy, deleted)
-    assert faults == {}
-    assert set(deleted) == ({"node-a"} if event_type == "DELETED" else set())
+    nodes.node_changed(runtime, healthy)
+    seen = runtime.reconciler.watched.take("{}")
+    assert seen.node_faults == {}
+    assert set(seen.nodes_deleted) == ({"node-a"} if event_type == "DELETED" else set())
 
 
 @pytest.mark.slow  # hypothesis: 150 examples each

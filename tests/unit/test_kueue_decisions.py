@@ -303,7 +303,7 @@ def test_a_queued_job_waits_while_the_version_served_is_not_known():
 
     reader = KueueReader(DiscoveryApi(None), enabled=True)  # type: ignore[arg-type]
     reader.served.discover()
-    view = reader.view(queued_job(), workloads=[])
+    view = reader.view(queued_job(), [], reader.served.current, reader.served.problem)
     assert view is not None and not view.known and "v0.14 or later" in view.problem
 
 

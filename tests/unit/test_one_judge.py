@@ -166,9 +166,9 @@ def operator_first_pass(case: Case) -> tuple[dict[str, Any], list[str]]:
     )
     passes = reconciler(pools, api, settings)
     # Kueue v0.19's Workload API, found by discovery (the CLI is told with --kueue-pod-sets).
-    passes.observer.kueue.served.current = KUEUE_V019
+    passes.watched.set_kueue(KUEUE_V019, "")
     body = job_body(copy.deepcopy(case.manifest))
-    passes.reconcile(body, [], False, workloads=[])
+    passes.run(body, [], False, workloads=[])
     ((_, written),) = api.of("patch_tpujob_status")
     made = ["CreateNodePool"] * len(pools.created)
     made += [method.removeprefix("create_") for method, _, _ in api.calls if method == "create_workload"]
@@ -238,10 +238,10 @@ def test_render_lists_every_object_in_the_order_the_operators_passes_create_them
     manifest = job(tpu={"type": "v5p", "topology": "4x4x8", "slices": 2})
     api, pools = RecordingKube(), RecordingPools()
     passes = reconciler(pools, api)
-    passes.reconcile(job_body(copy.deepcopy(manifest)), [], False)
+    passes.run(job_body(copy.deepcopy(manifest)), [], False)
     for name in pools.states:
         pools.states[name] = "RUNNING"
-    passes.reconcile(job_body(copy.deepcopy(manifest)), [], False)
+    passes.run(job_body(copy.deepcopy(manifest)), [], False)
     operator = [("CreateNodePool", pool["name"]) for pool in pools.created]
     names = {"create_network_policy", "create_config_map", "create_service", "create_pod"}
     operator += [(b["kind"], b["metadata"]["name"]) for method, _, b in api.calls if method in names]

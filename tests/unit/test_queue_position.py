@@ -150,9 +150,9 @@ def test_the_reader_asks_the_visibility_api_only_where_it_is_served(served, read
     api.visibility = served
     api.get_kueue_object = lambda version, plural, name, namespace=None: {"spec": {"clusterQueue": "tpu-cq"}}
     reader = KueueReader(api, enabled=True)  # type: ignore[arg-type]
-    reader.served.current = KueueApi("v1beta2", 18)
-    view = reader.view(job, workloads=[workload(PENDING)])
+    served_api = KueueApi("v1beta2", 18)
+    view = reader.view(job, workloads=[workload(PENDING)], served=served_api)
     assert view is not None and view.position == (QueuePosition(4, 0) if read else None)
     assert api.asked == ([(VISIBILITY_GROUP, "v1beta2", "tpu-cq")] if read else [])
-    reader.view(job, workloads=[workload(PENDING)])
+    reader.view(job, workloads=[workload(PENDING)], served=served_api)
     assert len(api.asked) == (1 if read else 0)  # within the interval: the same reading

@@ -5,6 +5,7 @@ clients that record every call. The e2e suite runs the same code against the rea
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from typing import Any
 
@@ -23,7 +24,8 @@ from tpujob.reconciler import Reconciler, Settings
 from tpujob.reconciler import memory as memory_module
 from tpujob.reconciler.act import Actions
 from tpujob.reconciler.memory import JobMemory
-from tpujob.reconciler.passes import Outcome, with_removals
+from tpujob.reconciler.parts import with_removals
+from tpujob.reconciler.passes import Outcome
 from tpujob.render import Cluster, naming
 from tpujob.render import pools as render_pools
 from tpujob.render.network import NAMESPACE_POLICY_NAME
@@ -194,9 +196,9 @@ def test_a_pool_delete_is_counted_as_accepted_or_refused_and_says_which() -> Non
     accepted = sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted")
     refused = sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE)
 
-    assert actions.delete_pool("p", "uid-1") is True
+    assert actions.gke.delete_pool("p", "uid-1") is True
     pools.delete_error = s.GKEError(Reason.GKE_UNAVAILABLE, "503", permanent=False)
-    assert actions.delete_pool("p", "uid-1") is False
+    assert actions.gke.delete_pool("p", "uid-1") is False
 
     assert sample(metrics.POOL_OPERATIONS_TOTAL, operation="delete", result="accepted") == accepted + 1
     assert sample(metrics.GKE_ERRORS, reason=Reason.GKE_UNAVAILABLE) == refused + 1
@@ -210,7 +212,7 @@ def test_every_create_is_tried_and_the_first_failure_is_raised_after_all() -> No
     pods = [{"metadata": {"name": f"w-{i}"}} for i in range(3)]
 
     with pytest.raises(kube.ApiError, match="Forbidden"):
-        actions.create_pods("ns", pods)
+        actions.workers.create_pods("ns", pods)
 
     created = [body["metadata"]["name"] for _, _, body in api.calls]
     assert sorted(created) == ["w-0", "w-1", "w-2"]
@@ -222,12 +224,12 @@ def test_the_service_comes_after_the_pods_and_a_refused_one_is_asked_again_by_th
     api = RecordingKube()
     api.fail["create_service"] = kube.ApiError(403, "exceeded quota: services")
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     creates = [m for m, _, _ in api.calls if m in ("create_pod", "create_service")]
     assert creates == ["create_pod", "create_service"]
     del api.fail["create_service"]
-    passes.reconcile(existing_job_body(), [], False)  # the pod is in flight; the Service is not
-    passes.reconcile(existing_job_body(), [], False)  # made and in flight: not asked again
+    passes.run(existing_job_body(), [], False)  # the pod is in flight; the Service is not
+    passes.run(existing_job_body(), [], False)  # made and in flight: not asked again
     assert len(api.of("create_service")) == 2 and len(api.of("create_pod")) == 1
 
 
@@ -337,24 +339,33 @@ class SettledReconciler(Reconciler):
     """Each pass returns once its status write, Events and Service, sent by background threads, were sent:
     the tests read what a pass wrote."""
 
-    def reconcile(
-        self, body: dict[str, Any], pods: list[s.PodView], service_exists: bool, *more: Any, **named: Any
+    def run(
+        self,
+        body: dict[str, Any],
+        pods: list[s.PodView],
+        service_exists: bool,
+        workloads: list[s.WorkloadView] | None = None,
+        network_policy_seen: bool = False,
     ) -> Outcome:
-        outcome = super().reconcile(body, pods, service_exists, *more, **named)
+        """A pass over a snapshot of these objects, as the work queue takes one."""
+        wire = json.dumps(body, separators=(",", ":"))
+        departed = self.memory.departed(body["metadata"]["uid"], pods)
+        snapshot = self.watched.take(wire, pods, service_exists, workloads, network_policy_seen, departed)
+        outcome = self.reconcile(snapshot)
         assert self.status_writer.drain(timeout=10) and self.actions.events.drain(timeout=10)
-        assert self.actions.behind.drain(timeout=10)
+        assert self.actions.workers.behind.drain(timeout=10)
         return outcome
 
 
 def reconciler(
     pools: RecordingPools | None, api: RecordingKube | None = None, settings: Settings | None = None
-) -> Reconciler:
+) -> SettledReconciler:
     return SettledReconciler(Cluster(), api or RecordingKube(), pools, settings)  # type: ignore[arg-type]
 
 
 def test_a_new_job_gets_the_finalizer_before_its_pool_and_a_provisioning_status() -> None:
     api, pools = RecordingKube(), RecordingPools()
-    outcome = reconciler(pools, api).reconcile(job_body(), [], False)
+    outcome = reconciler(pools, api).run(job_body(), [], False)
 
     writes = [method for method, _, _ in api.calls if method.startswith("patch")]
     assert writes == ["patch_tpujob", "patch_tpujob_status"]  # the finalizer first
@@ -373,7 +384,7 @@ def test_a_pass_on_a_job_the_api_server_no_longer_has_creates_nothing_and_report
     body = job_body()
     body["metadata"]["finalizers"] = [c.FINALIZER]
 
-    outcome = reconciler(pools, api).reconcile(body, [], False)
+    outcome = reconciler(pools, api).run(body, [], False)
 
     assert outcome.vanished and outcome.requeue_after is None
     assert pools.created == [] and api.of("create_pod") == [] and api.of("patch_tpujob_status") == []
@@ -387,7 +398,7 @@ def test_a_job_gone_at_its_status_write_is_forgotten() -> None:
     body = job_body()
     body["metadata"]["finalizers"] = [c.FINALIZER]
 
-    passes.reconcile(body, [], False)
+    passes.run(body, [], False)
 
     assert len(api.of("patch_tpujob_status")) == 1
     assert passes.records.uids() == set()  # nothing remembered for it
@@ -397,8 +408,8 @@ def test_a_refused_create_is_not_asked_again_while_its_backoff_lasts() -> None:
     pools = RecordingPools()
     pools.create_error = REJECTED
     passes = reconciler(pools)
-    passes.reconcile(job_body(), [], False)
-    passes.reconcile(job_body(), [], False)
+    passes.run(job_body(), [], False)
+    passes.run(job_body(), [], False)
 
     # A refusal that is not about the upgrade exclusion is not asked again without it: one create, the
     # refusal stands, and the backoff holds the second pass back.
@@ -430,7 +441,7 @@ def test_a_permanent_refusal_is_asked_for_once_per_backoff_step(
     for tick in range(300):
         clock[0] = 1000.0 + tick * 0.2
         before = len(pools.created)
-        passes.reconcile(job_body(), [], False)
+        passes.run(job_body(), [], False)
         asked_at += [round(clock[0] - 1000.0, 1)] * (len(pools.created) - before)
 
     expected, when = [], 0.0
@@ -456,7 +467,7 @@ def test_a_create_gke_takes_only_without_the_upgrade_shield_is_made_so_said_and_
     passes = reconciler(pools, api)
     # Two slices: the first pool finds that GKE does not take the field; this process remembers it, and the
     # second pool (as any later one) is asked once, without it.
-    passes.reconcile(
+    passes.run(
         job_body(with_change("spec.tpu", {"type": "v5p", "topology": "2x2x4", "slices": 2})), [], False
     )
     passes.actions.events.stop(5)
@@ -503,7 +514,7 @@ def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
     pod = s.PodView(name="train-0-0", slice=0, worker=0, attempt=0, phase="Running")
     passes = reconciler(pools, api)
 
-    passes.reconcile(body, [pod], True)
+    passes.run(body, [pod], True)
     assert pools.deleted == [name]
     assert api.of("delete_pod") == ["train-0-0"]
     (_, patch) = api.of("patch_tpujob_status")[-1]
@@ -513,7 +524,7 @@ def test_a_job_edited_into_an_invalid_spec_releases_what_it_had_once() -> None:
     assert [e["reason"] for e in api.of("create_event")] == [Reason.INVALID_SPEC]
 
     # The next pass reads its own write: nothing more to release, no second event.
-    passes.reconcile(body, [], True)
+    passes.run(body, [], True)
     assert pools.deleted == [name]
     assert passes.actions.events.drain(timeout=10)
     assert len(api.of("create_event")) == 1
@@ -600,7 +611,7 @@ def existing_job_body() -> dict[str, Any]:
 def test_the_first_sight_of_a_created_pod_needs_no_pass_but_its_next_change_does() -> None:
     api = RecordingKube()
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     (created, *_) = [body for body in api.of("create_pod")]
     created = {**created, "status": {"phase": "Pending"}}
     assert passes.is_own_create(created)
@@ -616,13 +627,13 @@ def test_pods_whose_create_failed_are_created_again_by_the_next_pass() -> None:
     api.fail["create_pod"] = kube.ApiError(500, "etcd timeout")
     passes = reconciler(None, api)
     with pytest.raises(kube.ApiError):
-        passes.reconcile(existing_job_body(), [], False)
+        passes.run(existing_job_body(), [], False)
     first = [body["metadata"]["name"] for body in api.of("create_pod")]
     assert first and not any(passes.is_own_create({**b, "status": {}}) for b in api.of("create_pod"))
 
     del api.fail["create_pod"]
     api.calls.clear()
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     assert [body["metadata"]["name"] for body in api.of("create_pod")] == first
 
 
@@ -640,7 +651,7 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_and_are_asked_again_
     api.fail["create_pod"] = refused
     passes = reconciler(None, api, Settings(refused_backoff_seconds=30))
     uid = existing_job_body()["metadata"]["uid"]
-    outcome = passes.reconcile(existing_job_body(), [], False)  # not raised: retrying at once cannot help
+    outcome = passes.run(existing_job_body(), [], False)  # not raised: retrying at once cannot help
     ((_, status),) = api.of("patch_tpujob_status")
     assert status["status"]["reason"] == Reason.POD_REJECTED
     assert "no PriorityClass with name team-high was found" in status["status"]["message"]
@@ -651,20 +662,20 @@ def test_pods_the_api_server_refuses_become_the_jobs_reason_and_are_asked_again_
 
     # Any event meanwhile (the job's own status write, a pod) does not send the pods again before the backoff.
     api.calls.clear()
-    outcome = passes.reconcile(existing_job_body(), [], False)
+    outcome = passes.run(existing_job_body(), [], False)
     assert api.of("create_pod") == []
     assert outcome.requeue_after == pytest.approx(30.0)
 
     # Once it ends they are sent again; refused again, the next wait doubles.
     clock[0] += 30  # the backoff ended
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     assert len(api.of("create_pod")) == 1
     assert passes.memory.pod_refusal(uid)[1] == pytest.approx(60.0)
 
     del api.fail["create_pod"]
     clock[0] += 60
     api.calls.clear()
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     assert len(api.of("create_pod")) == 1  # v5e 2x2: one host
     assert passes.memory.pod_refusal(uid) == ("", 0.0)
 
@@ -692,7 +703,7 @@ def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growi
         passes = reconciler(pools)
         passes.memory.refused("uid-1", {0: quota}, 1.0, 30.0)
         passes.records.update("uid-1", lambda r: setattr(r, "gke_refused", None))  # its backoff is over
-        passes.reconcile(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
+        passes.run(job_body(status={"phase": "Provisioning", "reason": reason}), [], False)
         assert len(pools.created) == 1
         assert (passes.records.read("uid-1", lambda r: r.rejections, 0) > 0) is kept, reason
 
@@ -700,7 +711,7 @@ def test_a_create_accepted_while_the_job_waits_for_quota_keeps_the_backoff_growi
 def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_one_holds_them_back() -> None:
     api = RecordingKube()
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     creates = [
         method for method, _, _ in api.calls if method.startswith("create_") and method != "create_event"
     ]
@@ -714,7 +725,7 @@ def test_the_network_policy_is_made_before_the_service_and_pods_and_a_refused_on
     refused.body = b'{"message":"networkpolicies.networking.k8s.io is forbidden: User cannot create"}'
     api.fail["create_network_policy"] = refused
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], False)
+    passes.run(existing_job_body(), [], False)
     assert not api.of("create_pod") and not api.of("create_service")
     ((_, status),) = api.of("patch_tpujob_status")
     assert status["status"]["reason"] == Reason.POD_REJECTED
@@ -726,23 +737,23 @@ def test_the_policy_is_a_fact_seen_by_its_watch_not_assumed_from_the_service() -
     watch, or this operator's create of it, says it exists. The setting turns policies off."""
     api = RecordingKube()
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], True, None, network_policy_seen=True)
+    passes.run(existing_job_body(), [], True, None, network_policy_seen=True)
     assert api.of("create_pod") and not api.of("create_network_policy")
     api = RecordingKube()
     passes = reconciler(None, api)
-    passes.reconcile(existing_job_body(), [], True)  # the Service is there, its policy is not
+    passes.run(existing_job_body(), [], True)  # the Service is there, its policy is not
     assert [m for m, _, _ in api.calls if m.startswith("create_") and m != "create_event"][:2] == [
         "create_network_policy",
         "create_pod",
     ]
-    passes.reconcile(existing_job_body(), [], True)  # created, not yet seen: not made twice
+    passes.run(existing_job_body(), [], True)  # created, not yet seen: not made twice
     assert len(api.of("create_network_policy")) == 1
-    passes.reconcile(existing_job_body(), [], True, None, network_policy_seen=True)
-    passes.reconcile(existing_job_body(), [], True)  # seen, then gone: deleted under the job, made again
+    passes.run(existing_job_body(), [], True, None, network_policy_seen=True)
+    passes.run(existing_job_body(), [], True)  # seen, then gone: deleted under the job, made again
     assert len(api.of("create_network_policy")) == 2
     api = RecordingKube()
     off = SettledReconciler(Cluster(network_policy=False), api, None)  # type: ignore[arg-type]
-    off.reconcile(existing_job_body(), [], False)
+    off.run(existing_job_body(), [], False)
     assert api.of("create_service") and not api.of("create_network_policy")
 
 
@@ -758,7 +769,7 @@ def test_a_namespace_s_jobs_share_one_policy_made_by_the_first_and_no_request_of
     api = RecordingKube(jobs)
     passes = reconciler(None, api)
     for body in (first, second, other):
-        passes.reconcile(body, [], False)
+        passes.run(body, [], False)
     policies = [
         (namespace, body) for method, namespace, body in api.calls if method == "create_network_policy"
     ]
@@ -776,7 +787,7 @@ def test_a_409_on_the_policy_is_the_namespace_s_policy_and_the_pods_start() -> N
             return False
 
     taken = Taken()
-    reconciler(None, taken).reconcile(existing_job_body(), [], False)
+    reconciler(None, taken).run(existing_job_body(), [], False)
     assert taken.of("create_pod") and not taken.of("get_network_policy")
 
 
@@ -788,7 +799,7 @@ def test_a_pool_by_the_jobs_name_that_is_another_jobs_is_neither_used_nor_delete
     pools.states[name] = "RUNNING"
     pools.uids[name] = "uid-of-another-team"
     passes = reconciler(pools, api)
-    passes.reconcile(job_body(), [], False)
+    passes.run(job_body(), [], False)
     assert api.of("create_pod") == []  # nothing lands on it
     assert pools.deleted == []
     ((_, status),) = api.of("patch_tpujob_status")

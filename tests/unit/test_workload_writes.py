@@ -52,7 +52,7 @@ class WorkloadApi:
 def write(api: WorkloadApi, writes: s.WorkloadWrites) -> bool:
     actions = Actions(api, None, JobMemory())  # type: ignore[arg-type]
     try:
-        return actions.write_workload(META, queued_example(EXAMPLES[0]), writes, Cluster())
+        return actions.workload.write(META, queued_example(EXAMPLES[0]), writes, Cluster())
     finally:
         actions.close(1)
 

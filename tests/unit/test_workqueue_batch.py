@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from tpujob import kube
+from tpujob import status as s
 from tpujob.config import from_environment
 from tpujob.handlers.indexes import IndexedJob
 from tpujob.handlers.workqueue import RETRY_SECONDS, Indexes, Runtime, reconcile_batch
 from tpujob.reconciler import Outcome
+from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.snapshot import Snapshot, Watched
 
 
 class Reconciler:
@@ -26,19 +29,15 @@ class Reconciler:
         self.threads: set[int] = set()
         self.forgotten: list[str] = []
         self.began: dict[str, float] = {}
+        self.watched = Watched()
+        self.memory = JobMemory()
 
     def passing(self, uid: str, now: float) -> None:
         self.began[uid] = now
 
-    def reconcile(
-        self,
-        body: dict[str, Any],
-        pods: list[Any],
-        service_exists: bool,
-        workloads: Any = None,
-        network_policy_seen: bool = False,
-    ) -> Outcome:
-        name = body["metadata"]["name"]
+    def reconcile(self, snapshot: Snapshot) -> Outcome:
+        name = snapshot.body()["metadata"]["name"]
+        pods, service_exists = snapshot.pods, snapshot.service_exists
         self.threads.add(threading.get_ident())
         if name in self.fail:
             raise RuntimeError("unreachable")
@@ -62,7 +61,7 @@ def runtime_with(reconciler: Reconciler, jobs: dict[str, dict[str, Any]]) -> Run
     runtime = Runtime(from_environment(), reconciler)  # type: ignore[arg-type]
     runtime.indexes = Indexes(
         {("ns", name): [IndexedJob.of(body)] for name, body in jobs.items()},  # type: ignore[arg-type]
-        {("ns", "a"): ["pod-a0", "pod-a1"]},  # type: ignore[arg-type]
+        {("ns", "a"): [s.PodView(f"pod-a{w}", 0, w, 0, "Running") for w in (0, 1)]},
         {("ns", "a"): [True]},  # type: ignore[arg-type]
     )
     runtime.owned_listed.set()

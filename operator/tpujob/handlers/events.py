@@ -39,7 +39,7 @@ async def on_tpujob_event(
         forget(runtime, (namespace, name), uid)
         await release_when_gone(runtime, namespace, name, uid, dict(body))
         return
-    runtime.reconciler.observer.chips.seen(body)  # its namespace's chip count, before any pass reads it
+    runtime.reconciler.chips.seen(body)  # its namespace's chip count, before any pass reads it
     if runtime.reconciler.is_own_write(body):
         return  # the echo of the last pass' status write: that pass saw all the rest
     request_pass(runtime, namespace, name)

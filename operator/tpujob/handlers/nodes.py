@@ -2,9 +2,10 @@
 (MegascaleHangDetected, SliceErrorDetected: ai-on-gke/tpu-device-plugin pkg/metrics/metrics.go), so a hung
 slice restarts within seconds rather than at the next resync or its progressDeadlineSeconds.
 
-The watch is filtered by the API server to nodes with the TPU accelerator label, and keeps two small maps:
-node -> its hardware conditions (Reconciler.observer.node_faults, read by each pass), and the nodes deleted
-lately, with when (observer.nodes_deleted: a job stops avoiding a bad host whose VM was replaced since).
+The watch is filtered by the API server to nodes with the TPU accelerator label, and keeps two small maps
+(Reconciler.watched: each pass's snapshot holds them, reconciler/snapshot.py): node -> its hardware
+conditions, and the nodes deleted lately, with when (a job stops avoiding a bad host whose VM was replaced
+since: status/bad_nodes.py).
 When a node's conditions change (a new heartbeat included), the jobs with a pod on that node get a pass.
 Cluster-wide operators only: a Role cannot grant nodes.
 """
@@ -83,12 +84,15 @@ def _heartbeat(value: object) -> str:
     return value
 
 
-def note_deleted(deleted: dict[str, str], name: str, when: str) -> None:
-    """A deleted node's name and when (RFC 3339), the latest MAX_DELETED_NODES kept."""
+def note_deleted(before: Mapping[str, str], name: str, when: str) -> dict[str, str]:
+    """The deleted nodes with one more, its name and when (RFC 3339), the latest MAX_DELETED_NODES kept: a
+    new map (a pass's snapshot holds the one before)."""
+    deleted = dict(before)
     deleted.pop(name, None)
     deleted[name[:MAX_NODE_NAME]] = when
     while len(deleted) > MAX_DELETED_NODES:
         del deleted[next(iter(deleted))]
+    return deleted
 
 
 def jobs_on_node(runtime: Runtime, node: str) -> set[tuple[str, str]]:
@@ -101,30 +105,24 @@ def watch_selector(settings: kopf.OperatorSettings) -> None:
     settings.watching.label_selectors[NODES] = c.NODE_LABEL_ACCELERATOR  # the label exists
 
 
-def node_changed(
-    runtime: Runtime,
-    faults: dict[str, tuple[s.NodeFault, ...]],
-    event: Any,
-    deleted: dict[str, str] | None = None,
-) -> None:
-    """One event of the nodes' watch: the node's faults kept, a deleted node's name and when (`deleted`: a
-    node of that name seen later is a new VM, no longer a bad host: status/bad_nodes.py), and a pass for the
-    jobs on a node whose faults changed. Never raises: a failure is logged and the watch goes on with the
-    next node."""
+def node_changed(runtime: Runtime, event: Any) -> None:
+    """One event of the nodes' watch: the node's faults kept, a deleted node's name and when (a node of that
+    name seen later is a new VM, no longer a bad host), and a pass for the jobs on a node whose faults
+    changed. Never raises: a failure is logged and the watch goes on with the next node."""
     try:
         if isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
             return
         body = event["object"]
         name = body["metadata"]["name"]
-        if event["type"] == "DELETED" and deleted is not None and isinstance(name, str):
-            note_deleted(deleted, name, timestamp(dt.datetime.now(dt.UTC)))
+        if event["type"] == "DELETED" and isinstance(name, str):
+            runtime.reconciler.watched.set_nodes_deleted(
+                note_deleted(
+                    runtime.reconciler.watched.nodes_deleted(), name, timestamp(dt.datetime.now(dt.UTC))
+                )
+            )
         found = () if event["type"] == "DELETED" else node_faults(body)
-        if faults.get(name, ()) == found:
+        if not runtime.reconciler.watched.set_node_faults(name, found):
             return
-        if found:
-            faults[name] = found
-        else:
-            faults.pop(name, None)
         if event["type"] is not None:  # a change, not the first listing: the jobs there look now
             for job in jobs_on_node(runtime, name):
                 request_pass(runtime, *job)
@@ -133,14 +131,12 @@ def node_changed(
 
 
 async def watch_node_faults(runtime: Runtime, settings: kopf.OperatorSettings) -> None:
-    faults = runtime.reconciler.observer.node_faults
-    deleted = runtime.reconciler.observer.nodes_deleted
     while True:
         try:
             async for event in watching.infinite_watch(
                 settings=settings, resource=NODE_RESOURCE, namespace=None
             ):
-                node_changed(runtime, faults, event, deleted)
+                node_changed(runtime, event)
         except asyncio.CancelledError:
             raise
         except Exception:

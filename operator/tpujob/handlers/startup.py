@@ -244,7 +244,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
                 request_pass(runtime, *job)
 
         def workload_failed(problem: str) -> None:
-            observer.kueue_problem = problem
+            runtime.reconciler.watched.set_kueue_problem(problem)
 
         def estimate_source() -> list[tuple[str, list[Any]]]:
             """Every job with Workloads: its body as the watch has it, its Workloads (for the start estimates

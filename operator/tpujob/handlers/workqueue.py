@@ -20,6 +20,7 @@ from tpujob.config import OperatorConfig
 from tpujob.handlers.indexes import JobIndex, JobKey
 from tpujob.peering import NotLeading
 from tpujob.reconciler import Outcome, Reconciler
+from tpujob.reconciler.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -268,11 +269,6 @@ def _values(index: Mapping[Any, Any], key: Any) -> Iterator[Any]:
         return
 
 
-# What a pass reads, under its job's lock: the job as indexed (indexes.IndexedJob), its pods, whether its
-# Service exists, its Workloads (None: not listed, or no Workload watch).
-PassState = tuple[Any, list[Any], bool, list[Any] | None, bool]
-
-
 def _job_uid(runtime: Runtime, key: JobKey) -> str | None:
     """The UID of the job at `key` if this replica should pass it: it is indexed, and this replica is the
     active one (a standby leaves every job to the active one)."""
@@ -283,34 +279,35 @@ def _job_uid(runtime: Runtime, key: JobKey) -> str | None:
     return uid
 
 
-def _begin(runtime: Runtime, key: JobKey, uid: str) -> PassState | None:
-    """Under the job's lock: the pass reads the state from here (a newer event needs a new pass), the
-    newest the indexes have; None for a job being deleted (the finalizer's handler has it)."""
+def _begin(runtime: Runtime, key: JobKey, uid: str) -> Snapshot | None:
+    """Under the job's lock: the pass's one snapshot of the indexes and the cluster's facts (a newer event
+    needs a new pass), the newest they have; None for a job being deleted (the finalizer's handler has
+    it)."""
     runtime.queue.begun(key)
     runtime.reconciler.passing(uid, asyncio.get_running_loop().time())
     indexed = list(_values(runtime.indexes.jobs, key))
     if not indexed or indexed[0].deleting:
         return None
     workloads = runtime.indexes.workloads
-    listed = list(_values(workloads, key)) if workloads is not None and workloads.listed else None
     policies = runtime.indexes.network_policies
-    return (
-        indexed[0],
-        list(_values(runtime.indexes.pods, key)),
-        any(_values(runtime.indexes.services, key)),
-        listed,
+    pods = tuple(_values(runtime.indexes.pods, key))
+    return runtime.reconciler.watched.take(
+        indexed[0].wire,
+        pods=pods,
+        departed=runtime.reconciler.memory.departed(uid, pods),
+        service_exists=any(_values(runtime.indexes.services, key)),
+        workloads=tuple(_values(workloads, key)) if workloads is not None and workloads.listed else None,
         # The namespace's workers' policy (one for all its jobs).
-        policies is not None and (key[0], "") in policies,
+        network_policy_seen=policies is not None and (key[0], "") in policies,
     )
 
 
-def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome | None:
+def _run_pass(reconciler: Reconciler, key: JobKey, snapshot: Snapshot) -> Outcome | None:
     """One pass, in a worker thread. None: this replica stood down mid-pass (the one that leads now
-    takes it from here). The job's body is decoded here, not while the pass waits for a thread (in a
+    takes it from here). The job's body is decoded in the pass, not while it waits for a thread (in a
     burst, thousands wait)."""
-    indexed, pods, service_exists, workloads, network_policy_seen = state
     try:
-        return reconciler.reconcile(indexed.body(), pods, service_exists, workloads, network_policy_seen)
+        return reconciler.reconcile(snapshot)
     except NotLeading:
         return None
     except Exception as error:
@@ -323,8 +320,8 @@ def _run_pass(reconciler: Reconciler, key: JobKey, state: PassState) -> Outcome 
         return Outcome(failed=True)
 
 
-def _run_passes(reconciler: Reconciler, begun: list[tuple[JobKey, str, PassState]]) -> list[Any]:
-    return [_run_pass(reconciler, key, state) for key, _, state in begun]
+def _run_passes(reconciler: Reconciler, begun: list[tuple[JobKey, str, Snapshot]]) -> list[Any]:
+    return [_run_pass(reconciler, key, snapshot) for key, _, snapshot in begun]
 
 
 def _finish(runtime: Runtime, key: JobKey, uid: str, outcome: Outcome | None) -> None:
@@ -350,11 +347,11 @@ async def reconcile(runtime: Runtime, namespace: str, name: str) -> None:
             runtime.queue.drop(key)
         return
     async with runtime.queue.locks.hold(uid):
-        state = _begin(runtime, key, uid)
-        if state is None:
+        snapshot = _begin(runtime, key, uid)
+        if snapshot is None:
             return
         loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(None, _run_pass, runtime.reconciler, key, state)
+        outcome = await loop.run_in_executor(None, _run_pass, runtime.reconciler, key, snapshot)
     _finish(runtime, key, uid, outcome)
 
 
@@ -363,7 +360,7 @@ async def reconcile_batch(runtime: Runtime, keys: list[JobKey]) -> None:
     nothing to do, and a hand-off to a thread and back costs more than such a pass (at 3,000 idle jobs
     the hand-offs took half the operator's CPU: bench/profile.md). A job whose pass runs now, or waits
     for its lock, is left to that pass."""
-    begun: list[tuple[JobKey, str, PassState]] = []
+    begun: list[tuple[JobKey, str, Snapshot]] = []
     await runtime.owned_listed.wait()
     async with contextlib.AsyncExitStack() as held:
         for key in keys:
@@ -371,8 +368,8 @@ async def reconcile_batch(runtime: Runtime, keys: list[JobKey]) -> None:
             if uid is None or runtime.queue.locks.busy(uid):
                 continue
             await held.enter_async_context(runtime.queue.locks.hold(uid))  # free: taken without waiting
-            if (state := _begin(runtime, key, uid)) is not None:
-                begun.append((key, uid, state))
+            if (snapshot := _begin(runtime, key, uid)) is not None:
+                begun.append((key, uid, snapshot))
         loop = asyncio.get_running_loop()
         outcomes = await loop.run_in_executor(None, _run_passes, runtime.reconciler, begun) if begun else []
     for (key, uid, _), outcome in zip(begun, outcomes, strict=True):

@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tpujob import kube
@@ -100,10 +100,15 @@ class KueueServed:
     watch calls it each time it starts: Kueue installed, upgraded or removed since). `current` is None until
     a discovery found it served."""
 
-    def __init__(self, api: kube.Kube) -> None:
+    def __init__(
+        self,
+        api: kube.Kube,
+        publish: Callable[[render_workload.KueueApi | None, str], None] = lambda _served, _problem: None,
+    ) -> None:
         self.api = api
         self.current: render_workload.KueueApi | None = None
         self.problem = ""  # why the last discovery found none ("" none)
+        self._publish = publish  # to the passes' snapshots (reconciler/snapshot.Watched.set_kueue)
         # Kueue's visibility API version served (an aggregated API: Kueue's own server), None: not served;
         # found with the Workload version, and again every VISIBILITY_DISCOVERY_SECONDS (`visibility_now`):
         # its server comes and goes apart from the CRDs.
@@ -111,6 +116,12 @@ class KueueServed:
         self._visibility_at = float("-inf")
 
     def discover(self) -> render_workload.KueueApi | None:
+        """What `_discover` finds, published to the passes' snapshots."""
+        found = self._discover()
+        self._publish(self.current, self.problem)
+        return found
+
+    def _discover(self) -> render_workload.KueueApi | None:
         """Ask discovery for kueue.x-k8s.io's versions, then the Workload CRD for its cap. A CRD the operator
         may not read (its RBAC grants that one get) leaves the cap at the fewest any version allows."""
         version = served_version(self.api.get_api_group(c.KUEUE_GROUP))
@@ -225,10 +236,15 @@ def flavor_view(body: Mapping[str, Any]) -> s.FlavorView:
 
 
 class KueueReader:
-    def __init__(self, api: kube.Kube, enabled: bool) -> None:
+    def __init__(
+        self,
+        api: kube.Kube,
+        enabled: bool,
+        publish: Callable[[render_workload.KueueApi | None, str], None] = lambda _served, _problem: None,
+    ) -> None:
         self.api = api
         self.enabled = enabled  # TPUJOB_KUEUE
-        self.served = KueueServed(api)
+        self.served = KueueServed(api, publish)
         self.positions = PendingPositions(api)
         self._flavors: dict[str, tuple[float, s.FlavorView | None]] = {}
         self._lock = threading.Lock()
@@ -239,20 +255,21 @@ class KueueReader:
     def view(
         self,
         job: TPUJob,
-        workloads: list[s.WorkloadView] | None,
+        workloads: Sequence[s.WorkloadView] | None,
+        served: render_workload.KueueApi | None,
         problem: str = "",
         now: dt.datetime | None = None,
     ) -> s.QueueView | None:
         """None for a job without the queue label. `workloads`: the watch's for the job's name (None: the
-        Workload watch has not listed, or does not run); `problem`: why it does not, if known."""
+        Workload watch has not listed, or does not run); `served`: the Workload API Kueue serves (None: not
+        found); `problem`: why Kueue cannot be read, if known (the pass' snapshot has all three)."""
         name = render_workload.queue_name(job)
         if name is None:
             return None
         if not self.enabled:
             return s.QueueView(name, enabled=False)
-        served = self.served.current
         if workloads is None or served is None:
-            return s.QueueView(name, known=False, problem=problem or self.served.problem)
+            return s.QueueView(name, known=False, problem=problem)
         uid = job.metadata.uid or ""
         # A Workload of an earlier job of the same name (deleted, GC not done yet) is not this job's.
         workload = next((w for w in workloads if w.owner_uid == uid), None)

@@ -24,6 +24,7 @@ from tpujob.gke import NodePools, WorkloadPolicies
 from tpujob.gke_cluster import ClusterCheck
 from tpujob.reconciler.kueue import KueueReader
 from tpujob.reconciler.memory import JobMemory
+from tpujob.reconciler.snapshot import Snapshot, Watched
 from tpujob.reconciler.tenancy import NamespaceChips
 from tpujob.render import Cluster, naming
 from tpujob.render import plan as render
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def needs_gke_look(
-    job: TPUJob, status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str] = frozenset()
+    job: TPUJob, status: TPUJobStatus, pods: Sequence[s.PodView], in_flight: frozenset[str] = frozenset()
 ) -> bool:
     """Ask GKE only while pools change; a running job's pools are watched through its pods, and looked at
     when one of its workers fails or goes (GKE may be upgrading or repairing the slice)."""
@@ -53,7 +54,7 @@ def needs_gke_look(
     return not (settled_running or settled_gone)
 
 
-def workers_disturbed(status: TPUJobStatus, pods: list[s.PodView], in_flight: frozenset[str]) -> bool:
+def workers_disturbed(status: TPUJobStatus, pods: Sequence[s.PodView], in_flight: frozenset[str]) -> bool:
     """A worker of the current attempt failed (for any reason), or the slice was disrupted: a worker being
     deleted (evicted by a drain), or gone since the status counted it (pods created but not yet seen by the
     watch are not gone)."""
@@ -77,7 +78,7 @@ def _disrupted_attempt_began(
     return s.parse_timestamp(began) if began else None
 
 
-def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
+def needs_slice_created(job: TPUJob, pods: Sequence[s.PodView]) -> bool:
     """A flex-start job whose run deadline is not recorded yet, with workers of its attempt on nodes."""
     status = job.status or TPUJobStatus()
     if job.spec.capacity.mode != CapacityMode.flex_start or status.run_deadline is not None:
@@ -85,7 +86,7 @@ def needs_slice_created(job: TPUJob, pods: list[s.PodView]) -> bool:
     return any(p.node and s.is_current(status, p) and not p.deleting for p in pods)
 
 
-def running_worker_0(job: TPUJob, pods: list[s.PodView]) -> s.PodView | None:
+def running_worker_0(job: TPUJob, pods: Sequence[s.PodView]) -> s.PodView | None:
     """The pod whose trainer reports the job's step (slice 0, worker 0 of the current attempt), while every
     worker of the attempt may be running (the job is Starting or Running)."""
     status = job.status or TPUJobStatus()
@@ -164,6 +165,8 @@ class Observer:
         memory: JobMemory,
         settings: Settings,
         policies: WorkloadPolicies | None = None,
+        watched: Watched | None = None,
+        chips: NamespaceChips | None = None,
     ) -> None:
         self.cluster = cluster
         self.api = api
@@ -174,77 +177,67 @@ class Observer:
         )
         self.memory = memory
         self.settings = settings
-        # What the last GetCluster said (check_cluster, at start and every sweep); None: not yet.
-        self.cluster_check: ClusterCheck | None = None
-        # GKE's host maintenance notices, node -> Unix seconds (refresh_maintenance, every resync).
-        self.maintenance: dict[str, int] = {}
-        self.maintenance_forbidden = False
-        # The TPU device plugin's hardware conditions, node -> faults (fed by handlers/nodes.py's watch).
-        self.node_faults: dict[str, tuple[s.NodeFault, ...]] = {}
-        # TPU nodes deleted lately, node -> when (RFC 3339), bounded (handlers/nodes.py).
-        self.nodes_deleted: dict[str, str] = {}
-        self.kueue = KueueReader(api, settings.kueue)
-        # Why the Workload watch does not run ("" while it does): what a queued job waits for then.
-        self.kueue_problem = ""
-        self.chips = NamespaceChips(memory.records, self.has_chip_limit)
+        # The cluster's facts, written here (check_cluster, refresh_maintenance) and by the watches; a pass
+        # reads them only from its snapshot (reconciler/snapshot.py).
+        self.watched = watched if watched is not None else Watched()
+        self.maintenance_forbidden = False  # the nodes may not be listed (RBAC): not asked again
+        self.kueue = KueueReader(api, settings.kueue, self.watched.set_kueue)
+        # The namespaces' chip counts (reconciler/tenancy.py), read for the chip limit's gate.
+        self.chips = chips if chips is not None else NamespaceChips(memory.records)
 
-    def observe(
-        self,
-        job: TPUJob,
-        pods: list[s.PodView],
-        service_exists: bool,
-        now: dt.datetime,
-        workloads: list[s.WorkloadView] | None = None,
-        network_policy_seen: bool = False,
-    ) -> s.Observed:
-        """`workloads`: the Workloads the watch has for the job's name (None: it has not listed them);
-        `network_policy_seen`: the NetworkPolicy watch shows the job's namespace's workers' policy."""
+    def observe(self, job: TPUJob, snapshot: Snapshot, now: dt.datetime) -> s.Observed:
+        """The facts of the pass: the snapshot's, and what the pass reads itself (GKE's pools while they
+        change, a starting pod's Events, worker 0's progress, the nodes' creation)."""
         uid = job.metadata.uid or ""
         policy = self.settings.tenancy.for_namespace(job.metadata.namespace or "default")
-        pods = self.volume_problems(job, pods, now)
+        pods = self.volume_problems(job, snapshot.pods, now)
         creates_pools = job.spec.node_pool.policy == NodePoolPolicy.create
         in_flight = self.memory.pods_in_flight(uid, pods)
         looks = bool(self.pools) and needs_gke_look(job, job.status or TPUJobStatus(), pods, in_flight)
         refused = self.memory.refusals(uid)
         pods_refused, pods_refused_wait = self.memory.pod_refusal(uid)
-        check = self.cluster_check
+        check = snapshot.cluster_check
+        maintenance, faults = snapshot.maintenance, snapshot.node_faults
         observed = s.Observed(
             job=job,
             now=now,
             pods=tuple(pods),
             pools=self.pool_views(job, pods, in_flight) if looks else None,
-            service_exists=self.memory.exists(uid, JobMemory.SERVICE, service_exists),
+            service_exists=self.memory.exists(uid, JobMemory.SERVICE, snapshot.service_exists),
             network_policy_exists=(
                 not self.cluster.network_policy
-                or self.memory.policy_exists(job.metadata.namespace or "default", network_policy_seen)
+                or self.memory.policy_exists(
+                    job.metadata.namespace or "default", snapshot.network_policy_seen
+                )
             ),
             pods_in_flight=in_flight,
             pods_refused=pods_refused,
             pods_refused_wait=pods_refused_wait,
-            departed=self.memory.departed(uid, pods),
+            departed=snapshot.departed,
             restart_backoff_seconds=self.settings.restart_backoff_seconds,
             poll_provisioning_seconds=self.settings.poll_provisioning_seconds,
             unschedulable_grace_seconds=self.settings.unschedulable_grace_seconds,
             startup_grace_seconds=self.settings.startup_grace_seconds,
             flex_start_zone_fallback=self.settings.flex_start_zone_fallback,
             zones=tuple(render_pools.job_zones(job, self.cluster)) if creates_pools else (),
-            maintenance={p.node: self.maintenance[p.node] for p in pods if p.node in self.maintenance},
-            node_faults={p.node: self.node_faults[p.node] for p in pods if p.node in self.node_faults},
+            maintenance={p.node: maintenance[p.node] for p in pods if p.node in maintenance},
+            node_faults={p.node: faults[p.node] for p in pods if p.node in faults},
             nodes_deleted={
-                r.node: self.nodes_deleted[r.node]
+                r.node: snapshot.nodes_deleted[r.node]
                 for r in (job.status.node_failures if job.status else ())
-                if r.node in self.nodes_deleted
+                if r.node in snapshot.nodes_deleted
             },
             cluster_version=check.version if check is not None else "",
             # Only while pools may be asked for, and not while a refusal backs off (a missing policy is
             # looked up again when its backoff ends; a found one is cached).
             workload_policy=self.workload_policy(job) if creates_pools and looks and not refused else None,
-            queue=self.kueue.view(job, workloads, self.kueue_problem, now),
+            queue=self.kueue.view(job, snapshot.workloads, snapshot.kueue, snapshot.kueue_problem, now),
             queue_required=policy.require_queue,
         )
         # A job Kueue admits is the queue's to count; one its namespace holds for a queue label is nobody's.
         unqueued = observed.queue is None and not observed.queue_required
-        if unqueued and (budget := self.chip_budget(job, pods)):
+        if unqueued and policy.max_chips is not None:  # the gate is the pure core's (status/tenancy.py)
+            budget = s.chip_budget(job, pods, self.chips.counts(job, policy.max_chips))
             observed = dataclasses.replace(observed, chips=budget)
         if needs_slice_created(job, pods):
             observed = dataclasses.replace(observed, slice_created=self.slice_created(job))
@@ -252,7 +245,7 @@ class Observer:
         if worker_0 is not None and self.progress.due(uid, urgent=s.read_urgent(job, now)):
             sample, error = self.progress.read(worker_0)
             observed = dataclasses.replace(observed, progress=sample, progress_error=error)
-        if creates_pools and (config := self.configuration_errors(job)):
+        if creates_pools and (config := self.configuration_errors(job, check)):
             observed = dataclasses.replace(observed, gke_errors=config, pools=observed.pools or ())
         if refused:
             observed = dataclasses.replace(observed, gke_errors={**refused, **observed.gke_errors})
@@ -260,27 +253,9 @@ class Observer:
             observed = dataclasses.replace(observed, gke_errors={**observed.gke_errors, **foreign})
         return observed
 
-    def has_chip_limit(self, namespace: str) -> bool:
-        return self.settings.tenancy.for_namespace(namespace).max_chips is not None
-
-    def chip_budget(self, job: TPUJob, pods: list[s.PodView]) -> s.ChipBudget | None:
-        """A job its namespace's chip limit must admit: the others' chips, and the job counted if it fits. A
-        job queued through Kueue is the queue's to admit.
-
-        The gate does not trust a status it did not write: a job whose status says admitted is judged
-        again unless this process left that admission there (its record) or the job runs pods already
-        (after a restart, the record is gone and the pods vouch). A writer of tpujobs/status who sets
-        startTime on a job over the limit gets it held, its startTime taken back."""
-        limit = self.settings.tenancy.for_namespace(job.metadata.namespace or "default").max_chips
-        if limit is None:
-            return None
-        if s.needs_admission(job):
-            return self.chips.admit(job, limit)
-        if not s.claims_admission(job) or pods or self.chips.vouched(job):
-            return None
-        return dataclasses.replace(self.chips.admit(job, limit), recheck=True)
-
-    def volume_problems(self, job: TPUJob, pods: list[s.PodView], now: dt.datetime) -> list[s.PodView]:
+    def volume_problems(
+        self, job: TPUJob, pods: Sequence[s.PodView], now: dt.datetime
+    ) -> Sequence[s.PodView]:
         """The first worker of a starting job still creating its container past the startup grace, with the
         kubelet's FailedMount or FailedAttachVolume Event (its latest) as its waiting reason and message:
         the container status says only ContainerCreating. One list of one pod's Events per pass at most."""
@@ -329,7 +304,7 @@ class Observer:
         body: dict[str, Any],
         status: TPUJobStatus,
         invalid: InvalidTPUJob,
-        pods: list[s.PodView],
+        pods: Sequence[s.PodView],
         now: dt.datetime,
     ) -> s.InvalidObserved:
         return s.InvalidObserved(
@@ -370,20 +345,19 @@ class Observer:
             return view
         return s.PoolView(view.slice, view.name, s.POOL_MISSING, job_uid=view.job_uid)
 
-    @property
-    def render_cluster(self) -> Cluster:
-        """The configured cluster as GetCluster described it (Workload Identity on or off)."""
-        check = self.cluster_check
+    def render_cluster(self, check: ClusterCheck | None) -> Cluster:
+        """The configured cluster as GetCluster (`check`, the pass' snapshot's) described it (Workload
+        Identity on or off)."""
         if check is None or check.workload_identity == self.cluster.workload_identity:
             return self.cluster
         return dataclasses.replace(self.cluster, workload_identity=check.workload_identity)
 
-    def configuration_errors(self, job: TPUJob) -> dict[int, s.GKEError]:
+    def configuration_errors(self, job: TPUJob, check: ClusterCheck | None) -> dict[int, s.GKEError]:
         """Every slice's error when the operator cannot make pools at all (no cluster, wrong settings)."""
         if self.pools is None:
             problem = "the operator has no GKE cluster configured (TPUJOB_GKE_PROJECT, _LOCATION, _CLUSTER)"
-        elif self.cluster_check is not None and not self.cluster_check.ready:
-            problem = self.cluster_check.problem
+        elif check is not None and not check.ready:
+            problem = check.problem
         else:
             return {}
         error = s.GKEError(Reason.GKE_CONFIG, problem, permanent=True)
@@ -395,9 +369,10 @@ class Observer:
         if self.pools is None:
             return None
         check = gke_cluster.check_cluster(self.cluster, self.pools.client, self.pools.timeout)
+        previous = self.watched.set_cluster_check(check)
         if not check.ready:
             log.error("GKE cluster not usable: %s", check.problem)
-        elif self.cluster_check is None or not self.cluster_check.ready:
+        elif previous is None or not previous.ready:
             log.info(
                 "GKE cluster %s: version %s, release channel %s, Workload Identity %s",
                 self.cluster.parent,
@@ -412,9 +387,7 @@ class Observer:
             if too_old := tpu7x_problem(check.version):
                 # Not the whole cluster's problem (other generations run): each tpu7x job says it too.
                 log.warning("GKE cluster %s: %s", self.cluster.parent, too_old.message)
-        if check.ready and (
-            self.cluster_check is None or self.cluster_check.maintenance != check.maintenance
-        ):
+        if check.ready and (previous is None or previous.maintenance != check.maintenance):
             # Said again when it changes (an exclusion added or ended), at each sweep's GetCluster.
             log.info(
                 "GKE cluster %s: %s; the operator's pools carry their own exclusion from node upgrades "
@@ -422,7 +395,6 @@ class Observer:
                 self.cluster.parent,
                 check.maintenance,
             )
-        self.cluster_check = check
         metrics.GKE_CLUSTER_READY.set(1 if check.ready else 0)
         return check
 
@@ -460,4 +432,4 @@ class Observer:
             value = (node["metadata"].get("labels") or {}).get(render.MAINTENANCE_LABEL, "")
             if value.isdigit():
                 notices[node["metadata"]["name"]] = int(value)
-        self.maintenance = notices
+        self.watched.set_maintenance(notices)

@@ -45,7 +45,7 @@ class Releaser:
                 continue
             remaining.append(view.name)
             if view.state != s.POOL_STOPPING:
-                self.actions.delete_pool(view.name, body["metadata"]["uid"])
+                self.actions.gke.delete_pool(view.name, body["metadata"]["uid"])
         if not remaining:
             self.forget(body["metadata"]["uid"])
         return remaining
@@ -64,7 +64,7 @@ class Releaser:
             found = self.actions.api.get_kueue_object(served.version, "workloads", name, meta["namespace"])
             if found is not None:
                 found_meta = found["metadata"]
-                self.actions.let_go_workload(
+                self.actions.workload.let_go(
                     meta["namespace"],
                     served.version,
                     name,
@@ -104,7 +104,7 @@ class Releaser:
                 continue
             # Said once, when GKE took the request: a refusal (an operation running on the pool) is logged
             # at INFO by the pools client and retried at the next sweep.
-            if self.actions.delete_pool(pool.name, pool.job_uid):
+            if self.actions.gke.delete_pool(pool.name, pool.job_uid):
                 log.warning(
                     "node pool %s belongs to no TPUJob (%s/%s): deleting it",
                     pool.name,

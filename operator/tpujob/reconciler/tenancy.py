@@ -1,11 +1,13 @@
-"""A namespace's chips across the passes of its jobs (tenancy policy maxChips): the others' count, and the
-admission of a job that fits, taken at once under one lock, so two jobs that each fit alone are never both
-admitted past the limit by passes running side by side. What counts is status/tenancy.py's.
+"""A namespace's chips across the passes of its jobs (tenancy policy maxChips), the ledger the pure gate
+(status/tenancy.py) reads: the others' count (`counts`, when the pass observes), and the reservation of the
+chips a decision admitted a job with (`reserve`, first when acting: the count checked again and the job
+counted, under one lock, so two jobs that each fit alone are never both admitted past the limit by passes
+running side by side; the later one's pass settles it as held), released when the pass settles (`settled`).
 
 The count is kept, not gathered: the TPUJob watch hands every version of a job to `seen` (the glue, for
 the namespaces that have a limit), which reads what it counts once per resourceVersion, and each job's
 share lives in its record, summed per namespace as the records change (records.JobRecords.update_chips).
-An admission reads that sum: its cost does not grow with the namespace's jobs (it decoded every one of
+A pass reads that sum: its cost does not grow with the namespace's jobs (it decoded every one of
 them, under this lock, at each admission: 43 ms a pass at 3,000 pending). Until a job's status shows it
 admitted, it counts with the chips this process admitted it with (the status write is sent in the
 background, and coalesced)."""
@@ -21,7 +23,6 @@ from tpujob import status as s
 from tpujob.api import TPUJob
 from tpujob.api.status import Phase, TPUJobStatus
 from tpujob.records import JobRecord, JobRecords, counted_chips
-from tpujob.status.cost import job_chips
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +79,28 @@ class NamespaceChips:
         with self._lock:
             self._records.update_chips(uid, count)
 
-    def admit(self, job: TPUJob, limit: int) -> s.ChipBudget:
-        """The others' chips in the job's namespace; the job is counted from now on if it fits."""
+    def counts(self, job: TPUJob, limit: int) -> s.ChipCounts:
+        """What the pure gate reads (status/tenancy.chip_budget): the others' chips in the job's namespace,
+        and the admission this process vouches for. Reads only: the chips are reserved when acting."""
         namespace, uid = job.metadata.namespace or "default", job.metadata.uid or ""
         with self._lock:
-            own = self._records.read(uid, _own_share(namespace), 0)
-            budget = s.ChipBudget(namespace, limit, self._records.namespace_chips(namespace) - own)
-            chips = job_chips(job)
-            if budget.fits(chips):
+            nothing: tuple[int, str | None] = (0, None)
+            own, vouched = self._records.read(uid, _own_share(namespace), nothing)
+            return s.ChipCounts(namespace, limit, self._records.namespace_chips(namespace) - own, vouched)
+
+    def reserve(self, uid: str, wanted: s.ChipReservation) -> s.ChipBudget:
+        """The namespace's budget as it is now; the job counted from now on with `wanted.chips` if they fit
+        (a pass side by side may have taken them since `counts`)."""
+        namespace = wanted.namespace
+        with self._lock:
+            nothing: tuple[int, str | None] = (0, None)
+            own = self._records.read(uid, _own_share(namespace), nothing)[0]
+            budget = s.ChipBudget(namespace, wanted.limit, self._records.namespace_chips(namespace) - own)
+            if budget.fits(wanted.chips):
 
                 def admitted(record: JobRecord) -> None:
                     record.chips_namespace = namespace
-                    record.chips_admitted = chips
+                    record.chips_admitted = wanted.chips
 
                 self._records.update_chips(uid, admitted)
             return budget
@@ -108,19 +119,12 @@ class NamespaceChips:
         with self._lock:
             self._records.update_chips(uid, released, make=not done)
 
-    def vouched(self, job: TPUJob) -> bool:
-        """This process admitted the job, or kept the admission a pass of its own could vouch for: the
-        startTime in its status is the one a pass left there, not one a writer of tpujobs/status set."""
-        start = (job.status or TPUJobStatus()).start_time
-        return start is not None and self._records.read(
-            job.metadata.uid or "", lambda record: record.chips_vouched == start, False
-        )
 
+def _own_share(namespace: str) -> Callable[[JobRecord], tuple[int, str | None]]:
+    """What a job counts already in `namespace` (a job held once counts what its pools still hold), and the
+    startTime of the admission this process made or kept for it."""
 
-def _own_share(namespace: str) -> Callable[[JobRecord], int]:
-    """What a job counts already in `namespace` (a job held once counts what its pools still hold)."""
-
-    def share(record: JobRecord) -> int:
-        return counted_chips(record) if record.chips_namespace == namespace else 0
+    def share(record: JobRecord) -> tuple[int, str | None]:
+        return counted_chips(record) if record.chips_namespace == namespace else 0, record.chips_vouched
 
     return share

@@ -9,7 +9,8 @@ was done, and the same rules pick up from there.
 A pass is: observe every fact -> `decide` once -> act (the executor) -> `settle` folds what acting met
 (GKE's operations and refusals, deletes accepted, pods refused) into the status -> one write.
 
-Parts: `model` (phases, reasons, views, Observed, Decision), `lifecycle` (decide: the life cycle),
+Parts: `model` (phases, reasons, views, Observed, Decision), `kueue_views` (what a pass knows of Kueue and
+writes to its Workload), `lifecycle` (decide: the life cycle),
 `pools` (node pools per slice), `pool_conditions` (GKE's pool condition codes and node-recreating
 operations, read once), `recreation` (GKE upgrading or repairing a slice: NodeUpgrade, NodeRepair),
 `placement` (what a pool needs before it is asked for), `capacity` (flex-start, maintenance, zone fallback),
@@ -40,15 +41,17 @@ from tpujob.status.pool_conditions import (
 from tpujob.status.progress import read_urgent
 from tpujob.status.settle import FIRST_POLL_SECONDS, Applied, settle
 from tpujob.status.shape import as_admitted
-from tpujob.status.tenancy import chips_counted, claims_admission, needs_admission
+from tpujob.status.tenancy import ChipCounts, chip_budget, chips_counted, claims_admission, needs_admission
 
 __all__ = [
     "FIRST_POLL_SECONDS",
     "Applied",
+    "ChipCounts",
     "InvalidObserved",
     "affinity_avoids",
     "as_admitted",
     "capacity_shortage",
+    "chip_budget",
     "chips_counted",
     "decide",
     "decide_invalid",

@@ -157,8 +157,26 @@ def _deadline_passed(b: Builder) -> bool:
 
 def _run_workers(b: Builder) -> None:
     """Pools are ready: Service, pods of the current attempt, and what their phases mean."""
-    status = b.status
     progress.quote_last_words(b)
+    _ensure_workers_objects(b)
+    current = {(p.slice, p.worker): p for p in b.observed.pods if is_current(b.status, p) and not p.deleting}
+    wanted = expected_workers(b.job)
+    missing = [
+        key
+        for key in wanted
+        if key not in current
+        and naming.pod_name(b.job, key[0], key[1], serving_attempt(b.status, key[0]))
+        not in b.observed.pods_in_flight
+    ]
+    if _restarted(b, current, wanted, missing) or not _create_missing(b, current, wanted, missing):
+        return
+    _workers_phase(b, current, wanted, missing)
+
+
+def _ensure_workers_objects(b: Builder) -> None:
+    """The Service and the NetworkPolicy the workers need; the attempt a crash left unrecorded adopted; the
+    pods of earlier attempts deleted (the last one's finished pods kept for their logs)."""
+    status = b.status
     if not b.observed.service_exists:
         b.decision.create_service = True
     if not b.observed.network_policy_exists:  # never assumed from the Service: it may be deleted alone
@@ -172,45 +190,68 @@ def _run_workers(b: Builder) -> None:
         stale = pod.attempt < status.attempt and not is_current(status, pod)
         if stale and not pod.deleting and not keep_for_logs:
             b.decision.delete_pods.append(pod.name)
-    current = {(p.slice, p.worker): p for p in b.observed.pods if is_current(status, p) and not p.deleting}
-    wanted = expected_workers(b.job)
+
+
+def _restarted(
+    b: Builder,
+    current: dict[tuple[int, int], PodView],
+    wanted: list[tuple[int, int]],
+    missing: list[tuple[int, int]],
+) -> bool:
+    """Whether the workers restart (or stop) this pass: one failed, a hardware fault, the run's end or a
+    maintenance ahead, or workers lost with their nodes. An in-place restart goes on with the same pods."""
+    status = b.status
     failed = [p for p in current.values() if p.phase == "Failed"]
-    missing = [
-        key
-        for key in wanted
-        if key not in current
-        and naming.pod_name(b.job, key[0], key[1], serving_attempt(status, key[0]))
-        not in b.observed.pods_in_flight
-    ]
     if failed:
         _restart(b, failed, lost=[])
-        return
+        return True
     if recovery.hardware_restart(b, list(current.values())):
-        return
+        return True
     recovery.restart_in_place(b, list(current.values()))
     if b.observed.slice_created is not None and status.run_deadline is None:
         start_run_clock(b)  # the slice's VMs count from their creation, even while its workers start
     if run_duration_ends(b) or maintenance_due(b):
-        return
+        return True
     # Every pod of this attempt was seen before, and now some are gone: their nodes went away.
     before = b.previous_workers
     all_seen_before = before.pending + before.running + before.succeeded + before.failed == len(wanted)
     if missing and all_seen_before and b.previous_phase in (Phase.STARTING, Phase.RUNNING):
         _restart(b, [], lost=missing)
-        return
+        return True
+    return False
+
+
+def _create_missing(
+    b: Builder,
+    current: dict[tuple[int, int], PodView],
+    wanted: list[tuple[int, int]],
+    missing: list[tuple[int, int]],
+) -> bool:
+    """The missing workers created, unless a restart's or a refusal's backoff holds them (False: wait)."""
     wait = _restart_backoff_left(b)
     if b.observed.pods_refused:  # refused creates are not sent again before their backoff ends
         wait = max(wait, b.observed.pods_refused_wait)
     if missing and wait > 0:
         b.decision.requeue(wait)
-        return
+        return False
     b.decision.create_pods = missing
     # Pods created now or not yet seen by the watch are Pending: counting them so means their first
     # watch events change nothing, and the status is not written again for each of them.
     counts = count_workers(b)
     if not b.observed.pods_refused:  # refused pods do not exist: the next pass must not find them "lost"
         counts["pending"] += sum(1 for key in wanted if key not in current)
-    status.workers = WorkerCounts(expected=len(wanted), **counts)
+    b.status.workers = WorkerCounts(expected=len(wanted), **counts)
+    return True
+
+
+def _workers_phase(
+    b: Builder,
+    current: dict[tuple[int, int], PodView],
+    wanted: list[tuple[int, int]],
+    missing: list[tuple[int, int]],
+) -> None:
+    """What the workers' phases mean for the job's: succeeded, running, waiting for capacity, starting."""
+    status = b.status
     workers = status.workers
     if workers.succeeded == len(wanted):
         status.starting_since = None

@@ -17,7 +17,7 @@ from tpujob.api.job import TPUJob
 from tpujob.api.spec import NodePoolPolicy
 from tpujob.render.podset_updates import provisioned
 from tpujob.render.workload import job_pod_set_facts, pod_sets_differences
-from tpujob.status.model import WorkloadView
+from tpujob.status.kueue_views import WorkloadView
 
 
 def _admitted(workload: WorkloadView) -> bool:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tpujob.render import naming
 from tpujob.status.invalid import InvalidObserved
 from tpujob.status.lifecycle import decide
-from tpujob.status.model import POOL_STOPPING, Decision, Event, GKEError, Observed, PoolView
+from tpujob.status.model import POOL_STOPPING, ChipBudget, Decision, Event, GKEError, Observed, PoolView
 
 # First look at a pool just requested: fast provisioning (or a create refused asynchronously) shows up at
 # once; later polls are every TPUJOB_POLL_PROVISIONING_SECONDS.
@@ -42,6 +42,9 @@ class Applied:
     retry_refused_after: float | None = None
     # Kueue wrote the Workload between the pass' read and its write (409): the next pass reads it again.
     workload_conflict: bool = False
+    # The chips the decision admitted the job with no longer fit (a pass side by side took them since the
+    # counts were read): nothing was done, and the namespace's budget as the reservation found it.
+    chips_taken: ChipBudget | None = None
 
 
 def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Applied) -> Decision:
@@ -49,6 +52,12 @@ def settle(observed: Observed | InvalidObserved, decision: Decision, applied: Ap
     condition, a zone fallback or timeout), by the same rules decide() applies to a refusal a later pass
     would see: so those rules decide it, on the observation with the refusal in it, not a second copy."""
     settled = decision
+    if isinstance(observed, Observed) and applied.chips_taken is not None:
+        # Held by the limit after all, by the same gate (status/tenancy.py), on the budget as it is now (an
+        # admission its status claims is still judged again: it was not vouched for).
+        recheck = observed.chips is not None and observed.chips.recheck
+        taken = dataclasses.replace(applied.chips_taken, recheck=recheck)
+        return decide(dataclasses.replace(observed, chips=taken))
     if isinstance(observed, Observed) and (applied.refused or applied.pods_refused):
         settled = decide(_with_answers(observed, decision, applied))
     for pool in settled.status.node_pools:

@@ -9,11 +9,15 @@ queue's to admit (its ClusterQueue's quota): it is not held here, and still coun
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Phase, Reason, TPUJobStatus
 from tpujob.status.builder import Builder
 from tpujob.status.cost import chips_held, job_chips
-from tpujob.status.model import TERMINAL_PHASES
+from tpujob.status.model import TERMINAL_PHASES, ChipBudget, ChipReservation, PodView
 from tpujob.status.shape import as_admitted
 
 
@@ -45,6 +49,34 @@ def claims_admission(job: TPUJob) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ChipCounts:
+    """A namespace's chip ledger as a pass read it (reconciler/tenancy.py, O(1)): the limit, what the
+    namespace's other jobs count, and the startTime of the admission this process made or kept for the job
+    (None: none)."""
+
+    namespace: str
+    limit: int
+    others: int
+    vouched: str | None = None
+
+
+def chip_budget(job: TPUJob, pods: Sequence[PodView], counts: ChipCounts) -> ChipBudget | None:
+    """The budget a job its namespace's limit must admit is judged by; None when there is nothing to judge.
+
+    The gate does not trust a status it did not write: a job whose status says admitted is judged again
+    unless this process left that admission there (`counts.vouched`) or the job runs pods already (after a
+    restart, the record is gone and the pods vouch). A writer of tpujobs/status who sets startTime on a job
+    over the limit gets it held, its startTime taken back."""
+    budget = ChipBudget(counts.namespace, counts.limit, counts.others)
+    if needs_admission(job):
+        return budget
+    start = (job.status or TPUJobStatus()).start_time
+    if not claims_admission(job) or pods or (start is not None and counts.vouched == start):
+        return None
+    return dataclasses.replace(budget, recheck=True)
+
+
 def over_limit(b: Builder) -> bool:
     """Hold a job its namespace's limit has no room for (True): nothing of it is created, the status says
     why, and the next pass looks again (the others' chips free up as they end). A job whose status claims
@@ -54,6 +86,7 @@ def over_limit(b: Builder) -> bool:
         return False
     chips = job_chips(b.job)
     if budget.fits(chips):
+        b.decision.chips = ChipReservation(budget.namespace, budget.limit, chips)  # act.py reserves them
         return False
     if budget.recheck:
         b.status.start_time = None  # not admitted by the operator: its clocks have not started

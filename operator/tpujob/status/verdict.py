@@ -27,8 +27,9 @@ from tpujob.render.cluster import Cluster
 from tpujob.render.pools import job_zones
 from tpujob.render.workload import KueueApi, queue_name
 from tpujob.status.invalid import InvalidObserved, decide_invalid
+from tpujob.status.kueue_views import QueueView
 from tpujob.status.lifecycle import decide
-from tpujob.status.model import POOL_MISSING, Decision, Observed, PoolView, QueueView
+from tpujob.status.model import POOL_MISSING, Decision, Observed, PoolView
 
 # The field a user changes to get a job past a hold of the first pass (the status message says how).
 QUEUE_LABEL_FIELD = f"metadata.labels['{c.LABEL_QUEUE_NAME}']"
