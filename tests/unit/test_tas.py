@@ -115,6 +115,21 @@ def test_an_assignment_that_does_not_place_each_host_raises():
         worker_selectors(V1BETA1, 2)
 
 
+def test_an_assignment_that_splits_a_slice_over_node_pools_raises_naming_them():
+    pool = "cloud.google.com/gke-nodepool"
+    split = {
+        "levels": [pool, HOST],
+        "domains": [{"values": ["tpu-a", "a-1"], "count": 1}, {"values": ["tpu-b", "b-1"], "count": 1}],
+    }
+    with pytest.raises(TopologyAssignmentError, match="splits the slice over node pools tpu-a, tpu-b"):
+        worker_selectors(split, 2)
+    together = {
+        **split,
+        "domains": [{"values": ["tpu-a", "a-1"], "count": 1}, {"values": ["tpu-a", "a-2"], "count": 1}],
+    }
+    assert [w[HOST] for w in worker_selectors(together, 2)] == ["a-1", "a-2"]
+
+
 def tas_queue(topology):
     found = admission()
     found["podSetAssignments"][0]["topologyAssignment"] = topology

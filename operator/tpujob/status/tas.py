@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from tpujob.api.constants import NODE_LABEL_NODEPOOL
 from tpujob.api.job import TPUJob
 from tpujob.api.spec import NodePoolPolicy
 from tpujob.render.placement import Placement
@@ -157,6 +158,16 @@ def worker_selectors(assignment: Any, hosts: int, where: str = FIELD) -> tuple[d
     if len(by_rank) != hosts:
         raise TopologyAssignmentError(
             f"{where}: places {len(by_rank)} pod(s), and the slice has {hosts} host(s)"
+        )
+    pools = sorted({rank[NODE_LABEL_NODEPOOL] for rank in by_rank if NODE_LABEL_NODEPOOL in rank})
+    if len(pools) > 1:
+        # A multi-host TPU slice is one node pool: its hosts share the slice's ICI, and hosts of two pools
+        # are two slices (GKE's multi-host slices: one node pool each). Kueue places the pod set where quota
+        # and nodes fit, and may split it when the Topology's levels allow.
+        raise TopologyAssignmentError(
+            f"{where}: splits the slice over node pools {', '.join(pools)}; a multi-host TPU slice runs in "
+            "one node pool, and the operator does not yet ask Kueue for one pool per slice: queue multi-host "
+            "slices on a ClusterQueue whose flavor has no spec.topologyName"
         )
     return tuple(by_rank)
 
