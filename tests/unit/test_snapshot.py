@@ -178,11 +178,9 @@ def v5e_job(name: str, uid: str) -> dict[str, Any]:
     return body
 
 
-def test_a_job_whose_chips_a_pass_side_by_side_took_is_held_and_nothing_is_created() -> None:
-    """Both jobs fit when each pass counts; the other's pass reserves first: this one's reservation
-    finds no room, so it creates nothing (no finalizer, no pool) and settles held with ChipLimit."""
-    api, pools = RecordingKube(), RecordingPools()
-    passes = reconciler(pools, api, limited(16))
+def another_pass_reserves_meanwhile(passes: Any) -> None:
+    """Between this pass's read of the namespace's counts and its reservation, another job's pass reserves
+    all 16 chips of the limit (two passes side by side)."""
     counts = passes.chips.counts
 
     def the_other_reserves_meanwhile(job: Any, limit: int) -> s.ChipCounts:
@@ -190,7 +188,15 @@ def test_a_job_whose_chips_a_pass_side_by_side_took_is_held_and_nothing_is_creat
         passes.chips.reserve("uid-other", s.ChipReservation("default", 16, 16))
         return found
 
-    passes.chips.counts = the_other_reserves_meanwhile  # type: ignore[method-assign]
+    passes.chips.counts = the_other_reserves_meanwhile
+
+
+def test_a_job_whose_chips_a_pass_side_by_side_took_is_held_and_nothing_is_created() -> None:
+    """Both jobs fit when each pass counts; the other's pass reserves first: this one's reservation
+    finds no room, so it creates nothing (no finalizer, no pool) and settles held with ChipLimit."""
+    api, pools = RecordingKube(), RecordingPools()
+    passes = reconciler(pools, api, limited(16))
+    another_pass_reserves_meanwhile(passes)
     passes.run(v5e_job("late", "uid-late"), [], False)
 
     assert pools.created == [] and api.of("patch_tpujob") == []
@@ -216,14 +222,7 @@ def test_a_claimed_admission_whose_chips_a_pass_side_by_side_took_is_held_and_it
     admitted uncounted."""
     api, pools = RecordingKube(), RecordingPools()
     passes = reconciler(pools, api, limited(16))
-    counts = passes.chips.counts
-
-    def the_other_reserves_meanwhile(job: Any, limit: int) -> s.ChipCounts:
-        found = counts(job, limit)
-        passes.chips.reserve("uid-other", s.ChipReservation("default", 16, 16))
-        return found
-
-    passes.chips.counts = the_other_reserves_meanwhile  # type: ignore[method-assign]
+    another_pass_reserves_meanwhile(passes)
     body = v5e_job("forged", "uid-forged")
     body["status"] = {"phase": "Provisioning", "startTime": "2026-11-21T11:00:00Z"}
     passes.run(body, [], False)
