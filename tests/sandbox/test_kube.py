@@ -219,7 +219,8 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
     try:
         admin = Reconciler(Cluster(), api, None)
         admin.refresh_maintenance()
-        assert admin.observer.maintenance.get("tpu-under-notice") == 1_900_000_000
+        # What the next pass's snapshot holds (reconciler/snapshot.py).
+        assert admin.watched.take("{}").maintenance.get("tpu-under-notice") == 1_900_000_000
         # A namespace's default ServiceAccount may not list nodes (as an operator with an older chart's RBAC).
         monkeypatch.setenv(
             "KUBECONFIG", str(token_kubeconfig(sandbox, namespace, "default", tmp_path / "kc"))
@@ -227,6 +228,6 @@ def test_maintenance_notices_are_read_off_the_nodes_and_a_missing_permission_is_
         limited = Reconciler(Cluster(), kube.Kube.login(), None)
         limited.refresh_maintenance()
         limited.refresh_maintenance()  # not asked again
-        assert limited.observer.maintenance == {} and limited.observer.maintenance_forbidden
+        assert limited.watched.take("{}").maintenance == {} and limited.observer.maintenance_forbidden
     finally:
         core.delete_node("tpu-under-notice")
