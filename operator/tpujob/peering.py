@@ -40,12 +40,16 @@ def new_priority() -> int:
 
 def leads(peers: Mapping[str, Any], identity: str, priority: int, now: dt.datetime) -> bool:
     """Whether this replica is the active one: no other live peer has its priority or a higher one."""
-    for other, peer in peers.items():
-        if other == identity or not isinstance(peer, Mapping):
-            continue
-        if int(peer.get("priority", 0)) >= priority and is_live(peer, now):
-            return False
-    return True
+    return all(int(peer.get("priority", 0)) < priority for peer in live_peers(peers, identity, now).values())
+
+
+def live_peers(peers: Mapping[str, Any], identity: str, now: dt.datetime) -> dict[str, Mapping[str, Any]]:
+    """The other replicas whose records are live."""
+    return {
+        other: peer
+        for other, peer in peers.items()
+        if other != identity and isinstance(peer, Mapping) and is_live(peer, now)
+    }
 
 
 def is_live(peer: Mapping[str, Any], now: dt.datetime) -> bool:
@@ -54,9 +58,8 @@ def is_live(peer: Mapping[str, Any], now: dt.datetime) -> bool:
     return lastseen + dt.timedelta(seconds=int(peer.get("lifetime", 60))) > now
 
 
-# Reads of the peering object in a row, its own record in it, that must say a standby leads before it acts:
-# a peer starting beside it has written its record by the second read, so two starting replicas do not
-# both act for a moment.
+# Reads of the peering object in a row, its own record in it, that must say a standby leads before it acts
+# (one read could be the last before a live peer's record lands).
 READS_TO_LEAD = 2
 
 
@@ -72,19 +75,37 @@ class Lead:
     active: bool
     in_a_row: int = 0  # reads in a row that said it leads
     confirmed_at: float = 0.0  # monotonic time of the last read that said it leads
+    not_before: float = 0.0  # monotonic time before which it does not take the lead (starting_lead)
 
 
-def next_lead(lead: Lead, says_leads: bool | None, now: float, renew_deadline: float) -> Lead:
+def starting_lead(now: float, lifetime: float) -> Lead:
+    """A replica just started, alone in the peering object, does not lead for one lifetime. A peer starting
+    beside it may not have written its record yet (its imports and kopf's start slowed by a loaded node:
+    seconds), and by kopf's own rule a peer silent for a lifetime is dead: once that long has passed, every
+    peer that started with it is in the object or counts as dead, so two replicas starting together never
+    both act. The hold ends as soon as it reads another live peer's record (kopf's rule then orders the
+    two, and the other reads its record too): a replica joining running ones, as in a rolling update,
+    takes the lead it outranks them for at once."""
+    return Lead(active=False, not_before=now + lifetime)
+
+
+def next_lead(
+    lead: Lead, says_leads: bool | None, now: float, renew_deadline: float, sees_peers: bool = False
+) -> Lead:
     """The lead after one more attempt to read the peering object (`says_leads` None: the read failed or
-    timed out). An active replica lets go at the first read that says another leads, and when it has not
-    confirmed its lead for `renew_deadline` seconds (shorter than the lifetime after which the others may
-    take over: it stops before they start, as client-go's leader election gives up at its renew deadline).
-    A standby takes over after READS_TO_LEAD reads in a row say it leads."""
+    timed out; `sees_peers`: it had another live peer's record). An active replica lets go at the first
+    read that says another leads, and when it has not confirmed its lead for `renew_deadline` seconds
+    (shorter than the lifetime after which the others may take over: it stops before they start, as
+    client-go's leader election gives up at its renew deadline).
+    A standby takes over after READS_TO_LEAD reads in a row say it leads, and not before `not_before`
+    unless it sees a peer (starting_lead)."""
     if says_leads is None:
-        return Lead(lead.active and now - lead.confirmed_at <= renew_deadline, 0, lead.confirmed_at)
+        active = lead.active and now - lead.confirmed_at <= renew_deadline
+        return Lead(active, 0, lead.confirmed_at, lead.not_before)
     in_a_row = lead.in_a_row + 1 if says_leads else 0
-    active = says_leads if lead.active else in_a_row >= READS_TO_LEAD
-    return Lead(active, in_a_row, now if says_leads else lead.confirmed_at)
+    not_before = 0.0 if sees_peers else lead.not_before
+    active = says_leads if lead.active else in_a_row >= READS_TO_LEAD and now >= not_before
+    return Lead(active, in_a_row, now if says_leads else lead.confirmed_at, not_before)
 
 
 # The shortest wait the lead loop takes at its renew deadline (a read given no time at all would spin).
@@ -106,12 +127,9 @@ def priority_below(peers: Mapping[str, Any], identity: str, now: dt.datetime) ->
     """A priority under every other live peer's, for a replica that stood down at its renew deadline: it
     rejoins as a standby instead of taking the lead back from the one that took over. None: no live peer
     (or none it can go under)."""
-    others = [
-        int(peer.get("priority", 0))
-        for other, peer in peers.items()
-        if other != identity and isinstance(peer, Mapping) and is_live(peer, now)
-    ]
-    lowest = min(others, default=0)
+    lowest = min(
+        (int(peer.get("priority", 0)) for peer in live_peers(peers, identity, now).values()), default=0
+    )
     return random.SystemRandom().randint(1, lowest - 1) if lowest > 1 else None
 
 

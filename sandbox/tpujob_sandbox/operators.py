@@ -24,6 +24,7 @@ from tpujob.api.crd import crd
 from tpujob.rbac import cluster_role
 from tpujob_sandbox.bed import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, Sandbox
 from tpujob_sandbox.processes import free_port
+from tpujob_sandbox.reads import get_json
 from tpujob_sandbox.timescale import poll_provisioning_seconds
 from tpujob_sandbox.waiting import wait_for
 
@@ -175,12 +176,10 @@ def _proxied(registration: k8s.ApiregistrationV1Api, name: str) -> bool:
 
 def _serves(api_client: k8s.ApiClient, group: str, version: str, plural: str) -> bool:
     try:
-        response = api_client.call_api(
-            f"/apis/{group}/{version}", "GET", auth_settings=["BearerToken"], _preload_content=False
-        )[0]
+        resources = get_json(api_client, f"/apis/{group}/{version}").get("resources", [])
     except k8s.ApiException:
         return False
-    return any(r["name"] == plural for r in json.loads(response.data).get("resources", []))
+    return any(r["name"] == plural for r in resources)
 
 
 def install_crd(sandbox: Sandbox) -> None:

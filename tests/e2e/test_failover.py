@@ -40,7 +40,8 @@ LIFETIME_SECONDS = 6
 RENEW_DEADLINE_SECONDS = 4
 # The standby resumes when the dead replica's record is older than its lifetime; kopf's keepalive
 # writes it every lifetime minus 5-10 s (at least 1 s), and the operator's own loop looks every
-# lifetime / 5, READS_TO_LEAD times in a row before it acts. A job then needs one pass.
+# lifetime / 5, READS_TO_LEAD times in a row before it acts (a replica just started and alone in the object
+# also waits a lifetime: peering.starting_lead). A job then needs one pass.
 # Two operators starting (imports, kopf, their first peering writes) on a machine that may be loaded: CI with
 # a soak beside it once took more than 30 s.
 STARTUP_SECONDS = 90

@@ -5,7 +5,6 @@ its LocalQueue's pending count where that API is not served."""
 
 from __future__ import annotations
 
-import json
 import time
 
 from tests.e2e.test_kueue import V5E_2X2, V5E_LABELS, on_releases, queued
@@ -13,6 +12,7 @@ from tests.manifests import plain_job
 from tpujob.api import constants as c
 from tpujob.reconciler.kueue import VISIBILITY_DISCOVERY_SECONDS, VISIBILITY_READ_SECONDS
 from tpujob_sandbox import wait_for
+from tpujob_sandbox.reads import get_json
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -23,14 +23,9 @@ def positions(jobs, names):
 
 def printed(sandbox, namespace: str, name: str, column: str):
     """`kubectl get tj`'s column for the job: the API server's Table, built from the CRD's printer columns."""
-    response = sandbox.api_client.call_api(
-        f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{namespace}/{c.PLURAL}/{name}",
-        "GET",
-        header_params={"Accept": TABLE},
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-    )[0]
-    table = json.loads(response.data)
+    table = get_json(
+        sandbox.api_client, f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{namespace}/{c.PLURAL}/{name}", TABLE
+    )
     index = [col["name"] for col in table["columnDefinitions"]].index(column)
     return table["rows"][0]["cells"][index]
 

@@ -70,6 +70,24 @@ def test_a_standby_takes_the_lead_after_two_reads_in_a_row_and_lets_go_at_once()
     ]  # fmt: skip
 
 
+def test_a_replica_just_started_alone_in_the_object_waits_a_lifetime_unless_it_sees_a_peer() -> None:
+    # Lifetime 6 s, a read every 1.2 s from t=0. Alone, it says "leads" at every read: active only once 6 s
+    # have passed, so a peer whose record lands within a lifetime of its start is read first.
+    reads = [peering.starting_lead(0.0, 6.0)]
+    for tick in range(7):
+        reads.append(peering.next_lead(reads[-1], True, tick * 1.2, 4.0))
+    assert [lead.active for lead in reads[1:]] == [False, False, False, False, False, True, True]
+    # A peer starting beside it, late by 3 s: its record outranks, so the first never leads.
+    late, lead = [True, True, False, False, False, False, False], peering.starting_lead(0.0, 6.0)
+    for tick, says_leads in enumerate(late):
+        lead = peering.next_lead(lead, says_leads, tick * 1.2, 4.0, sees_peers=tick >= 2)
+        assert not lead.active
+    # Joining running replicas (a rolling update) and outranking them: the lead at the second read.
+    lead = peering.starting_lead(0.0, 6.0)
+    lead = peering.next_lead(lead, True, 0.0, 4.0, sees_peers=True)
+    assert not lead.active and peering.next_lead(lead, True, 1.2, 4.0, sees_peers=True).active
+
+
 def test_an_active_replica_that_cannot_read_stands_by_at_its_renew_deadline() -> None:
     # Confirmed at t=3 s; reads fail from t=6 s: still active at 9 and 12 s (within 10 s), not at 15 s.
     assert leads_over([True, True, None, None, None, None]) == [False, True, True, True, True, False]
@@ -129,8 +147,10 @@ class BlackHoledPeering:
         self.sent.append(time.monotonic())
         if len(self.sent) > self.answered:
             self.released.wait(30)
-        now = dt.datetime.now(dt.UTC)
-        return {"status": {self.identity: {"priority": 1, "lifetime": 10, "lastseen": now.isoformat()}}}
+        now = dt.datetime.now(dt.UTC).isoformat()
+        # Its own record, and a standby it outranks (seen, so the start-up hold ends at once).
+        records = {self.identity: {"priority": 2, "lifetime": 10, "lastseen": now}}
+        return {"status": records | {"standby": {"priority": 1, "lifetime": 10, "lastseen": now}}}
 
 
 def test_a_replica_cut_off_from_the_api_server_stands_down_at_its_renew_deadline_not_a_read_later() -> None:
@@ -141,18 +161,21 @@ def test_a_replica_cut_off_from_the_api_server_stands_down_at_its_renew_deadline
     waited for a period and a second)."""
     config = OperatorConfig(peering="p", peering_lifetime_seconds=10, peering_renew_deadline_seconds=2)
     api = BlackHoledPeering("me", answered=3)
-    runtime = Runtime(config, reconciler=mock.Mock(), api=api, identity="me", priority=1)  # type: ignore[arg-type]
+    runtime = Runtime(config, reconciler=mock.Mock(), api=api, identity="me", priority=2)  # type: ignore[arg-type]
     runtime.indexes = mock.Mock(jobs={})
     api_list = mock.Mock(return_value=set())
     api.list_tpujob_uids = api_list  # type: ignore[attr-defined]
     stood_down: list[float] = []
+    led = False
 
     async def scenario() -> None:
+        nonlocal led
         loop = asyncio.create_task(loops.lead_forever(runtime))
         try:
             while not stood_down:
                 await asyncio.sleep(0.02)
-                if len(api.sent) > api.answered and not runtime.active:
+                led = led or runtime.active
+                if led and len(api.sent) > api.answered and not runtime.active:
                     stood_down.append(time.monotonic())
                 if len(api.sent) > 20:
                     raise AssertionError(f"never stood down: {api.sent}")

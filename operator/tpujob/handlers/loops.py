@@ -28,13 +28,14 @@ RESYNC_BATCH = 32
 
 async def lead_forever(runtime: Runtime) -> None:
     """Read the peering object a few times per lifetime: this replica works while no live peer outranks
-    it, as kopf's own watches do (peering.next_lead: two reads in a row to take the lead; at the renew
-    deadline without a confirmation, it stands down). Becoming active, it looks at every job the API
-    server has; standing by, it forgets what it knew."""
+    it, as kopf's own watches do (peering.next_lead: two reads in a row to take the lead, and not in its
+    first lifetime while alone; at the renew deadline without a confirmation, it stands down). Becoming
+    active, it looks at every job the API server has; standing by, it forgets what it knew."""
     if runtime.config.peering is None or runtime.api is None:
         return
-    period = runtime.config.peering_lifetime_seconds / 5
-    lead = peering.Lead(active=runtime.active)
+    lifetime = runtime.config.peering_lifetime_seconds
+    period = lifetime / 5
+    lead = peering.starting_lead(time.monotonic(), lifetime)
     stood_down = False  # at the renew deadline: rejoins under the replica that took over
     deadline = runtime.config.peering_renew_deadline_seconds
     while True:
@@ -48,12 +49,14 @@ async def lead_forever(runtime: Runtime) -> None:
             stood_down, lower = peering.rejoin(stood_down, peers, runtime.identity, wall)
             if lower is not None:
                 runtime.set_priority(lower)
-        says_leads = None
+        says_leads, sees_peers = None, False
         if peers is not None:
             says_leads = runtime.identity in peers and peering.leads(
                 peers, runtime.identity, runtime.priority, wall
             )
-        lead = peering.next_lead(lead, says_leads, sent if peers is not None else time.monotonic(), deadline)
+            sees_peers = runtime.identity in peers and bool(peering.live_peers(peers, runtime.identity, wall))
+        now = sent if peers is not None else time.monotonic()
+        lead = peering.next_lead(lead, says_leads, now, deadline, sees_peers)
         if lead.active != runtime.active:
             # The gates first (every write and GKE call checks runtime.active when it starts), then the
             # words: once the log says it stopped, no call starts.

@@ -4,7 +4,6 @@ what xpk installs; v0.14.8, v1beta1 only): where they come from, install and uni
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from tpujob_sandbox import crdfiles
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER
 from tpujob_sandbox.operators import ensure_crd
+from tpujob_sandbox.reads import get_json
 from tpujob_sandbox.waiting import wait_for
 
 ENV_KUEUE_CRDS = "TPUJOB_KUEUE_CRDS"
@@ -94,8 +94,7 @@ def installed_release(api_client: k8s.ApiClient) -> str | None:
 
 def group_served(api_client: k8s.ApiClient) -> bool:
     """kueue.x-k8s.io in the cluster's discovery (/apis)."""
-    response = api_client.call_api("/apis", "GET", auth_settings=["BearerToken"], _preload_content=False)[0]
-    return any(group["name"] == GROUP for group in json.loads(response.data).get("groups", []))
+    return any(group["name"] == GROUP for group in get_json(api_client, "/apis").get("groups", []))
 
 
 def installed(api_client: k8s.ApiClient, names: list[str], release: str = NEWEST) -> bool:

@@ -4,22 +4,19 @@ alone before)."""
 
 from __future__ import annotations
 
-import json
-
 from kubernetes import client as k8s
 
 from tpujob_sandbox.kueue.objects import GROUP, VERSIONS
+from tpujob_sandbox.reads import get_json
 
 
 def served_version(api_client: k8s.ApiClient) -> str | None:
     """The first of VERSIONS the group serves; None when it is not served (the CRDs absent)."""
     try:
-        response = api_client.call_api(
-            f"/apis/{GROUP}", "GET", auth_settings=["BearerToken"], _preload_content=False
-        )[0]
+        group = get_json(api_client, f"/apis/{GROUP}")
     except k8s.ApiException as error:
         if error.status == 404:
             return None
         raise
-    served = {v.get("version") for v in json.loads(response.data).get("versions") or ()}
+    served = {v.get("version") for v in group.get("versions") or ()}
     return next((v for v in VERSIONS if v in served), None)
