@@ -17,16 +17,8 @@ from typing import Any
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
-# The text of the finalizer's wait (handlers/deletion.py), which kopf logs at ERROR as "Handler 'on_delete'
-# failed temporarily: ..." on every retry (kopf 1.45: _core/actions/execution.py logs every TemporaryError
-# at ERROR, with no setting to lower it), and posts as a Warning Event. It is the normal end of a job with
-# pools: the job's own log line says it once.
+# The finalizer's wait for GKE (handlers/deletion.py), said once per job: the normal end of a job with pools.
 WAITING_FOR_POOLS = "waiting for node pools to be deleted"
-# kopf's warning when the finalizer's last patch removes its own retry annotations from an object that the
-# removal of the finalizer deletes: the answer has no annotations to compare. Nothing is wrong.
-KOPF_ANNOTATIONS_GONE = (
-    "Merge-patching finished with inconsistencies: (('remove', ('metadata', 'annotations')"
-)
 # Loggers that write a line per HTTP request at INFO: the operator's own client and the GKE client's.
 REQUEST_LOGGERS = ("httpx", "httpx2", "urllib3", "google.auth.transport.requests")
 LABELS = "logging.googleapis.com/labels"
@@ -36,17 +28,6 @@ SOURCE = "logging.googleapis.com/sourceLocation"
 def job(namespace: str, name: str) -> dict[str, Any]:
     """`extra=` for a log line about a job: as kopf's own lines about an object carry it (k8s_ref)."""
     return {"k8s_ref": {"namespace": namespace, "name": name}}
-
-
-class QuietWaits(logging.Filter):
-    """Drops kopf's line for the finalizer's wait, and its warning about its own annotations on an object
-    its last patch deleted: both are the normal course of a deletion, not problems."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if f"failed temporarily: {WAITING_FOR_POOLS}" in message:
-            return False
-        return not (message.startswith(KOPF_ANNOTATIONS_GONE) and "kopf." in message)
 
 
 class CloudLoggingFormatter(JsonFormatter):
@@ -89,7 +70,6 @@ def configure(verbose: bool, log_format: str) -> None:
     if not verbose:
         # kopf logs every handler call: thousands of lines in a burst of jobs. Its failures still show.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-        logging.getLogger("kopf.objects").addFilter(QuietWaits())
         for name in REQUEST_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     if log_format == "json":

@@ -67,6 +67,7 @@ class WaitQueue:
         self.aging_ms = aging_ms
         self._waiters: list[Waiter] = []
         self._seq = itertools.count()
+        self._holder: Waiter | None = None  # the one waiter whose turn is set
 
     def __len__(self) -> int:
         return len(self._waiters)
@@ -81,6 +82,8 @@ class WaitQueue:
 
     def remove(self, waiter: Waiter) -> None:
         self._waiters.remove(waiter)
+        if waiter is self._holder:
+            self._holder = None
 
     def next(self, now_ms: int) -> Waiter | None:
         """The aged waiters first, oldest first; then the highest class, oldest first. A linear scan: there
@@ -93,11 +96,15 @@ class WaitQueue:
         return min(self._waiters, key=rank, default=None)
 
     def pass_turn(self, now_ms: int) -> None:
-        """The turn to the waiter served next: only it may take a token."""
+        """The turn to the waiter served next: only it may take a token. Only the holder's turn is ever set,
+        so passing it touches two waiters, not every one (each Event.clear takes a lock, at every token,
+        with dozens of threads waiting in a burst)."""
         following = self.next(now_ms)
-        for waiter in self._waiters:
-            if waiter is not following:
-                waiter.turn.clear()
+        if following is self._holder:
+            return
+        if self._holder is not None:
+            self._holder.turn.clear()
+        self._holder = following
         if following is not None:
             following.turn.set()
 

@@ -308,15 +308,9 @@ def test_the_job_watch_returns(
     event_type: str,
 ) -> None:
     body = hostile(labels, annotations, status, spec)
-    meta = body["metadata"]
-    asyncio.run(
-        events.on_tpujob_event(
-            type=event_type, body=body, uid=meta["uid"], namespace="team-a", name="p", memo=_Memo(runtime)
-        )
-    )
+
+    async def fed() -> None:
+        events.JobFeed(runtime)({"type": event_type, "object": body})
+
+    asyncio.run(fed())
     assert runtime.indexes.jobs[("team-a", "p")][0].uid == "u-hostile"
-
-
-class _Memo:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime

@@ -18,25 +18,6 @@ def record(name: str, level: int, message: str, **extra: object) -> logging.LogR
     return made
 
 
-def test_kopfs_line_for_the_finalizers_wait_is_dropped_and_its_real_failures_kept() -> None:
-    quiet = logs.QuietWaits()
-    wait = f"Handler 'on_delete' failed temporarily: {logs.WAITING_FOR_POOLS}: tj-train-1a2b3c-0"
-    assert not quiet.filter(record("kopf.objects", logging.ERROR, wait))
-    other = "Handler 'on_delete' failed temporarily: this replica stands by"
-    assert quiet.filter(record("kopf.objects", logging.ERROR, other))
-    assert quiet.filter(record("kopf.objects", logging.ERROR, "Handler 'on_delete' failed permanently: x"))
-    gone = (
-        "Merge-patching finished with inconsistencies: (('remove', ('metadata', 'annotations'), "
-        "{'kopf.tpujob.dev/on_delete': None}, None),)"
-    )
-    assert not quiet.filter(record("kopf.objects", logging.WARNING, gone))
-    assert quiet.filter(
-        record(
-            "kopf.objects", logging.WARNING, "Merge-patching finished with inconsistencies: (('change', ..."
-        )
-    )
-
-
 def test_the_default_level_has_no_request_lines_and_verbose_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (*logs.REQUEST_LOGGERS, "kopf.objects"):
         monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
@@ -46,7 +27,6 @@ def test_the_default_level_has_no_request_lines_and_verbose_has_them(monkeypatch
     logs.configure(verbose=False, log_format="text")
     assert logging.getLogger("httpx2").level == logging.WARNING
     assert logging.getLogger("kopf.objects").level == logging.WARNING
-    assert any(isinstance(f, logs.QuietWaits) for f in logging.getLogger("kopf.objects").filters)
 
 
 def test_json_lines_carry_cloud_loggings_fields_and_the_jobs_labels() -> None:

@@ -30,7 +30,6 @@ POOL_LABEL_PREFIX: Final = "tpujob-"
 POOL_TAINT_KEY: Final = f"{GROUP}/job-uid"
 
 FINALIZER: Final = f"{GROUP}/cleanup"
-ANNOTATION_PREFIX: Final = f"kopf.{GROUP}"
 # The attempt a pod belongs to: a restart recreates every pod with the next attempt.
 LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 # The attempt a worker's trainer is to run (restartStrategy RecreateSlice): the attempt that created the pod,

@@ -1,5 +1,5 @@
 """The jobs every pass reads without API calls: the operator's own map of the watched TPUJobs, kept by the
-TPUJob watch handler (handlers/events.py); the pods and Services are in handlers/owned.py's maps.
+TPUJob watch (handlers/events.JobFeed); the pods and Services are in handlers/owned.py's maps.
 
 Not a kopf index: kopf holds every handler, and the body of every object it lists at start, until the
 initial listings of all indexed resources are indexed, and its wait for that wakes every waiting worker
@@ -13,10 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-
-from tpujob.api import constants as c
-
-JOBS = (c.GROUP, c.VERSION, c.PLURAL)  # the TPUJobs, as kopf names a resource
 
 # The metadata a pass, the finalizer patch and the Events read; managedFields and annotations (kubectl's
 # last-applied copy of the spec) would only be held in memory, once per job.

@@ -42,6 +42,14 @@ log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]  # (namespace, job name)
 
+JOB_RESOURCE = references.Resource(
+    group=c.GROUP,
+    version=c.VERSION,
+    plural=c.PLURAL,
+    kind=c.KIND,
+    namespaced=True,
+    verbs=frozenset({"list", "watch"}),
+)
 POD_RESOURCE = references.Resource(
     group="", version="v1", plural="pods", kind="Pod", namespaced=True, verbs=frozenset({"list", "watch"})
 )
@@ -244,11 +252,25 @@ async def watch_owned(
     on_listed: Callable[[set[JobKey]], None],
     on_failure: Callable[[str], None] | None = None,
 ) -> None:
-    """Feed `cache` from the resource's watch, forever: `on_change(type, body, key)` for each watch event
-    of an owned object, `on_listed(changed jobs)` at the end of each listing. With `on_failure`, a watch
-    that fails is said there (once per problem, and "" when it lists again) instead of logged each time:
-    an API that may not be installed (Kueue's). `resource` may be found anew each time the watch starts
-    (Kueue's Workloads: the version served); one that cannot be found fails as a watch does."""
+    """Feed `cache` from the resource's watch, forever (`watch`): `on_change(type, body, key)` for each watch
+    event of an owned object, `on_listed(changed jobs)` at the end of each listing."""
+    await watch(
+        settings, resource, namespace, lambda event: feed(cache, event, on_change, on_listed), on_failure
+    )
+
+
+async def watch(
+    settings: kopf.OperatorSettings,
+    resource: references.Resource | Callable[[], Awaitable[references.Resource]],
+    namespace: str | None,
+    consume: Callable[[Any], None],
+    on_failure: Callable[[str], None] | None = None,
+) -> None:
+    """Hand each event of the resource's watch stream to `consume` (which must not raise), forever. With
+    `on_failure`, a watch that fails is said there (once per problem, and "" when it lists again) instead
+    of logged each time: an API that may not be installed (Kueue's). `resource` may be found anew each time
+    the watch starts (Kueue's Workloads: the version served); one that cannot be found fails as a watch
+    does."""
     where = references.NamespaceName(namespace) if namespace is not None else None
     said = ""
     while True:
@@ -258,7 +280,7 @@ async def watch_owned(
                 if event is watching.Bookmark.LISTED and said and on_failure is not None:
                     said = ""
                     on_failure("")
-                feed(cache, event, on_change, on_listed)
+                consume(event)
         except asyncio.CancelledError:
             raise
         except Exception as error:

@@ -14,7 +14,15 @@ from tpujob import gke, gke_cluster, kube, kubelogin, metrics, metrics_auth, pee
 from tpujob.api import constants as c
 from tpujob.config import OperatorConfig, from_environment
 from tpujob.handlers import nodes, owned
-from tpujob.handlers.events import NETWORK_POLICIES, OWNED_SELECTOR, PODS, SERVICES, WORKLOADS, pod_changed
+from tpujob.handlers.events import (
+    NETWORK_POLICIES,
+    OWNED_SELECTOR,
+    PODS,
+    SERVICES,
+    WORKLOADS,
+    JobFeed,
+    pod_changed,
+)
 from tpujob.handlers.loops import lead_forever, resync_forever, sweep_forever, trim_heap_forever
 from tpujob.handlers.workqueue import Indexes, Runtime, request_pass
 from tpujob.ratelimit import RequestLimiter
@@ -24,20 +32,6 @@ log = logging.getLogger(__name__)
 # How long a stopping operator keeps sending its waiting status writes, and then its queued Events.
 DRAIN_SECONDS = 5.0
 LIST_PAGE = 500
-
-
-class _NoDiffBase(kopf.DiffBaseStorage):
-    """No handler reacts to spec changes (every pass reads the whole spec), so kopf keeps no diff base:
-    no annotation write per job, no deep copy of every body on every event."""
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
-        return {}
-
-    def fetch(self, *, body: kopf.Body) -> Any:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
-        return None
 
 
 @kopf.on.login()
@@ -79,10 +73,6 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = from_environment()
-    # Our finalizer and annotation prefixes, so nothing the operator writes uses kopf's defaults.
-    settings.persistence.finalizer = c.FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = _NoDiffBase()
     # The operator posts its own events for every transition; kopf's log lines would be noise.
     settings.posting.level = logging.WARNING
     # Watches end server-side every few minutes and resume from their resourceVersion, so a silently
@@ -187,7 +177,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
         if runtime.config.network_policy
         else None
     )
-    # The jobs' map is filled by their watch handler.
+    # The jobs' map is filled by their watch (events.JobFeed).
     runtime.indexes = Indexes({}, pods, services, workloads, policies)
 
     def listed(changed: set[tuple[str, str]]) -> None:
@@ -203,6 +193,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
         asyncio.create_task(sweep_forever(runtime)),
         asyncio.create_task(resync_forever(runtime)),
         asyncio.create_task(trim_heap_forever()),
+        asyncio.create_task(owned.watch(settings, owned.JOB_RESOURCE, namespace, JobFeed(runtime))),
         asyncio.create_task(
             owned.watch_owned(
                 settings,
@@ -294,7 +285,7 @@ async def start_loops(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any
 @kopf.on.cleanup()
 async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo.runtime
-    for task in [*runtime.tasks, *runtime.queue.shut_down()]:
+    for task in [*runtime.tasks, *runtime.queue.shut_down(), *runtime.finalizers.cancel_all()]:
         task.cancel()
     # Waiting status writes and Events are sent, a little while (in a thread: they wait for tokens).
     await asyncio.get_running_loop().run_in_executor(None, runtime.reconciler.close, DRAIN_SECONDS)

@@ -76,6 +76,47 @@ class KeyedLocks:
                 self._locks[uid] = (lock, users - 1)
 
 
+class KeyedTasks:
+    """One task per job UID (the finalizer's, or the release after a job's DELETED event: deletion.py), each
+    with an event that wakes it, kept only while it runs (and referenced meanwhile: the event loop keeps
+    only weak references to tasks)."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._running
+
+    def start(self, uid: str, run: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+        """`run(wake)` as the UID's task, unless one runs already: that one is woken instead."""
+        if uid in self._running:
+            self.poke(uid)
+            return
+        wake = asyncio.Event()
+        task = start_task(run(wake))
+        self._running[uid] = (task, wake)
+        task.add_done_callback(lambda finished: self._ended(uid, finished))
+
+    def poke(self, uid: str) -> None:
+        if (running := self._running.get(uid)) is not None:
+            running[1].set()
+
+    def cancel(self, uid: str) -> None:
+        if (running := self._running.pop(uid, None)) is not None:
+            running[0].cancel()
+
+    def cancel_all(self) -> list[asyncio.Task[None]]:
+        tasks = [task for task, _ in self._running.values()]
+        for uid in list(self._running):
+            self.cancel(uid)
+        return tasks
+
+    def _ended(self, uid: str, finished: asyncio.Task[None]) -> None:
+        running = self._running.get(uid)
+        if running is not None and running[0] is finished:
+            del self._running[uid]
+
+
 class WorkQueue:
     """The jobs waiting for a pass, in client-go's work queue shape (k8s.io/client-go/util/workqueue):
 
@@ -126,7 +167,7 @@ class WorkQueue:
             self._turns.append(namespace)
         self._fifos[namespace].append(key)
         if len(self.consumers) < self._max_consumers:
-            self.consumers.add(_start(self._consume()))
+            self.consumers.add(start_task(self._consume()))
 
     def add_after(self, key: JobKey, delay: float | None) -> None:
         """One pending timer per key: the soonest asked for. A pass that needs no look, or a later one,
@@ -252,6 +293,7 @@ class Runtime:
         # kopf's settings, whose peering priority a replica lowers when it stood down (set_priority).
         self.kopf_settings: kopf.OperatorSettings | None = None
         self.tasks: list[asyncio.Task[None]] = []  # the loops startup.start_loops runs, stopped at cleanup
+        self.finalizers = KeyedTasks()  # the finalizer's task of each job deleted with our finalizer
         self.indexes: Indexes  # set by startup.start_loops, before the watches deliver any event
 
     def set_priority(self, priority: int) -> None:
@@ -386,10 +428,10 @@ def request_pass(runtime: Runtime, namespace: str, name: str) -> None:
     runtime.queue.add((namespace, name))
 
 
-def _start(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-    """A pass runs in an empty context, not a copy of the kopf handler's that asked for it: kopf's context
-    variables hold the event's cause (its body, patch and logger), and each requeue's timer would copy them
-    on, so every job with a requeue pending would keep its first event alive."""
+def start_task(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A pass (or a finalizer) runs in an empty context, not a copy of the code's that asked for it: a
+    watch's context may hold what it was handling, and each requeue's timer would copy it on, so every job
+    with a requeue pending would keep its first event alive."""
     return asyncio.get_running_loop().create_task(coroutine, context=contextvars.Context())
 
 
