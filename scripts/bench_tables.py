@@ -56,10 +56,22 @@ def start_estimate_tables(payload: dict[str, Any]) -> str:
     return text
 
 
+def scale_tables(payload: dict[str, Any]) -> str:
+    """bench/scale_bench.py's table: N live jobs, the burst, a resync round, idle, a restart."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import scale_report
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    text: str = scale_report.table([scale_report.ScaleResult(**r) for r in payload["results"]])
+    return text
+
+
 # The bench that wrote a file (its command's script) -> how its tables read.
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "bench/operator_bench.py": race_tables,
     "bench/start_estimate_bench.py": start_estimate_tables,
+    "bench/scale_bench.py": scale_tables,
 }
 
 
