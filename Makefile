@@ -19,7 +19,7 @@ QUICK := not (e2e or trainer or image or slow)
 # test reading the standby's first "is now active" (its moment of lead at start) as its takeover: mended.
 WORKERS ?= 3
 
-.PHONY: venv run check quick e2e test lint typecheck docs prepare generate clean
+.PHONY: venv run check quick e2e test lint typecheck docs prepare generate durations clean
 
 # The venvs are filled by uv (from PyPI, pinned here, installed into the venv by pip): it installs the 2.4 GB of
 # TensorFlow, JAX and the rest in parallel and links them from its cache (~/.cache/uv) on the next clone. It
@@ -95,6 +95,11 @@ test: venv
 	mkdir -p $(dir $(REPORT))
 	$(MAKE) --no-print-directory -j3 lint typecheck docs prepare
 	$(PYTEST) -n $(WORKERS) --dist loadfile --durations=30 --junitxml=$(REPORT)
+
+# How long each test file took in the last `make test` (its JUnit report), for tests/ordering.py to run the
+# longest first. A measurement, not a generated file: re-run after a change moves the slow files.
+durations: $(STAMP)
+	$(BIN)/python scripts/ci_timing.py $(REPORT) --write-durations tests/durations.json
 
 # Generated files: the CRD and the chart's copy of it (tests/unit/test_generated.py checks drift); the chart's
 # RBAC rules, CRD without CEL, values.schema.json and dashboard (tests/chart/test_chart.py checks drift); the

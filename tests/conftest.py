@@ -12,13 +12,16 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 
 import pytest
 
+from tests import cpu_usage, ordering
 from tests.trainer.conftest import start_trainer
 
 TRAINER_LIBRARIES = {"tensorflow", "keras", "jax"}
 TRAINER_FIXTURES = {"digits_dir"}
+CPU_AT_SETUP = pytest.StashKey[float]()
 
 
 def runs_a_trainer(item: pytest.Item) -> bool:
@@ -37,3 +40,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if runs_a_trainer(item):
             item.add_marker(pytest.mark.trainer)
+    items[:] = ordering.longest_first(items, ordering.read_durations())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[CPU_AT_SETUP] = cpu_usage.cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The test's CPU, setup to teardown, as a JUnit property of its teardown report (ci_timing.py)."""
+    if call.when == "teardown" and CPU_AT_SETUP in item.stash:
+        used = cpu_usage.cpu_seconds() - item.stash[CPU_AT_SETUP]
+        item.user_properties.append((cpu_usage.PROPERTY, f"{used:.2f}"))
+    yield

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import urllib3
 import yaml
 from kubernetes import client as k8s
 
@@ -112,9 +113,27 @@ def ensure_crd(api: k8s.ApiextensionsV1Api, definition: dict[str, Any]) -> None:
     wait_crd_served(api, definition["metadata"]["name"])
 
 
+# How many times a create whose answer was cut mid-body is sent again (each resend of one that had landed
+# answers 409, which the callers take as "there").
+CREATE_ATTEMPTS = 3
+
+
+def _create(create: Callable[[dict[str, Any]], object], body: dict[str, Any]) -> None:
+    """POST `body`, sent again when the answer was cut mid-body: with the 1.36 CRD server, kube-apiserver's
+    aggregator proxies apiextensions and may abort a proxied stream (IncompleteRead), as it does for reads
+    (reads.py). urllib3 retries no POST, and the create may or may not have landed: its resend says which."""
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            create(body)
+            return
+        except urllib3.exceptions.ProtocolError:
+            if attempt == CREATE_ATTEMPTS - 1:
+                raise
+
+
 def _create_or_keep(create: Callable[[dict[str, Any]], object], body: dict[str, Any]) -> None:
     try:
-        create(body)
+        _create(create, body)
     except k8s.ApiException as error:
         if error.status != 409:
             raise
@@ -129,7 +148,7 @@ def _create_or_replace(
     """Create `body`, or replace what has its name: a running sandbox's control plane (attach_sandbox) may
     hold an older CRD or ClusterRole from the code a test ran before."""
     try:
-        create(body)
+        _create(create, body)
     except k8s.ApiException as error:
         if error.status != 409:
             raise

@@ -37,7 +37,7 @@ from tests.chart.conftest import CHART
 from tests.chart.gmp_bed import GmpCollection
 from tests.chart.prometheus import SCRAPE_SECONDS, Prometheus, Target
 from tests.chart.test_chart import by_kind, render
-from tests.manifests import base_job
+from tests.manifests import LIGHT_TRAINING, base_job
 from tpujob.api import constants as c
 from tpujob.rbac import RULES
 from tpujob.render.network import NAMESPACE_POLICY_NAME
@@ -381,7 +381,7 @@ def run(sandbox, helm, release, chart_operator, tmp_path_factory, trainer_image)
             "image": trainer_image,
             "args": [
                 "--steps", "1000000", "--log-every-steps", "20", "--checkpoint-every-steps", "50",
-                "--progress", "log",
+                "--progress", "log", *LIGHT_TRAINING,
             ],
             "checkpointDir": str(folder / "checkpoints"),
         }  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from tests.manifests import base_job, plain_job
+from tests.manifests import LIGHT_TRAINING, base_job, plain_job
 from tests.sandbox.helpers import create_pool, pool_request
 from tpujob_sandbox import EXIT_CODE_SIGTERM, OperatorProcess, log_tail, operator_env, wait_for
 
@@ -310,7 +310,7 @@ def test_a_spot_reclaim_gives_the_trainer_15_seconds_and_it_checkpoints(
     manifest["spec"]["trainer"] = {
         "image": trainer_image,
         "args": ["--steps", "1000000", "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
-                 "--progress", "log"],
+                 "--progress", "log", *LIGHT_TRAINING],
         "checkpointDir": str(checkpoints),
     }  # fmt: skip
     with jobs.recording_pods("spot") as seen:  # the reclaimed pod may go with its node

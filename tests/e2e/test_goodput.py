@@ -14,7 +14,7 @@ import json
 import re
 import time
 
-from tests.manifests import base_job
+from tests.manifests import LIGHT_TRAINING, base_job
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob_sandbox import log_tail, wait_for
 from tpujob_trainer.termination import PROGRESS_WRITE_SECONDS
@@ -57,7 +57,7 @@ def test_goodput_accounts_two_spot_reclaims_of_the_real_trainer(
     manifest["spec"]["trainer"] = {
         "image": trainer_image,
         "args": ["--steps", str(STEPS), "--log-every-steps", "10", "--checkpoint-every-steps", "1000000",
-                 "--checkpoint-interval-seconds", "2", "--progress", "log"],
+                 "--checkpoint-interval-seconds", "2", "--progress", "log", *LIGHT_TRAINING],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
     with jobs.recording_pods("goodput") as seen:  # a finished pod may go with its pool
@@ -126,7 +126,8 @@ def test_goodput_counts_the_steps_two_oom_kills_lost_as_the_next_attempts_redid_
     manifest["spec"]["trainer"] = {
         "image": trainer_image,
         "args": ["--steps", str(OOM_STEPS), "--log-every-steps", "1", "--checkpoint-every-steps", "1000000",
-                 "--checkpoint-interval-seconds", str(CHECKPOINT_SECONDS), "--progress", "log"],
+                 "--checkpoint-interval-seconds", str(CHECKPOINT_SECONDS), "--progress", "log",
+                 *LIGHT_TRAINING],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
     with jobs.recording_pods("goodput") as seen:  # a finished pod may go with its pool

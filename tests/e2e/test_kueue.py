@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 
 from tests.e2e.kubectl_cli import table
 from tests.e2e.test_tenancy import policy_namespace
-from tests.manifests import base_job, plain_job
+from tests.manifests import LIGHT_TRAINING, base_job, plain_job
 from tests.workloads import EXAMPLES, example_workload
 from tpujob.api import constants as c
 from tpujob.api.constants import PROGRESS_LINE_PREFIX
@@ -274,7 +274,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     manifest["spec"]["trainer"] = {
         "image": trainer_image,
         "args": ["--steps", str(TRAINER_STEPS), "--log-every-steps", "10", "--checkpoint-every-steps",
-                 "1000000", "--checkpoint-interval-seconds", "1", "--progress", "log"],
+                 "1000000", "--checkpoint-interval-seconds", "1", "--progress", "log", *LIGHT_TRAINING],
         "checkpointDir": str(tmp_path / "checkpoints"),
     }  # fmt: skip
     jobs.create(queued(manifest, queue, low))

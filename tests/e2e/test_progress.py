@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from tests.e2e.kubectl_cli import Kubectl, table
-from tests.manifests import base_job
+from tests.manifests import LIGHT_TRAINING, base_job
 from tpujob.status.model import parse_timestamp
 from tpujob_sandbox import wait_for
 from tpujob_sandbox.operators import RESYNC_SECONDS
@@ -23,6 +23,7 @@ def test_progress_rises_in_kubectl_get_while_the_trainer_runs(
     kubectl, jobs, kubelet, trainer_image, tmp_path
 ):
     args = ["--steps", "1000000", "--checkpoint-every-steps", "500", "--log-every-steps", "100"]
+    args += LIGHT_TRAINING
     trainer = {"image": trainer_image, "args": args, "checkpointDir": str(tmp_path / "checkpoints")}
     jobs.create(base_job("train", trainer=trainer))
     (pod,) = jobs.wait_pods_running("train", 1, timeout=120)
@@ -63,6 +64,7 @@ def test_a_hung_trainer_is_restarted_as_stalled_within_its_deadline_and_the_job_
     jobs, trainer_image, tmp_path
 ):
     args = ["--steps", "400", "--checkpoint-every-steps", "50", "--hang-at-step", str(HANG_AT)]
+    args += LIGHT_TRAINING
     manifest = base_job(
         "train",
         trainer={
