@@ -13,7 +13,8 @@ REPORT := build/junit.xml
 QUICK := not (e2e or trainer or image or slow)
 
 # make test runs the tests on this many pytest-xdist workers, a test file per worker at a time (a file's module
-# fixtures stay on one worker). Each worker has its own control plane and operator. On the 2-core machine two
+# fixtures stay on one worker), the files in the order tests/ordering.py gives them (the longest first; xdist
+# would reorder them by their count of tests without --no-loadscope-reorder). Each worker has its own control plane and operator. On the 2-core machine two
 # workers leave the cores a third idle (pytest 1,277 s, 1,735 s of CPU); three keep them busy (1,003 s and
 # 1,128 s, 2026-11-29, commit 4a3e756). The "late stand-down" one of those runs failed on was the failover
 # test reading the standby's first "is now active" (its moment of lead at start) as its takeover: mended.
@@ -78,7 +79,7 @@ check: venv
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck docs quick
 
 quick: venv
-	$(PYTEST) -n 2 --dist loadfile -m "$(QUICK)"
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "$(QUICK)"
 
 # The operator on the test bed, end to end, with no real trainer: its jobs run a plain image.
 e2e: venv
@@ -94,7 +95,7 @@ prepare: venv
 test: venv
 	mkdir -p $(dir $(REPORT))
 	$(MAKE) --no-print-directory -j3 lint typecheck docs prepare
-	$(PYTEST) -n $(WORKERS) --dist loadfile --durations=30 --junitxml=$(REPORT)
+	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 --junitxml=$(REPORT)
 
 # How long each test file took in the last `make test` (its JUnit report), for tests/ordering.py to run the
 # longest first. A measurement, not a generated file: re-run after a change moves the slow files.

@@ -1,6 +1,7 @@
 """The order the test files run in: the longest first, so that on `make test`'s workers (pytest-xdist hands
-out whole files in the order collected, --dist loadfile) the short files fill the end and no worker is left
-with a long file while the others idle. A run on 2026-11-29 spent its last 5 minutes at 50-75% idle CPU: its
+out whole files in the order collected with --dist loadfile --no-loadscope-reorder; without that flag it
+orders them by their count of tests) the short files fill the end and no worker is left with a long file
+while the others idle. A run on 2026-11-29 spent its last 5 minutes at 50-75% idle CPU: its
 longest files (goodput, progress, Kueue) were handed out last.
 
 How long each file took comes from a run's JUnit report (tests/durations.json, written by `make durations`).

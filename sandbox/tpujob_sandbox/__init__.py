@@ -20,7 +20,8 @@ Parts (each module says more):
 - kueue: Kueue's real CRDs and a simulator of its controllers; crdgate: the gate in front of the CRD API.
 - cli: `tpujob sandbox`; probe: `tpujob operator` with a probe into what it keeps.
 - addresses (loopback addresses for nodes and pods), pki (keys and certificates), exec_token (a kubeconfig
-  exec credential plugin), partition (a TCP proxy that can black-hole), processes (child processes that die
+  exec credential plugin), partition (a TCP proxy that can black-hole), listeners (closing a socket a
+  thread accepts on), processes (child processes that die
   with their parent), machine (cache, locks, Debian packages), layout (a state folder's shared files),
   timescale (the test bed's clock), waiting (wait on a condition with a deadline), crdfiles (CRD files read
   once per process), reads (GETs by path, retried as client-go retries a GET cut mid-answer).

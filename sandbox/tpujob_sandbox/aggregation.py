@@ -113,7 +113,8 @@ def crd_server_args(
         f"--disable-admission-plugins={','.join(DISABLED_ADMISSION)}",
         # Priority and fairness reads flowcontrol.apiserver.k8s.io/v1, which kube-apiserver 1.20 serves only
         # as v1beta1: the server would never be ready. Every request passes kube-apiserver's own limits first
-        # (the aggregator in front), as on GKE, where this server runs in kube-apiserver's process.
+        # (the aggregator in front: its max-in-flight limits, controlplane.apiserver_args), as on GKE, where
+        # this server runs in kube-apiserver's process.
         "--enable-priority-and-fairness=false",
         "--v=1",
     ]

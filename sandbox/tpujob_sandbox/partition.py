@@ -16,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from tpujob_sandbox.listeners import close_listener
+
 CHUNK = 65536
 
 
@@ -36,10 +38,12 @@ class PartitionProxy:
     _cut: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _listener: socket.socket | None = None
+    _acceptor: threading.Thread | None = None
 
     def start(self) -> PartitionProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._accept, name="partition-proxy", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name="partition-proxy", daemon=True)
+        self._acceptor.start()
         return self
 
     @property
@@ -67,7 +71,7 @@ class PartitionProxy:
 
     def stop(self) -> None:
         if self._listener is not None:
-            self._listener.close()
+            close_listener(self._listener, self._acceptor)
         with self._lock:
             links = list(self._links)
         for link in links:

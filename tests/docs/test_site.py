@@ -124,18 +124,27 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[t
 
 
 def open_page(chromium: Path, url: str, name: str, profile: Path) -> Page:
-    """The page's DOM once its scripts ran, and its screenshot (build/docs-screenshots/NAME.png)."""
+    """The page's DOM once its scripts ran, and its screenshot (build/docs-screenshots/NAME.png).
+
+    Each chromium run has a profile of its own: a run given the folder of one whose processes are still
+    ending can find that one's lock (Chromium's process singleton). A screenshot run sharing the profile
+    hung for its whole 120 s once (2026-11-29, the previous run's processes not yet reaped); we read the hang
+    as that, and a profile per run rules it out."""
     common = [
         str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-        f"--user-data-dir={profile}", "--window-size=1280,1600", "--virtual-time-budget=3000",
+        "--window-size=1280,1600", "--virtual-time-budget=3000",
     ]  # fmt: skip
     dom = subprocess.run(
-        [*common, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True
-    )
+        [*common, f"--user-data-dir={profile}-{name}-dom", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shot = SCREENSHOTS / f"{name}.png"
     shot.unlink(missing_ok=True)
-    subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [*common, f"--user-data-dir={profile}-{name}-shot", f"--screenshot={shot}", url],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
     assert shot.read_bytes()[:8] == PNG, f"{name}: no screenshot"
     # A blank 1280x1600 page compresses to a few KB; a page of words and tables to far more.
     assert shot.stat().st_size > 30_000, f"{name}: the screenshot looks blank ({shot.stat().st_size} bytes)"

@@ -21,6 +21,7 @@ from tpujob import status as s
 from tpujob.status import worker_numbers as numbers
 from tpujob.status.goodput import MAX_PROGRESS_LINE, parse_progress
 from tpujob.trainer_metrics import MAX_BODY_BYTES, READ_THREADS, ProgressReader, parse
+from tpujob_sandbox.listeners import close_listener
 
 DEADLINE = 0.5
 # What a hostile endpoint says that must never reach the status: a marker in its bodies and headers.
@@ -29,7 +30,11 @@ HONEST_PAGE = b"tpujob_trainer_global_step 42\ntpujob_trainer_target_steps 100\n
 
 
 class Endpoint:
-    """A loopback HTTP endpoint that answers every connection with `answer(sock)`; counts bytes sent."""
+    """A loopback HTTP endpoint that answers every connection with `answer(sock)`; counts bytes sent.
+
+    Closed, it leaves no thread behind: one still answering (a slow or endless body) or accepting on a socket
+    whose number the worker's next socket reuses would answer a later test's connection (seen on 2026-11-29:
+    the simulated GKE's client read this endpoint's words in a Kueue test of the same pytest worker)."""
 
     def __init__(self, answer: Callable[[socket.socket], None]) -> None:
         self.answer = answer
@@ -37,7 +42,9 @@ class Endpoint:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self._closing = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._answering: list[tuple[socket.socket, threading.Thread]] = []
+        self._acceptor = threading.Thread(target=self._serve, daemon=True)
+        self._acceptor.start()
 
     def _serve(self) -> None:
         while not self._closing.is_set():
@@ -45,13 +52,14 @@ class Endpoint:
                 sock, _ = self.server.accept()
             except OSError:
                 return
-            threading.Thread(target=self._one, args=(sock,), daemon=True).start()
+            answering = threading.Thread(target=self._one, args=(sock,), daemon=True)
+            self._answering.append((sock, answering))
+            answering.start()
 
     def _one(self, sock: socket.socket) -> None:
-        with sock:
+        with sock, contextlib.suppress(OSError):  # the reader hung up (a bounded read does), or close()
             sock.recv(4096)  # the request
-            with contextlib.suppress(OSError):  # the reader hung up: what a bounded read does
-                self.answer(sock)
+            self.answer(sock)
 
     def send(self, sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
@@ -59,7 +67,14 @@ class Endpoint:
 
     def close(self) -> None:
         self._closing.set()
-        self.server.close()
+        close_listener(self.server, self._acceptor)
+        for sock, answering in self._answering:
+            with contextlib.suppress(OSError):  # wakes the thread's send or receive; it closes the socket
+                sock.shutdown(socket.SHUT_RDWR)
+            answering.join(5)
+
+    def threads(self) -> list[threading.Thread]:
+        return [self._acceptor, *(answering for _, answering in self._answering)]
 
     def pod(self) -> s.PodView:
         return s.PodView("w0", 0, 0, 0, "Running", ip="127.0.0.1", metrics_port=self.port)
@@ -79,6 +94,9 @@ def endpoint() -> Iterator[Callable[[Callable[[Endpoint, socket.socket], None]],
     yield make
     for served in made:
         served.close()
+    assert [t for e in made for t in e.threads() if t.is_alive()] == [], (
+        "an endpoint thread outlived its test"
+    )
 
 
 @pytest.fixture
