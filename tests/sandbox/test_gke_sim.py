@@ -80,7 +80,17 @@ def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_p
         names = [p.spec.node_name for p in listed if p.status.phase == "Running"]
         return len(names) == len(pods) and names
 
-    bound = wait_for(bound_nodes, timeout=30, what="the rendered pods to run")
+    def pod_states():
+        return [
+            (p.metadata.name, p.status.phase, p.spec.node_name,
+             [(x.type, x.status, x.reason, x.message) for x in p.status.conditions or []])
+            for p in core.list_namespaced_pod(namespace).items
+        ]  # fmt: skip
+
+    # A pod the scheduler found no room for once (its informer a moment behind the new nodes, on a loaded
+    # machine) waits for the next node event or kube-scheduler 1.20's flush of pods unschedulable for 60 s
+    # (scheduling_queue.go, unschedulableQTimeInterval): 30 s was once too short in CI (2026-11-29).
+    bound = wait_for(bound_nodes, timeout=90, what="the rendered pods to run", last_state=pod_states)
     assert sorted(bound) == sorted(n.metadata.name for n in nodes)  # one TPU pod per host
 
     delete = client.delete_node_pool(name=f"{gke.parent}/nodePools/{pool_name}")
