@@ -26,10 +26,14 @@ JOB_UID = "0b7f4c2e-5d1a-4c8e-9f3b-2a6d8e1c7b90"  # as the API server would have
 
 def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     manifest = plain_job(name, **spec)  # the kubelet simulation reports its pods Running, runs nothing
-    # No UID: no owner reference for the garbage collector to act on, and no job UID label that
-    # would make the pool an orphan for a running operator's sweep.
     manifest["metadata"].update(namespace=namespace, uid=JOB_UID)
-    return render_plan(parse_tpujob(manifest), render_cluster(gke))
+    plan = render_plan(parse_tpujob(manifest), render_cluster(gke))
+    # Rendered for a TPUJob no test creates: the garbage collector deletes a dependent whose owner does not
+    # exist, so the objects go without the owner reference (CI, 2026-11-29: the pods were gone before they
+    # ran, "last state: []").
+    for resource in plan.resources:
+        resource["metadata"].pop("ownerReferences", None)
+    return plan
 
 
 def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_pods_to(gke, core, namespace):
@@ -73,10 +77,6 @@ def test_a_multi_host_pool_yields_ready_tpu_nodes_the_scheduler_binds_rendered_p
 
     pods = [r for r in plan.resources if r["kind"] == "Pod"]
     for pod in pods:
-        # Rendered for a TPUJob this test never created: the garbage collector deletes a dependent whose
-        # owner does not exist, so the pods are created without the owner reference (CI, 2026-11-29: gone
-        # before they ran, "last state: []").
-        pod["metadata"].pop("ownerReferences", None)
         core.create_namespaced_pod(namespace, pod)
 
     def bound_nodes():
