@@ -33,6 +33,13 @@ def rendered(gke: GkeSimulator, namespace: str, name: str = "train", **spec):
     # ran, "last state: []").
     for resource in plan.resources:
         resource["metadata"].pop("ownerReferences", None)
+    # And the pools without their job-UID label: the worker's operator (running for the e2e files) sweeps a
+    # pool labelled with the UID of a TPUJob that does not exist, and its delete made the test's own a 400
+    # "Cluster is running incompatible operation" (2026-11-29). A pool without it is not the operator's to
+    # judge (Reconciler.sweep_orphans), as one from `tpujob render`.
+    for pool in plan.node_pools:
+        for labels in (pool["config"]["labels"], pool["config"]["resourceLabels"]):
+            labels.pop(c.POOL_LABEL_JOB_UID, None)
     return plan
 
 

@@ -69,6 +69,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from tpujob.api import constants
 from tpujob_sandbox.gke.nodes import SIMULATED_NODE_LABEL
+from tpujob_sandbox.reads import get_json
 
 log = logging.getLogger(__name__)
 
@@ -418,16 +419,18 @@ class TpuDevicePlugin:
 
     def collect(self) -> None:
         """One collection on every node (the plugin's ticker), starting and stopping node servers."""
-        serialize = self.core.api_client.sanitize_for_serialization
+        api = self.core.api_client
         selector = f"{SIMULATED_NODE_LABEL}={self.owner},{constants.NODE_LABEL_ACCELERATOR}"
-        nodes = [tpu_node(serialize(n)) for n in self.core.list_node(label_selector=selector).items]
+        listed = get_json(api, "/api/v1/nodes", query={"labelSelector": selector})["items"]
+        nodes = [tpu_node(n) for n in listed]
         present = {node.name: node for node in nodes if node is not None}
         pods_by_node: dict[str, list[dict[str, Any]]] = {}
         if present:
-            running = self.core.list_pod_for_all_namespaces(field_selector="status.phase=Running").items
+            running = get_json(api, "/api/v1/pods", query={"fieldSelector": "status.phase=Running"})["items"]
             for pod in running:
-                if pod.spec.node_name in present:
-                    pods_by_node.setdefault(pod.spec.node_name, []).append(serialize(pod))
+                node_name = pod["spec"].get("nodeName")
+                if node_name in present:
+                    pods_by_node.setdefault(node_name, []).append(pod)
         with self._lock:
             for name in set(self._endpoints) - set(present):
                 self._endpoints.pop(name).stop()

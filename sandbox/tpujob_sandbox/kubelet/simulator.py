@@ -41,6 +41,7 @@ from tpujob_sandbox.kubelet.shutdown import NodeShutdown
 from tpujob_sandbox.kubelet.startup import Blocked, StartChecks
 from tpujob_sandbox.kubelet.tpuruntime import RuntimeMeter
 from tpujob_sandbox.processes import stop_process
+from tpujob_sandbox.reads import get_json
 from tpujob_sandbox.waiting import wait_for
 
 
@@ -216,7 +217,7 @@ class KubeletSimulator:
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.api_client.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))  # type: ignore[no-any-return]
+            return get_json(self.api_client, f"/api/v1/namespaces/{namespace}/pods/{name}")  # type: ignore[no-any-return]
         except ApiException as error:
             if error.status == 404:
                 return None
