@@ -24,7 +24,8 @@ Parts (each module says more):
   thread accepts on), processes (child processes that die
   with their parent), machine (cache, locks, Debian packages), layout (a state folder's shared files),
   timescale (the test bed's clock), waiting (wait on a condition with a deadline), crdfiles (CRD files read
-  once per process), reads (GETs by path, retried as client-go retries a GET cut mid-answer).
+  once per process), reads (GETs by path, retried as client-go retries a GET cut mid-answer), listwatch
+  (a list kept current by a watch, which a simulated controller scans as a real one scans its informer).
 
 The names below are the test bed's API for tests and benchmarks. They load on first use, so
 `tpujob sandbox status` does not import the Kubernetes and Google clients.

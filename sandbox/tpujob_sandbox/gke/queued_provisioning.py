@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from tpujob.api import constants
 from tpujob_sandbox import gke_facts
 from tpujob_sandbox.gke import errors
 from tpujob_sandbox.gke.nodepools import MIN_SCAN_REAL_SECONDS, NodePools
+from tpujob_sandbox.listwatch import ListWatch
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,12 @@ class QueuedProvisioning:
         self, api_client: k8s.ApiClient, pools: NodePools, *, later: Callable[..., None], zone: str
     ) -> None:
         self.custom = k8s.CustomObjectsApi(api_client)
+        # Scanned as the autoscaler scans them: from a cache a watch keeps (listwatch.py), not a list a scan.
+        self._requests = ListWatch(
+            functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL),
+            name="provisioningrequests",
+            retry_seconds=MIN_SCAN_REAL_SECONDS,
+        )
         self.core = k8s.CoreV1Api(api_client)
         self.pools = pools
         self.zone = zone
@@ -83,10 +91,12 @@ class QueuedProvisioning:
         self.created: list[str] = []  # pools made for requests, in order
 
     def start(self) -> None:
+        self._requests.start()
         self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def stop(self) -> None:
         self._stopped = True
+        self._requests.stop()
 
     def fail_next(self, message: str) -> None:
         """The next request GKE looks at fails (Failed=True with `message`), as when the capacity cannot be
@@ -114,12 +124,7 @@ class QueuedProvisioning:
             self._later(SCAN_SECONDS, self._scan, min_real_seconds=MIN_SCAN_REAL_SECONDS)
 
     def _scan_once(self) -> None:
-        try:
-            requests = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-        except k8s.ApiException as error:
-            if error.status == 404:
-                return  # the CRD is not installed
-            raise
+        requests = self._requests.items()  # none while the CRD is not installed
         live = set()
         for request in requests:
             meta = request["metadata"]

@@ -1,0 +1,87 @@
+"""The simulators' list-and-watch cache (tpujob_sandbox.listwatch) on the test bed: empty while its resource
+is not served, then following creates, updates and deletes, and empty again once the CRD is gone."""
+
+from __future__ import annotations
+
+import functools
+
+from kubernetes import client as k8s
+
+from tpujob_sandbox import ensure_crd, wait_for
+from tpujob_sandbox.listwatch import ListWatch
+
+GROUP = "listwatch.test.tpujob.dev"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"gadgets.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def gadget(name: str, size: int) -> dict:
+    return {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "metadata": {"name": name}, "spec": {"size": size}}
+
+
+def sizes(cache: ListWatch) -> dict[str, int]:
+    return {obj["metadata"]["name"]: obj["spec"]["size"] for obj in cache.items()}
+
+
+def test_the_cache_follows_its_resource_from_not_served_to_gone(sandbox, namespace):
+    custom = k8s.CustomObjectsApi(sandbox.api_client)
+    extensions = k8s.ApiextensionsV1Api(sandbox.api_client)
+    lists = []
+
+    def list_gadgets(**kwargs):
+        if not kwargs.get("watch"):
+            lists.append(kwargs)
+        return custom.list_cluster_custom_object(GROUP, "v1", "gadgets", **kwargs)
+
+    cache = ListWatch(list_gadgets, name="gadgets", retry_seconds=0.1)
+    cache.start()
+    try:
+        wait_for(lambda: lists, timeout=10, what="a first list (answered 404: not served)")
+        assert cache.items() == []
+
+        ensure_crd(extensions, CRD)
+        create = functools.partial(custom.create_namespaced_custom_object, GROUP, "v1", namespace, "gadgets")
+        create(gadget("a", 1))
+        create(gadget("b", 2))
+        wait_for(lambda: sizes(cache) == {"a": 1, "b": 2}, timeout=30, what="both gadgets cached",
+                 last_state=lambda: sizes(cache))  # fmt: skip
+        listed_once_served = len(lists)
+
+        custom.patch_namespaced_custom_object(GROUP, "v1", namespace, "gadgets", "a", {"spec": {"size": 10}})
+        custom.delete_namespaced_custom_object(GROUP, "v1", namespace, "gadgets", "b")
+        wait_for(lambda: sizes(cache) == {"a": 10}, timeout=30, what="the update and the delete cached",
+                 last_state=lambda: sizes(cache))  # fmt: skip
+        assert len(lists) == listed_once_served  # followed by the watch, not by listing again
+
+        extensions.delete_custom_resource_definition(CRD["metadata"]["name"])
+        wait_for(lambda: not cache.items(), timeout=60, what="the cache emptied once the CRD is gone",
+                 last_state=lambda: sizes(cache))  # fmt: skip
+    finally:
+        cache.stop()
+        try:
+            extensions.delete_custom_resource_definition(CRD["metadata"]["name"])
+        except k8s.ApiException as error:
+            assert error.status == 404
