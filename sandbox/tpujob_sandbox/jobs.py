@@ -13,7 +13,13 @@ from kubernetes import watch as k8s_watch
 
 from tpujob.api import constants as c
 from tpujob_sandbox.bed import Sandbox
+from tpujob_sandbox.reads import get_json
 from tpujob_sandbox.waiting import wait_for
+
+
+def _pod_selector(job: str, attempt: int | None) -> str:
+    selector = f"{c.LABEL_JOB_NAME}={job}"
+    return selector if attempt is None else f"{selector},{c.LABEL_ATTEMPT}={attempt}"
 
 
 class Jobs:
@@ -51,18 +57,21 @@ class Jobs:
         return False
 
     def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(name)
+            return status if status.get("phase") == phase else None
+
         return wait_for(
-            lambda: self.status(name) if self.status(name).get("phase") == phase else None,
+            reached,
             timeout=timeout,
             what=f"TPUJob {name} to be {phase}",
             last_state=lambda: self.status(name),
         )
 
     def pods(self, name: str, attempt: int | None = None) -> list[Any]:
-        selector = f"{c.LABEL_JOB_NAME}={name}"
-        if attempt is not None:
-            selector += f",{c.LABEL_ATTEMPT}={attempt}"
-        pods: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        pods: list[Any] = self.core.list_namespaced_pod(
+            self.namespace, label_selector=_pod_selector(name, attempt)
+        ).items
         return pods
 
     @contextlib.contextmanager
@@ -92,7 +101,14 @@ class Jobs:
             history.stop()
 
     def wait_pods_running(self, name: str, count: int, attempt: int = 0, timeout: float = 60) -> list[Any]:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        query = {"labelSelector": _pod_selector(name, attempt)}
+
         def running() -> list[Any] | None:
+            # Polled as JSON (reads.py: the typed client's models cost), read typed once there are enough.
+            listed = get_json(self.core.api_client, path, query=query)["items"]
+            if sum((p.get("status") or {}).get("phase") == "Running" for p in listed) != count:
+                return None
             pods = [p for p in self.pods(name, attempt) if p.status.phase == "Running"]
             return pods if len(pods) == count else None
 
@@ -106,11 +122,8 @@ class Jobs:
     def events(self, name: str) -> list[Any]:
         """The job's Events now. The operator posts them from a background queue after the pass that
         decided them (and after its status write): a test waits for one (wait_events), never reads once."""
-        return [
-            e
-            for e in self.core.list_namespaced_event(self.namespace).items
-            if e.involved_object.kind == c.KIND and e.involved_object.name == name
-        ]
+        involved = f"involvedObject.kind={c.KIND},involvedObject.name={name}"
+        return list(self.core.list_namespaced_event(self.namespace, field_selector=involved).items)
 
     def wait_events(self, name: str, reason: str, timeout: float = 30) -> list[Any]:
         """The job's Events of `reason`, once there is one."""

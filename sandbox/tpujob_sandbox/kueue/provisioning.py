@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import os
 import threading
@@ -48,6 +49,7 @@ from tpujob_sandbox.kueue.objects import (
     is_admitted,
     is_finished,
 )
+from tpujob_sandbox.listwatch import ListWatch
 from tpujob_sandbox.operators import ensure_crd
 
 log = logging.getLogger(__name__)
@@ -260,6 +262,9 @@ class ProvisioningController:
         self.core = k8s.CoreV1Api(api_client)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # The AdmissionChecks of each version Kueue's CRDs served, from a watch's cache (listwatch.py): every
+        # pass reads them to learn whether any check is this controller's, mostly to find none.
+        self._checks: dict[str, ListWatch] = {}
 
     def start(self) -> ProvisioningController:
         self._thread = threading.Thread(target=self._run, name="kueue-provisioning", daemon=True)
@@ -270,6 +275,20 @@ class ProvisioningController:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        for cache in self._checks.values():
+            cache.stop()
+
+    def _admission_checks(self, version: str) -> list[Obj]:
+        cache = self._checks.get(version)
+        if cache is None:
+            list_checks = functools.partial(
+                self.custom.list_cluster_custom_object, GROUP, version, "admissionchecks"
+            )
+            cache = self._checks[version] = ListWatch(
+                list_checks, name=f"admissionchecks-{version}", retry_seconds=PASS_SECONDS
+            )
+            cache.start()
+        return cache.items()
 
     def _list(self, group: str, version: str, plural: str) -> list[Obj]:
         try:
@@ -291,7 +310,7 @@ class ProvisioningController:
         version = served_version(self.api_client)  # as Kueue's release speaks it (discovery.py)
         if version is None:
             return
-        checks = self._list(GROUP, version, "admissionchecks")
+        checks = self._admission_checks(version)
         if not any((c.get("spec") or {}).get("controllerName") == CONTROLLER_NAME for c in checks):
             return
         workloads = self._list(GROUP, version, "workloads")
