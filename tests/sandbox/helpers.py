@@ -1,8 +1,9 @@
-"""Node pools through the real client, for the tests of the test bed."""
+"""Node pools through the real client, and CRDs of the tests' own, for the tests of the test bed."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from google.cloud import container_v1
 
@@ -11,6 +12,24 @@ from tpujob.render import Cluster
 from tpujob_sandbox import GkeSimulator, wait_for
 
 DONE = container_v1.Operation.Status.DONE
+ANY_FIELDS = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def namespaced_crd(group: str, kind: str, plural: str, schema: dict[str, Any] = ANY_FIELDS) -> dict[str, Any]:
+    """A namespaced CRD of one version, v1, whose objects `schema` describes (default: any fields)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "scope": "Namespaced",
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+            ],
+        },
+    }
 
 
 def render_cluster(gke: GkeSimulator) -> Cluster:

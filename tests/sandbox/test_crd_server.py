@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tests.sandbox.helpers import namespaced_crd
 from tpujob_sandbox import ensure_crd, wait_crd_served, wait_for
 from tpujob_sandbox.aggregation import REGISTRAR_LABEL, api_service, served_versions
 from tpujob_sandbox.binaries.crdserver import kubernetes_version, package_version, wanted_packages
@@ -82,41 +83,27 @@ def test_an_api_service_points_at_the_crd_server_with_kube_apiservers_crd_priori
 # --- on the test bed --------------------------------------------------------------------------------------
 
 GROUP = "crd-server-test.tpujob.dev"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {"size": {"type": "integer"}, "max": {"type": "integer"}},
-                                "x-kubernetes-validations": [
-                                    {
-                                        "rule": "self.size <= self.max",
-                                        "message": "size must not exceed max",
-                                        "fieldPath": ".size",
-                                    }
-                                ],
-                            }
-                        },
+CRD = namespaced_crd(
+    GROUP,
+    "Widget",
+    "widgets",
+    {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {"size": {"type": "integer"}, "max": {"type": "integer"}},
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.size <= self.max",
+                        "message": "size must not exceed max",
+                        "fieldPath": ".size",
                     }
-                },
+                ],
             }
-        ],
+        },
     },
-}
+)
 
 
 @pytest.fixture(scope="module")

@@ -5,30 +5,11 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from tests.sandbox.helpers import tpu_nodes
+from tests.sandbox.helpers import namespaced_crd, tpu_nodes
 from tpujob_sandbox import ensure_crd, wait_for
 
 GROUP, VERSION, PLURAL, KIND = "sandbox-test.tpujob.dev", "v1", "owners", "Owner"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{PLURAL}.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "names": {"kind": KIND, "plural": PLURAL, "singular": "owner"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
+CRD = namespaced_crd(GROUP, KIND, PLURAL)
 
 
 @pytest.fixture(scope="module")

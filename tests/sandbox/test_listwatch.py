@@ -7,35 +7,12 @@ import functools
 
 from kubernetes import client as k8s
 
+from tests.sandbox.helpers import namespaced_crd
 from tpujob_sandbox import ensure_crd, wait_for
 from tpujob_sandbox.listwatch import ListWatch
 
 GROUP = "listwatch.test.tpujob.dev"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"gadgets.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+CRD = namespaced_crd(GROUP, "Gadget", "gadgets")
 
 
 def gadget(name: str, size: int) -> dict:
