@@ -22,7 +22,8 @@ Parts (each module says more):
 - addresses (loopback addresses for nodes and pods), pki (keys and certificates), exec_token (a kubeconfig
   exec credential plugin), partition (a TCP proxy that can black-hole), listeners (closing a socket a
   thread accepts on), processes (child processes that die
-  with their parent), machine (cache, locks, Debian packages), layout (a state folder's shared files),
+  with their parent), forkserver (real trainers started as forks of an interpreter that imported TensorFlow
+  once), machine (cache, locks, Debian packages), layout (a state folder's shared files),
   timescale (the test bed's clock), waiting (wait on a condition with a deadline), crdfiles (CRD files read
   once per process), reads (GETs by path, retried as client-go retries a GET cut mid-answer), listwatch
   (a list kept current by a watch, which a simulated controller scans as a real one scans its informer).

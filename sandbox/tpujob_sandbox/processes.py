@@ -11,6 +11,7 @@ import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -18,7 +19,7 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)  # loaded before any fork: the child only calls into it
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # If the sandbox's own process is killed (even with SIGKILL), the kernel stops its children too.
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -41,11 +42,22 @@ def start_process(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
 
-def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 10.0) -> int:
+class Process(Protocol):
+    """What the test bed uses of a child process: `subprocess.Popen`, or a program forked by forkserver.py."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def stop_process(process: Process, grace_seconds: float = 10.0) -> int:
     """SIGTERM the process group, SIGKILL it if still alive after the grace period; return the exit code."""
     if process.poll() is None:
         _signal_group(process.pid, signal.SIGTERM)
@@ -56,7 +68,7 @@ def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 10.0) 
             process.wait()
     # Children the program left in its group go with it.
     _signal_group(process.pid, signal.SIGKILL)
-    return process.returncode
+    return process.wait()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

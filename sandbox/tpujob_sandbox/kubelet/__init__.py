@@ -22,6 +22,11 @@ Which images run locally (matched by the repository's last path segment, any reg
   local process listens.
 In both, `python`/`python3` is the kubelet's own interpreter (which must have what the image would: the
 trainer, jax ...); all processes share the host's network, so two pods' listeners need different ports.
+A trainer-image container whose command is `python -m tpujob_trainer` starts as a fork of an interpreter
+that imported the trainer's modules once (tpujob_sandbox.forkserver): the same program from its main on,
+with the pod's env, working directory, log and a process group of its own, without importing TensorFlow
+again (about 5 CPU-seconds each). What the imports print goes to that server's log, not the pod's, and a
+pod whose env sets a variable read at import (PYTHON*, TF_CPP_*, KERAS_* ...) starts a fresh interpreter.
 
 A local process writes its termination message to the file TPUJOB_TERMINATION_LOG names (in place of
 /dev/termination-log); when it exits, that file, else with `terminationMessagePolicy: FallbackToLogsOnError`

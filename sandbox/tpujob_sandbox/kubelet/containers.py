@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tpujob.api.trainer_contract import ENV_METRICS_ADDRESS, ENV_TERMINATION_LOG
+from tpujob_sandbox.forkserver import ForkServer
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     MAX_TERMINATION_MESSAGE_LOG_BYTES,
@@ -29,7 +29,11 @@ from tpujob_sandbox.kubelet.podstatus import (
     resolve_pod_names,
     termination_message,
 )
-from tpujob_sandbox.processes import start_process, stop_process
+from tpujob_sandbox.processes import Process, start_process, stop_process
+
+# What a trainer-image container's process imports before its first step, imported once by the fork server
+# (forkserver.py): TensorFlow, Keras and scikit-learn through the trainer's modules.
+TRAINER_PRELOAD = ("tpujob_trainer.cli", "tpujob_trainer.train", "tpujob_trainer.metrics")
 
 
 @dataclass
@@ -38,7 +42,7 @@ class Run:
 
     uid: str
     pod_ip: str
-    process: subprocess.Popen[bytes] | None = None
+    process: Process | None = None
     restarts: int = 0
     finished: bool = False
     sigterm_at: float | None = None
@@ -78,6 +82,15 @@ class LocalContainers:
         # Every process started: (namespace, image, argv). The test bed's pytest plugin tells real trainers by
         # it, per test namespace (a pod of an earlier test may start late, while the next test runs).
         self.started: list[tuple[str, str, list[str]]] = []
+        # Trainer-image containers (`python -m tpujob_trainer`) start as forks of a warm interpreter: the same
+        # program from its main on, without each one importing TensorFlow again.
+        self.forkserver = ForkServer(
+            state_dir / "forkserver",
+            python=python,
+            modules=(trainer_entrypoint[2],) if trainer_entrypoint[:2] == ("python", "-m") else (),
+            preload=TRAINER_PRELOAD,
+            env={**_base_env(), **self.extra_env},
+        )
 
     def trainer_container(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """The pod's first container with the trainer image or a local image: the one that runs as a local
@@ -135,9 +148,7 @@ class LocalContainers:
                 log = handle.read()
         return termination_message(container, exit_code, written, log)
 
-    def _spawn(
-        self, pod: dict[str, Any], container: dict[str, Any], run: Run, gcs_root: Path
-    ) -> subprocess.Popen[bytes]:
+    def _spawn(self, pod: dict[str, Any], container: dict[str, Any], run: Run, gcs_root: Path) -> Process:
         assert run.termination_log is not None
         termination_log = run.termination_log
         env = container_env(pod, container, run.referenced_env)
@@ -161,28 +172,29 @@ class LocalContainers:
             argv = container_argv(container, env, self.python, local.entrypoint)
         argv = [here(word) for word in argv]
         working_dir = container.get("workingDir") and here(container["workingDir"])
-        base = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
         workdir = self.state_dir / "pods" / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
         workdir.mkdir(parents=True, exist_ok=True)
         cwd = Path(working_dir) if working_dir else workdir
         log_path = self.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"])
         self.started.append((pod["metadata"]["namespace"], container["image"], argv))
-        return start_process(
-            argv,
-            log_path,
-            env={
-                **base,
-                **self.extra_env,
-                "HOSTNAME": pod["metadata"]["name"],
-                **env,
-                # In place of terminationMessagePath (/dev/termination-log), which a local process lacks.
-                ENV_TERMINATION_LOG: str(termination_log),
-            },
-            cwd=cwd,
-        )
+        process_env = {
+            **_base_env(),
+            **self.extra_env,
+            "HOSTNAME": pod["metadata"]["name"],
+            **env,
+            # In place of terminationMessagePath (/dev/termination-log), which a local process lacks.
+            ENV_TERMINATION_LOG: str(termination_log),
+        }
+        if self.forkserver.can_run(argv, process_env):
+            return self.forkserver.start(argv, log_path, env=process_env, cwd=cwd)
+        return start_process(argv, log_path, env=process_env, cwd=cwd)
 
 
-def _await_exit(process: subprocess.Popen[bytes], on_exit: Callable[[], None]) -> None:
+def _base_env() -> dict[str, str]:
+    return {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+
+
+def _await_exit(process: Process, on_exit: Callable[[], None]) -> None:
     process.wait()
     on_exit()
 
@@ -206,11 +218,11 @@ def discard(run: Run, grace_seconds: float = 10.0) -> None:
         stop_process(run.process, grace_seconds=grace_seconds)
 
 
-def sigterm_group(process: subprocess.Popen[bytes]) -> None:
+def sigterm_group(process: Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)

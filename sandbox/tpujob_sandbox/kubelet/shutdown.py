@@ -89,7 +89,7 @@ class NodeShutdown:
             "lastTransitionTime": status_time(),
         }
         for pod, run in zip(active, runs, strict=True):
-            exit_code = shell_exit_code(run.process.returncode) if run and run.process else EXIT_CODE_SIGTERM
+            exit_code = shell_exit_code(run.process.wait()) if run and run.process else EXIT_CODE_SIGTERM
             if run:
                 run.finished = True
             status = terminated_status(

@@ -5,7 +5,6 @@ thread) toward what a kubelet would report; trainer-image and local-image contai
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
 import sys
 import threading
 import time
@@ -40,7 +39,7 @@ from tpujob_sandbox.kubelet.podwatch import PodWatch
 from tpujob_sandbox.kubelet.shutdown import NodeShutdown
 from tpujob_sandbox.kubelet.startup import Blocked, StartChecks
 from tpujob_sandbox.kubelet.tpuruntime import RuntimeMeter
-from tpujob_sandbox.processes import stop_process
+from tpujob_sandbox.processes import Process, stop_process
 from tpujob_sandbox.reads import get_json
 from tpujob_sandbox.waiting import wait_for
 
@@ -106,6 +105,7 @@ class KubeletSimulator:
         self.pods.stop()
         for run in list(self._runs.values()):
             discard(run)
+        self.containers.forkserver.stop()
 
     # ---- test controls ---------------------------------------------------------------------------------
 
@@ -196,7 +196,7 @@ class KubeletSimulator:
         the pod asks for less (kubelet's graceful node shutdown takes the smaller)."""
         return self.node_shutdown.pod_grace_seconds(pod)
 
-    def process(self, namespace: str, name: str) -> subprocess.Popen[bytes] | None:
+    def process(self, namespace: str, name: str) -> Process | None:
         run = self._runs.get((namespace, name))
         return run.process if run else None
 
@@ -355,13 +355,13 @@ class KubeletSimulator:
             self._report_exit(
                 pod, run, int(annotations[EXIT_CODE_ANNOTATION]), message=message, by_annotation=True
             )
-        elif run.process and run.process.poll() is not None:
+        elif run.process and (returncode := run.process.poll()) is not None:
             # The annotation above stands for the exit and its message; a process that ended tells its own.
             container = self.containers.trainer_container(pod)
-            exit_code = shell_exit_code(run.process.returncode)
+            exit_code = shell_exit_code(returncode)
             message = self.containers.termination_message(run, container, exit_code) if container else ""
             reason = "OOMKilled" if run.oom_killed else ""
-            self._report_exit(pod, run, run.process.returncode, reason=reason, message=message)
+            self._report_exit(pod, run, returncode, reason=reason, message=message)
 
     def _report_exit(
         self,
@@ -410,7 +410,7 @@ class KubeletSimulator:
             terminate(run, grace_seconds=pod["metadata"].get("deletionGracePeriodSeconds") or 30)
             return  # the process's exit brings us back here
         if run and run.process and not run.finished and (container := self.containers.trainer_container(pod)):
-            exit_code = shell_exit_code(run.process.returncode)
+            exit_code = shell_exit_code(run.process.wait())  # it has ended: see above
             message = self.containers.termination_message(run, container, exit_code)
             run.finished = True
             self._patch_status(pod, terminated_status(pod, exit_code, message=message))
