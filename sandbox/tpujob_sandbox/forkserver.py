@@ -44,6 +44,8 @@ IMPORT_TIME_PREFIXES = (
     *("TF_CPP_", "TF_ENABLE_", "TF_USE_", "TF_NUM_", "TF_XLA_", "TF_GPU_"),
 )
 
+ABSTRACT = "\0"  # a Unix socket name that starts with NUL is in the abstract namespace (unix(7))
+
 
 def reads_at_import(name: str) -> bool:
     return name.startswith(IMPORT_TIME_PREFIXES)
@@ -106,8 +108,10 @@ class ForkServer:
         self._lock = threading.Lock()
 
     @property
-    def socket_path(self) -> Path:
-        return self.state_dir / "forkserver.sock"
+    def address(self) -> str:
+        """The server's socket's name in Linux's abstract namespace (a path is bound by AF_UNIX's 107 bytes,
+        which a state folder under pytest's tmp_path can pass, and would be left behind on disk)."""
+        return f"tpujob-forkserver-{os.getpid()}-{id(self):x}"
 
     def can_run(self, argv: Sequence[str], env: Mapping[str, str]) -> bool:
         """True for `python -m MODULE ...` of a module this server preloads, with no environment variable
@@ -156,26 +160,24 @@ class ForkServer:
             if self._server is not None:
                 stop_process(self._server, grace_seconds=5)
                 self._server = None
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
 
     def _connect(self, timeout: float = 120.0) -> socket.socket:
         with self._lock:
             if self._server is None or self._server.poll() is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    self.socket_path.unlink()
                 self.state_dir.mkdir(parents=True, exist_ok=True)
-                argv = [self.python, "-m", "tpujob_sandbox.forkserver", str(self.socket_path), *self.preload]
+                argv = [self.python, "-m", "tpujob_sandbox.forkserver", self.address, *self.preload]
                 self._server = start_process(
                     argv, self.state_dir / "forkserver.log", env=self.env, cwd=self.state_dir
                 )
             server = self._server
         deadline = time.monotonic() + timeout
-        while True:  # the socket appears once the server has imported `preload` and listens
-            if self.socket_path.exists():
-                connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                connection.connect(str(self.socket_path))
+        while True:  # refused until the server has imported `preload` and listens
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                connection.connect(ABSTRACT + self.address)
                 return connection
+            except ConnectionRefusedError:
+                connection.close()
             if server.poll() is not None:
                 raise RuntimeError(
                     f"the fork server exited ({server.returncode}): see {self.state_dir / 'forkserver.log'}"
@@ -199,7 +201,7 @@ def _read_line(connection: socket.socket) -> str:
 # ---- the server (python -m tpujob_sandbox.forkserver SOCKET MODULE...) ---------------------------------
 
 
-def serve(socket_path: str, preload: Sequence[str]) -> dict[str, Any]:
+def serve(address: str, preload: Sequence[str]) -> dict[str, Any]:
     """Import `preload`, then fork a child per request; returns only in a child, with its request."""
     for module in preload:
         importlib.import_module(module)
@@ -209,10 +211,8 @@ def serve(socket_path: str, preload: Sequence[str]) -> dict[str, Any]:
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD writes to the wakeup pipe
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bound under another name and renamed once listening: a client that sees the socket can connect.
-    listener.bind(socket_path + ".new")
+    listener.bind(ABSTRACT + address)
     listener.listen(64)
-    os.rename(socket_path + ".new", socket_path)
     children: dict[int, socket.socket] = {}
     while True:
         readable, _, _ = select.select([listener.fileno(), wakeup_read], [], [])

@@ -43,8 +43,8 @@ time.sleep(600)
 
 @pytest.fixture
 def server(tmp_path):
-    state = tmp_path / "server"
-    state.mkdir()
+    state = tmp_path / ("a-folder-deeper-than-a-unix-socket-path-may-be-" * 2) / "server"  # > 107 bytes
+    state.mkdir(parents=True)
     (state / "warm.py").write_text(PRELOADED)  # the server's working directory is on its path
     forks = ForkServer(
         state,

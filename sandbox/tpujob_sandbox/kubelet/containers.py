@@ -5,6 +5,7 @@ after a grace period."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -30,6 +31,8 @@ from tpujob_sandbox.kubelet.podstatus import (
     termination_message,
 )
 from tpujob_sandbox.processes import Process, start_process, stop_process
+
+log = logging.getLogger(__name__)
 
 # What a trainer-image container's process imports before its first step, imported once by the fork server
 # (forkserver.py): TensorFlow, Keras and scikit-learn through the trainer's modules.
@@ -186,7 +189,10 @@ class LocalContainers:
             ENV_TERMINATION_LOG: str(termination_log),
         }
         if self.forkserver.can_run(argv, process_env):
-            return self.forkserver.start(argv, log_path, env=process_env, cwd=cwd)
+            try:
+                return self.forkserver.start(argv, log_path, env=process_env, cwd=cwd)
+            except (OSError, RuntimeError) as error:  # the same program, started the slow way
+                log.warning("starting %s without the fork server: %s", argv[:3], error)
         return start_process(argv, log_path, env=process_env, cwd=cwd)
 
 
