@@ -222,7 +222,11 @@ def serve(address: str, preload: Sequence[str]) -> dict[str, Any]:
             _reap(children)
         if listener.fileno() in readable:
             connection, _ = listener.accept()
-            request: dict[str, Any] = json.loads(_read_line(connection))
+            try:
+                request: dict[str, Any] = json.loads(_read_line(connection))
+            except ValueError:  # a client that went away before asking: nothing to start
+                connection.close()
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()

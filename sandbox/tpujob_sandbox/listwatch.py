@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import urllib3
+from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
@@ -32,6 +33,35 @@ WATCH_SECONDS = 30
 def _key(obj: Obj) -> tuple[str, str]:
     meta = obj["metadata"]
     return meta.get("namespace", ""), meta["name"]
+
+
+def json_list(
+    api_client: k8s.ApiClient, path: str, query: Mapping[str, str] | None = None
+) -> Callable[..., Any]:
+    """A list call answering JSON for a path the custom objects API cannot name (a core resource, e.g.
+    /api/v1/pods with a fieldSelector in `query`): the typed client's would build a model object per field.
+    Called as the watch calls a list method (watch, resource_version, timeout_seconds, _preload_content)."""
+
+    def call(**kwargs: Any) -> Any:
+        params = dict(query or {})
+        for keyword, param in (("watch", "watch"), ("resource_version", "resourceVersion"),
+                               ("timeout_seconds", "timeoutSeconds")):  # fmt: skip
+            if keyword in kwargs:
+                value = kwargs[keyword]
+                params[param] = str(value).lower() if isinstance(value, bool) else str(value)
+        preload = kwargs.get("_preload_content", True)
+        return api_client.call_api(
+            path,
+            "GET",
+            query_params=list(params.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            response_type="object" if preload else None,
+            _return_http_data_only=True,
+            _preload_content=preload,
+        )
+
+    return call
 
 
 class ListWatch:

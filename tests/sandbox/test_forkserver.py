@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tpujob_sandbox.forkserver import ForkServer
+from tpujob_sandbox.processes import pid_alive
 from tpujob_sandbox.waiting import wait_for
 
 # Imported by the server, once: each import appends the importing process's pid to a file.
@@ -106,7 +107,7 @@ def test_the_programs_end_with_the_server(server, tmp_path):
     seen(log)
     server.stop()
     assert process.wait(timeout=30) < 0
-    wait_for(lambda: not Path(f"/proc/{process.pid}").exists(), timeout=30, what="the program to be gone")
+    wait_for(lambda: not pid_alive(process.pid), timeout=30, what="the program to end (PR_SET_PDEATHSIG)")
 
 
 def test_only_python_dash_m_of_its_modules_without_an_import_time_variable_is_the_servers():

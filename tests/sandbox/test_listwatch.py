@@ -1,5 +1,6 @@
 """The simulators' list-and-watch cache (tpujob_sandbox.listwatch) on the test bed: empty while its resource
-is not served, then following creates, updates and deletes, and empty again once the CRD is gone."""
+is not served, then following creates, updates and deletes, and empty again once the CRD is gone; of a core
+resource by path and field selector, what leaves the selection leaves the cache."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from kubernetes import client as k8s
 
 from tests.sandbox.helpers import namespaced_crd
 from tpujob_sandbox import ensure_crd, wait_for
-from tpujob_sandbox.listwatch import ListWatch
+from tpujob_sandbox.listwatch import ListWatch, json_list
 
 GROUP = "listwatch.test.tpujob.dev"
 CRD = namespaced_crd(GROUP, "Gadget", "gadgets")
@@ -62,3 +63,27 @@ def test_the_cache_follows_its_resource_from_not_served_to_gone(sandbox, namespa
             extensions.delete_custom_resource_definition(CRD["metadata"]["name"])
         except k8s.ApiException as error:
             assert error.status == 404
+
+
+def test_a_cache_of_pending_pods_by_path_drops_a_pod_that_leaves_pending(sandbox, namespace):
+    core = k8s.CoreV1Api(sandbox.api_client)
+    query = {"fieldSelector": f"status.phase=Pending,metadata.namespace={namespace}"}
+    cache = ListWatch(json_list(sandbox.api_client, "/api/v1/pods", query), name="pending", retry_seconds=0.1)
+    cache.start()
+
+    def names() -> set[str]:
+        return {obj["metadata"]["name"] for obj in cache.items()}
+
+    try:
+        for name in ("waits", "runs"):
+            pod = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "nowhere:1"}]}}
+            core.create_namespaced_pod(namespace, pod)
+        wait_for(lambda: names() == {"waits", "runs"}, timeout=30, what="both pending pods cached",
+                 last_state=names)  # fmt: skip
+        assert all(isinstance(obj["spec"], dict) for obj in cache.items())  # the API server's JSON
+
+        # No kubelet runs these: the status is written as one would, and the pod leaves the selection.
+        core.patch_namespaced_pod_status("runs", namespace, {"status": {"phase": "Running"}})
+        wait_for(lambda: names() == {"waits"}, timeout=30, what="the running pod dropped", last_state=names)
+    finally:
+        cache.stop()
