@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tpujob_sandbox.forkserver import ForkServer
-from tpujob_sandbox.kubelet.containers import TRAINER_PRELOAD
+from tpujob_sandbox.forkserver import TRAINER_PRELOAD, ForkServer
 from tpujob_sandbox.processes import Process, start_process
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -44,6 +44,10 @@ IMPORT_TIME_PREFIXES = (
     *("TF_CPP_", "TF_ENABLE_", "TF_USE_", "TF_NUM_", "TF_XLA_", "TF_GPU_"),
 )
 
+# What the trainer (`python -m tpujob_trainer`) imports before its first step, for a server of trainers to
+# import once: TensorFlow, Keras and scikit-learn through the trainer's modules.
+TRAINER_PRELOAD = ("tpujob_trainer.cli", "tpujob_trainer.train", "tpujob_trainer.metrics")
+
 ABSTRACT = "\0"  # a Unix socket name that starts with NUL is in the abstract namespace (unix(7))
 
 

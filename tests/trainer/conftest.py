@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tpujob_sandbox.forkserver import ForkedProcess, ForkServer
-from tpujob_sandbox.kubelet.containers import TRAINER_PRELOAD
+from tpujob_sandbox.forkserver import TRAINER_PRELOAD, ForkedProcess, ForkServer
 
 REPO = Path(__file__).resolve().parents[2]
 

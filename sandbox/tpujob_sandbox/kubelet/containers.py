@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpujob.api.trainer_contract import ENV_METRICS_ADDRESS, ENV_TERMINATION_LOG
-from tpujob_sandbox.forkserver import ForkServer
+from tpujob_sandbox.forkserver import TRAINER_PRELOAD, ForkServer
 from tpujob_sandbox.kubelet.podstatus import (
     DEFAULT_LOCAL_IMAGES,
     MAX_TERMINATION_MESSAGE_LOG_BYTES,
@@ -33,10 +33,6 @@ from tpujob_sandbox.kubelet.podstatus import (
 from tpujob_sandbox.processes import Process, start_process, stop_process
 
 log = logging.getLogger(__name__)
-
-# What a trainer-image container's process imports before its first step, imported once by the fork server
-# (forkserver.py): TensorFlow, Keras and scikit-learn through the trainer's modules.
-TRAINER_PRELOAD = ("tpujob_trainer.cli", "tpujob_trainer.train", "tpujob_trainer.metrics")
 
 
 @dataclass
