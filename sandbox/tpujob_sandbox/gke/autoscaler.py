@@ -44,7 +44,9 @@ class FlexStartAutoscaler:
         time_scale: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # A pod leaving Pending leaves the watch's selection: the API server sends it as DELETED.
+        # A pod leaving Pending leaves the watch's selection: the API server sends it as DELETED
+        # (k8s.io/apiserver storage/cacher/cache_watcher.go, convertToWatchEvent: an object that passed the
+        # filter and no longer does), which tests/sandbox/test_listwatch.py sees on the test bed.
         self._pending = ListWatch(
             json_list(core.api_client, "/api/v1/pods", {"fieldSelector": "status.phase=Pending"}),
             name="pending-pods",
