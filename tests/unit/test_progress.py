@@ -3,11 +3,12 @@ restarting the job as Stalled (counted), its last words quoted once; and the tra
 page read into a sample."""
 
 import datetime as dt
+import json
 
 from tests.manifests import base_job
 from tpujob import status as s
 from tpujob.api import parse_tpujob
-from tpujob.api.status import Phase, Progress, Reason, TPUJobStatus
+from tpujob.api.status import Phase, Progress, Reason, RestartRecord, TPUJobStatus
 from tpujob.render import naming
 from tpujob.trainer_metrics import ProgressReader, parse, read_due
 
@@ -172,6 +173,81 @@ def test_the_stalled_attempts_last_words_are_quoted_once_as_its_workers_end():
     assert not [e for e in once_more.events if "last words" in e.message]
 
 
+def succeeded_pods(job, attempt, chief_message):
+    return tuple(
+        s.PodView(
+            naming.pod_name(job, sl, w, attempt),
+            sl,
+            w,
+            attempt,
+            "Succeeded",
+            exit_code=0,
+            message=chief_message if (sl, w) == (0, 0) else "",
+        )
+        for sl, w in s.expected_workers(job)
+    )
+
+
+def progress_line(step_, ended_at, **facts):
+    fields = {"startStep": 150, "step": step_, "startedAt": ended_at - 9, "endedAt": ended_at, **facts}
+    return "tpujob-progress " + json.dumps(fields)
+
+
+def test_a_job_that_succeeds_ends_with_the_step_its_trainer_exited_at_even_when_no_read_saw_the_attempt():
+    """The restarted attempt resumed at 150 and ran to the end between two reads: the last read was of the
+    attempt before (step 170, then stalled). The chief's progress line, written as it exited, gives the step,
+    the percent of the target read before, and the checkpoint it saved last."""
+    fault = RestartRecord(attempt=1, reason="Stalled", fault_time="2026-11-24T11:59:40Z")
+    job = running_job(
+        attempt=1,
+        restart_history=[fault],
+        progress=Progress(
+            step=170,
+            target_steps=400,
+            percent=42,
+            step_time="2026-11-24T11:58:00Z",
+            read_time="2026-11-24T11:59:00Z",
+            attempt=0,
+            stalled=True,
+            last_words="slice 0 worker 0: hang",
+        ),
+    )
+    running = step(job, T0 - dt.timedelta(seconds=10), pods=running_pods(job, 1))
+    unread = running.status.progress  # the new attempt, nothing read yet: the job's target is kept
+    assert (unread.attempt, unread.step, unread.target_steps, unread.percent) == (1, None, 400, None)
+    assert running.status.restart_history[-1].recovered_time is None  # no read has shown a step
+    first_step = T0.timestamp() - 6.5
+    line = progress_line(
+        400, T0.timestamp() - 2, checkpointStep=400, checkpointAt=T0.timestamp() - 3, firstStepAt=first_step
+    )
+    done = step(after(job, running), T0, pods=succeeded_pods(job, 1, "\n" + line))
+    assert done.status.phase == Phase.SUCCEEDED
+    progress = done.status.progress
+    assert (progress.attempt, progress.step, progress.target_steps, progress.percent) == (1, 400, 400, 100)
+    assert (progress.checkpoint_step, progress.checkpoint_time) == (400, "2026-11-24T11:59:57Z")
+    assert (progress.step_time, progress.read_time) == ("2026-11-24T11:59:58Z", "2026-11-24T12:00:00Z")
+    assert progress.last_words == "slice 0 worker 0: hang" and progress.eta is None
+    # The restart recovered at the new attempt's first step, as its trainer wrote it (in whole seconds).
+    (record,) = done.status.restart_history
+    assert (record.recovered_time, record.recovery_seconds) == ("2026-11-24T11:59:53Z", 13.0)
+
+
+def test_a_read_past_the_chiefs_last_line_and_a_chief_without_one_leave_the_progress_as_read():
+    read = Progress(
+        step=400,
+        target_steps=400,
+        percent=100,
+        step_time="2026-11-24T11:59:00Z",
+        read_time="2026-11-24T11:59:00Z",
+        attempt=0,
+    )
+    job = running_job(progress=read)
+    behind = step(job, T0, pods=succeeded_pods(job, 0, progress_line(390, T0.timestamp() - 2)))
+    silent = step(job, T0, pods=succeeded_pods(job, 0, "exited without a progress line"))
+    for decision in (behind, silent):
+        assert decision.status.phase == Phase.SUCCEEDED and decision.status.progress == read
+
+
 PAGE = """# HELP tpujob_trainer_global_step Training step reached, including resumed steps
 # TYPE tpujob_trainer_global_step gauge
 tpujob_trainer_global_step 1234.0
@@ -272,3 +348,28 @@ def test_a_read_is_urgent_for_a_new_attempt_and_when_the_stall_deadline_comes():
     assert not s.read_urgent(
         running_job().model_copy(update={"status": job.status}), T0 + dt.timedelta(days=1)
     )
+
+
+def test_a_first_step_before_the_fault_or_after_now_is_not_taken_as_the_recovery():
+    """The progress line is the worker's to write: a first step outside the fault and now is left unread."""
+    fault = RestartRecord(attempt=1, reason="Stalled", fault_time="2026-11-24T11:59:40Z")
+    job = running_job(attempt=1, restart_history=[fault])
+    for first_step in (T0.timestamp() - 30, T0.timestamp() + 30):
+        line = progress_line(400, T0.timestamp() - 2, firstStepAt=first_step)
+        done = step(job, T0, pods=succeeded_pods(job, 1, line))
+        assert done.status.progress.step == 400 and done.status.restart_history[-1].recovered_time is None
+
+
+def test_a_page_without_the_target_keeps_the_one_read_before_even_across_a_restart():
+    job = running_job(
+        attempt=1,
+        progress=Progress(
+            step=170,
+            target_steps=400,
+            step_time="2026-11-24T11:58:00Z",
+            read_time="2026-11-24T11:59:00Z",
+            attempt=0,
+        ),
+    )
+    read = step(job, T0, sample(160, attempt=1, target=None)).status.progress
+    assert (read.attempt, read.step, read.target_steps, read.percent) == (1, 160, 400, 40)

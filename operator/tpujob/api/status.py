@@ -193,7 +193,8 @@ class Progress(ApiModel):
 
     step: int | None = Field(
         default=None,
-        description="The training step worker 0 reached (resumed steps included); unset: not read.",
+        description="The training step worker 0 reached (resumed steps included); unset: not read. Once the "
+        "job has succeeded, the step its trainer exited at (the progress line of its termination message).",
     )
     target_steps: int | None = Field(default=None, description="The step at which training ends.")
     percent: int | None = Field(default=None, description="step / targetSteps, in whole percent.")

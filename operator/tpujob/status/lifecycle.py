@@ -261,6 +261,7 @@ def _workers_phase(
             ConditionType.SUCCEEDED, True, TransitionReason.SUCCEEDED, f"all {len(wanted)} workers succeeded"
         )
         b.condition(ConditionType.RUNNING, False, TransitionReason.SUCCEEDED, "the job finished")
+        progress.finish(b, current.get((0, 0)))
         release(b, keep_finished_pods=True)
         if b.decision.delete_pools:
             b.decision.requeue(b.observed.poll_provisioning_seconds)

@@ -13,8 +13,9 @@ from tpujob.api.constants import PROGRESS_LINE_PREFIX
 from tpujob.api.job import TPUJob
 from tpujob.api.status import Progress, Reason
 from tpujob.status.builder import Builder, begin_restart, fail
+from tpujob.status.goodput import parse_progress
 from tpujob.status.model import PodView, ProgressSample, parse_timestamp, timestamp
-from tpujob.status.restart_history import note_recovery
+from tpujob.status.restart_history import note_first_step, note_recovery
 
 # What of the workers' last words goes into the status and the event (an event message is cut at 1 KiB).
 MAX_LAST_WORDS = 900
@@ -25,10 +26,14 @@ def track(b: Builder) -> bool:
     status, attempt = b.status, b.status.attempt
     current = status.progress if status.progress is not None and status.progress.attempt == attempt else None
     sample = b.observed.progress
+    if current is None:  # the attempt runs; nothing read of it yet: the stall clock starts now
+        # The target is the job's, not the attempt's: kept from the attempt before.
+        target = status.progress.target_steps if status.progress is not None else None
+        current = Progress(
+            step_time=timestamp(b.now), read_time=timestamp(b.now), attempt=attempt, target_steps=target
+        )
     if sample is not None and sample.attempt == attempt:
         current = advanced(current, sample, b.now)
-    elif current is None:  # the attempt runs; nothing read yet: the stall clock starts now
-        current = Progress(step_time=timestamp(b.now), read_time=timestamp(b.now), attempt=attempt)
     if status.progress is not None and status.progress is not current and current.last_words is None:
         current.last_words = status.progress.last_words  # a stalled attempt's, until another stalls
     status.progress = current
@@ -52,6 +57,46 @@ def track(b: Builder) -> bool:
     else:
         begin_restart(b, Reason.STALLED, detail, infrastructure=False)
     return True
+
+
+def finish(b: Builder, chief: PodView | None) -> None:
+    """The job succeeded: the step its trainer ended at, from the chief's progress line (the last line of
+    its termination message, written as it exits), when it is past the last read; and, for a restart no read
+    saw recover, its trainer's first step. An attempt shorter than the reads' pace (a resume close to the end)
+    otherwise ends with no step, or a stale one, in the status."""
+    final = parse_progress(chief.message) if chief is not None else None
+    before, attempt = b.status.progress, b.status.attempt
+    if final is None:
+        return
+    if final.first_step_at is not None:
+        note_first_step(b.status, _from_unix(final.first_step_at), b.now)
+    if (
+        before is not None
+        and before.attempt == attempt
+        and before.step is not None
+        and final.step <= before.step
+    ):
+        return
+    target = before.target_steps if before is not None else None
+    # The checkpoint this attempt saved last, else the one it resumed from.
+    saved_at = final.checkpoint_at or final.resumed_checkpoint_at
+    b.status.progress = Progress(
+        step=final.step,
+        target_steps=target,
+        percent=min(100, final.step * 100 // target) if target else None,
+        checkpoint_step=final.checkpoint_step,
+        checkpoint_time=timestamp(_from_unix(saved_at))
+        if saved_at and final.checkpoint_step is not None
+        else None,
+        step_time=timestamp(_from_unix(final.ended_at)),
+        read_time=timestamp(b.now),
+        attempt=attempt,
+        last_words=before.last_words if before is not None else None,
+    )
+
+
+def _from_unix(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
 def read_urgent(job: TPUJob, now: dt.datetime) -> bool:
@@ -78,28 +123,30 @@ def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) 
     place) starts the window again."""
     if before is not None and before.step == sample.step:
         return before
+    # A page without the target (a trainer that has not set it yet) keeps the one known.
+    target = sample.target_steps or (before.target_steps if before is not None else None)
     eta = before.eta if before is not None else None
     pace_step = before.pace_step if before is not None else None
     pace_time = before.pace_time if before is not None else None
     if before is not None and before.step is not None and sample.step < before.step:
         pace_step = pace_time = eta = None
-    if before is not None and before.step is not None and sample.target_steps and sample.step > before.step:
+    if before is not None and before.step is not None and target and sample.step > before.step:
         if pace_step is None or pace_time is None:
             pace_step, pace_time = sample.step, precise_timestamp(now)
         elif sample.step > pace_step:
             seconds = (now - parse_precise(pace_time)).total_seconds()
             if seconds > 0:
                 pace = (sample.step - pace_step) / seconds
-                eta = timestamp(now + dt.timedelta(seconds=max(sample.target_steps - sample.step, 0) / pace))
+                eta = timestamp(now + dt.timedelta(seconds=max(target - sample.step, 0) / pace))
     percent = None
-    if sample.target_steps:
-        percent = min(100, sample.step * 100 // sample.target_steps)
+    if target:
+        percent = min(100, sample.step * 100 // target)
     checkpoint_time = None
     if sample.checkpoint_time:
         checkpoint_time = timestamp(dt.datetime.fromtimestamp(sample.checkpoint_time, dt.UTC))
     return Progress(
         step=sample.step,
-        target_steps=sample.target_steps,
+        target_steps=target,
         percent=percent,
         eta=eta,
         checkpoint_step=sample.checkpoint_step,

@@ -6,7 +6,8 @@ attempt's last reported step less its last checkpoint's, where the trainer resum
 The recovery time is what a restart cost in wall time, measured as bench/recovery_bench.py measures it from
 outside (fault to first step of the new attempt), within one progress read (the operator reads worker 0's
 step at most every TPUJOB_PROGRESS_READS_PER_SECOND-paced interval, at once for an attempt it has no step
-of). A trainer that reports no step never recovers here: its records keep runningTime only."""
+of), or, for an attempt that ended before any read, at the first step its progress line gives. A trainer
+that reports no step never recovers here: its records keep runningTime only."""
 
 from __future__ import annotations
 
@@ -51,6 +52,20 @@ def note_recovery(status: TPUJobStatus, now: dt.datetime) -> RestartRecord | Non
     record.recovered_time = timestamp(recovered)
     record.recovery_seconds = max((recovered - parse_timestamp(record.fault_time)).total_seconds(), 0.0)
     return record
+
+
+def note_first_step(status: TPUJobStatus, first_step: dt.datetime, now: dt.datetime) -> None:
+    """The current attempt ended before a read showed its step (it ran shorter than the reads' pace): it
+    recovered when its trainer took its first step, as its progress line says. A time before the fault or
+    after now is not the trainer's (the line is the worker's to write): left unread."""
+    record = status.restart_history[-1] if status.restart_history else None
+    if record is None or record.attempt != status.attempt or record.recovered_time is not None:
+        return
+    fault = parse_timestamp(record.fault_time)
+    if not fault <= first_step <= now:
+        return
+    record.recovered_time = timestamp(first_step)
+    record.recovery_seconds = (parse_timestamp(record.recovered_time) - fault).total_seconds()
 
 
 def recovered_between(before: TPUJobStatus, after: TPUJobStatus) -> list[RestartRecord]:
