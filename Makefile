@@ -14,11 +14,11 @@ QUICK := not (e2e or trainer or image or slow)
 
 # make test runs the tests on this many pytest-xdist workers, a test file per worker at a time (a file's module
 # fixtures stay on one worker), the files in the order tests/ordering.py gives them (the longest first; xdist
-# would reorder them by their count of tests without --no-loadscope-reorder). Each worker has its own control plane and operator. On the 2-core machine two
-# workers leave the cores a third idle (pytest 1,277 s, 1,735 s of CPU); three keep them busy (1,003 s and
-# 1,128 s, 2026-11-29, commit 4a3e756). The "late stand-down" one of those runs failed on was the failover
-# test reading the standby's first "is now active" (its moment of lead at start) as its takeover: mended.
-WORKERS ?= 3
+# would reorder them by their count of tests without --no-loadscope-reorder). Each worker has its own control
+# plane and operator. The tests mostly wait (on the operator, the simulated GKE's and kubelet's clocks): a
+# fresh-clone run on the 2-core machine, 2026-11-30, spent 2,183 s in tests and 953 CPU-s on them. Three
+# workers: pytest 759 s (commit 5a264ca); four: 641 s and the cores 77% busy (1da55c6).
+WORKERS ?= 4
 
 .PHONY: venv run check quick e2e test lint typecheck docs prepare generate durations clean
 
