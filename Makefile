@@ -17,7 +17,8 @@ QUICK := not (e2e or trainer or image or slow)
 # would reorder them by their count of tests without --no-loadscope-reorder). Each worker has its own control
 # plane and operator. The tests mostly wait (on the operator, the simulated GKE's and kubelet's clocks): a
 # fresh-clone run on the 2-core machine, 2026-11-30, spent 2,183 s in tests and 953 CPU-s on them. Three
-# workers: pytest 759 s (commit 5a264ca); four: 641 s and the cores 77% busy (1da55c6).
+# workers: pytest 759 s (commit 5a264ca); four: 641 s and the cores 77% busy (1da55c6); five, in a slower hour
+# than four's 733 s: 743 s and 86% busy (docs/contributing/index.md#how-long-make-test-takes).
 WORKERS ?= 4
 
 .PHONY: venv run check quick e2e test lint typecheck docs prepare generate durations clean

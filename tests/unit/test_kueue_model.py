@@ -536,9 +536,16 @@ def test_a_missing_crd_folder_names_the_setting_and_the_fix(monkeypatch, tmp_pat
     with pytest.raises(
         crds.KueueCrdsMissing,
         match=r"set TPUJOB_KUEUE_CRDS to a folder holding Kueue v0\.19\.2's config/components/crd/bases/"
-        r"\*\.yaml \(https://github\.com/kubernetes-sigs/kueue/tree/v0\.19\.2/config/components/crd/bases\)",
+        r"\*\.yaml \(https://github\.com/kubernetes-sigs/kueue/tree/v0\.19\.2/config/components/crd/bases\)$",
     ):
         crds.crds_path()
+    # An older release's folder is named with where that release publishes its CRDs.
+    with pytest.raises(
+        crds.KueueCrdsMissing,
+        match=r"with Kueue v0\.17\.1's in <that folder>/\.\./v0\.17\.1/crds "
+        r"\(https://github\.com/kubernetes-sigs/kueue/tree/v0\.17\.1/config/components/crd/bases\)$",
+    ):
+        crds.crds_path("v0.17.1")
 
 
 @pytest.mark.slow  # a pytest process each (seconds: the test bed's plugin imports the Kubernetes client)

@@ -48,10 +48,14 @@ def crds_path(release: str = NEWEST) -> Path:
     path = newest if release == NEWEST else newest.parent / release / "crds"
     if not path.is_dir() or not list(path.glob("*.yaml")):
         setting = f"{ENV_KUEUE_CRDS}={configured}" if configured else f"{ENV_KUEUE_CRDS} unset, the default"
+        older = (
+            f", with Kueue {release}'s in <that folder>/../{release}/crds ({crds_source(release)})"
+            if release != NEWEST
+            else ""
+        )
         raise KueueCrdsMissing(
             f"Kueue {release}'s CRDs are not at {path} ({setting}): set {ENV_KUEUE_CRDS} to a folder holding "
-            f"Kueue {NEWEST}'s config/components/crd/bases/*.yaml ({crds_source(NEWEST)}), with an older "
-            f"release's in <that folder>/../<release>/crds ({crds_source(release)})"
+            f"Kueue {NEWEST}'s config/components/crd/bases/*.yaml ({crds_source(NEWEST)}){older}"
         )
     return path
 
