@@ -188,6 +188,12 @@ def succeeded_pods(job, attempt, chief_message):
     )
 
 
+def progress_read(step_, attempt=0, target=400, **fields):
+    """A progress record as a read of attempt `attempt` left it."""
+    times = {"step_time": "2026-11-24T11:58:00Z", "read_time": "2026-11-24T11:59:00Z"}
+    return Progress(step=step_, target_steps=target, attempt=attempt, **times, **fields)
+
+
 def progress_line(step_, ended_at, **facts):
     fields = {"startStep": 150, "step": step_, "startedAt": ended_at - 9, "endedAt": ended_at, **facts}
     return "tpujob-progress " + json.dumps(fields)
@@ -201,16 +207,7 @@ def test_a_job_that_succeeds_ends_with_the_step_its_trainer_exited_at_even_when_
     job = running_job(
         attempt=1,
         restart_history=[fault],
-        progress=Progress(
-            step=170,
-            target_steps=400,
-            percent=42,
-            step_time="2026-11-24T11:58:00Z",
-            read_time="2026-11-24T11:59:00Z",
-            attempt=0,
-            stalled=True,
-            last_words="slice 0 worker 0: hang",
-        ),
+        progress=progress_read(170, percent=42, stalled=True, last_words="slice 0 worker 0: hang"),
     )
     running = step(job, T0 - dt.timedelta(seconds=10), pods=running_pods(job, 1))
     unread = running.status.progress  # the new attempt, nothing read yet: the job's target is kept
@@ -233,14 +230,7 @@ def test_a_job_that_succeeds_ends_with_the_step_its_trainer_exited_at_even_when_
 
 
 def test_a_read_past_the_chiefs_last_line_and_a_chief_without_one_leave_the_progress_as_read():
-    read = Progress(
-        step=400,
-        target_steps=400,
-        percent=100,
-        step_time="2026-11-24T11:59:00Z",
-        read_time="2026-11-24T11:59:00Z",
-        attempt=0,
-    )
+    read = progress_read(400, percent=100)
     job = running_job(progress=read)
     behind = step(job, T0, pods=succeeded_pods(job, 0, progress_line(390, T0.timestamp() - 2)))
     silent = step(job, T0, pods=succeeded_pods(job, 0, "exited without a progress line"))
@@ -361,15 +351,6 @@ def test_a_first_step_before_the_fault_or_after_now_is_not_taken_as_the_recovery
 
 
 def test_a_page_without_the_target_keeps_the_one_read_before_even_across_a_restart():
-    job = running_job(
-        attempt=1,
-        progress=Progress(
-            step=170,
-            target_steps=400,
-            step_time="2026-11-24T11:58:00Z",
-            read_time="2026-11-24T11:59:00Z",
-            attempt=0,
-        ),
-    )
+    job = running_job(attempt=1, progress=progress_read(170))
     read = step(job, T0, sample(160, attempt=1, target=None)).status.progress
     assert (read.attempt, read.step, read.target_steps, read.percent) == (1, 160, 400, 40)
