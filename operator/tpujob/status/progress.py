@@ -83,7 +83,7 @@ def finish(b: Builder, chief: PodView | None) -> None:
     b.status.progress = Progress(
         step=final.step,
         target_steps=target,
-        percent=min(100, final.step * 100 // target) if target else None,
+        percent=_percent(final.step, target),
         checkpoint_step=final.checkpoint_step,
         checkpoint_time=timestamp(_from_unix(saved_at))
         if saved_at and final.checkpoint_step is not None
@@ -93,6 +93,10 @@ def finish(b: Builder, chief: PodView | None) -> None:
         attempt=attempt,
         last_words=before.last_words if before is not None else None,
     )
+
+
+def _percent(step: int, target: int | None) -> int | None:
+    return min(100, step * 100 // target) if target else None
 
 
 def _from_unix(seconds: float) -> dt.datetime:
@@ -138,16 +142,13 @@ def advanced(before: Progress | None, sample: ProgressSample, now: dt.datetime) 
             if seconds > 0:
                 pace = (sample.step - pace_step) / seconds
                 eta = timestamp(now + dt.timedelta(seconds=max(target - sample.step, 0) / pace))
-    percent = None
-    if target:
-        percent = min(100, sample.step * 100 // target)
     checkpoint_time = None
     if sample.checkpoint_time:
         checkpoint_time = timestamp(dt.datetime.fromtimestamp(sample.checkpoint_time, dt.UTC))
     return Progress(
         step=sample.step,
         target_steps=target,
-        percent=percent,
+        percent=_percent(sample.step, target),
         eta=eta,
         checkpoint_step=sample.checkpoint_step,
         checkpoint_time=checkpoint_time,
