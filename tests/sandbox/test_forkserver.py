@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tpujob_sandbox.forkserver import ForkServer
+from tpujob_sandbox.kubelet import DEFAULT_TRAINER_ENTRYPOINT, LocalContainers
 from tpujob_sandbox.processes import pid_alive
 from tpujob_sandbox.waiting import wait_for
 
@@ -126,3 +127,16 @@ def test_only_python_dash_m_of_its_modules_without_an_import_time_variable_is_th
     ]:
         assert not server.can_run(["/py", "-m", "program"], {"PYTHONPATH": "/lib", name: value}), name
     assert not server.can_run(["/py", "-m", "program"], {}), "the server's PYTHONPATH, unset"
+
+
+def test_the_test_beds_trainers_get_a_share_of_the_cores_and_are_still_forked(tmp_path):
+    """The kubelet gives every local process one intra-op thread (containers.SHARED_HOST_ENV), the fork
+    server's environment too: a trainer is still forked, and a pod that sets its own starts fresh."""
+    containers = LocalContainers(
+        tmp_path, trainer_images=("trainer",), trainer_entrypoint=DEFAULT_TRAINER_ENTRYPOINT, python="/py"
+    )
+    shared = containers.forkserver.env
+    assert (shared["TF_NUM_INTRAOP_THREADS"], shared["TF_NUM_INTEROP_THREADS"]) == ("1", "2")
+    trainer = ["/py", "-m", DEFAULT_TRAINER_ENTRYPOINT[2], "--steps", "3"]
+    assert containers.forkserver.can_run(trainer, {**shared, "TPU_WORKER_ID": "0"})
+    assert not containers.forkserver.can_run(trainer, {**shared, "TF_NUM_INTRAOP_THREADS": "8"})
