@@ -69,9 +69,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# mypy --strict over what pyproject.toml names: the operator, its test bed, the trainer, bench/ and scripts/.
+# mypy --strict over what pyproject.toml names: the operator, its test bed, the trainer, bench/ and scripts/. Its
+# cache is the machine's, beside the test bed's binaries, so that a fresh clone does not check every module
+# again: 20 s cold, under a second warm (mypy re-checks a module whose source's hash changed, in any clone).
+MYPY_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tpujob/mypy
+
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 # The inner loop: lint, import contracts, types, the docs, and every test that needs no control plane, no image
 # build and no real trainer, side by side (each target's output kept together). The quick tests on two
