@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from tpujob_sandbox.machine import cache_root
 
 _PR_SET_PDEATHSIG = 1
 
@@ -98,13 +102,53 @@ def log_tail(path: Path, lines: int = 30) -> str:
 # client between the pick and the server's bind (seen: etcd's "bind: address already in use" while the
 # other pytest worker ran). Servers that bind a port they are given do best outside it.
 SERVER_PORTS = range(20000, 32768)
+# The range, dealt out in blocks: each process that picks ports holds a block of its own while it lives (an
+# flock on a file, which the kernel releases when the process ends), so two of the test bed's processes (the
+# pytest workers, a sandbox, a test's own session) never pick the same port in the seconds between a pick and
+# the server's bind. Seen without them (2026-11-30): one worker's kube-scheduler was refused the port another
+# worker's picks took during its bed's 20 s start, and that worker's 144 tests all errored. With every block
+# held, a process picks from the whole range, probing as before.
+PORT_BLOCKS = 16
 _picked: set[int] = set()  # this process's picks, never given twice
+_block: tuple[int, range] | None = None  # (the pid that holds it, its ports)
+_block_lock = threading.Lock()
+
+
+def port_block(index: int) -> range:
+    size = len(SERVER_PORTS) // PORT_BLOCKS
+    return SERVER_PORTS[index * size : (index + 1) * size]
+
+
+def _own_ports() -> range:
+    """This process's block of SERVER_PORTS, taken on first use (a forked child takes one of its own)."""
+    global _block
+    with _block_lock:
+        if _block is None or _block[0] != os.getpid():
+            _block = (os.getpid(), _take_block())
+        return _block[1]
+
+
+def _take_block() -> range:
+    folder = cache_root() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(PORT_BLOCKS):
+        held = os.open(folder / f"server-ports-{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(held)
+            continue
+        return port_block(index)  # `held` stays open: the block is this process's until it ends
+    return SERVER_PORTS
 
 
 def free_port() -> int:
-    """A loopback port nobody listens on, outside the ephemeral range."""
+    """A loopback port nobody listens on, outside the ephemeral range, from this process's block."""
+    ports = _own_ports()
     while True:
-        port = random.choice(SERVER_PORTS)
+        if _picked.issuperset(ports):  # a block used up: the whole range, probed
+            ports = SERVER_PORTS
+        port = random.choice(ports)
         if port in _picked:
             continue
         with socket.socket() as probe:
