@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # intra-op and two inter-op threads (MultiWorkerMirrored's collectives want a second) cut a 4,000-step digits
 # run from 28.6 to 19.9 CPU-seconds and its training from 15.9 to 10.1 s (2-core machine, 2026-11-30, two runs
 # each). Set in every local process's env and the fork server's; a pod's own env overrides them. A real
-# kubelet sets no such variables: this is the test bed's sharing of one machine; the operator reads none of it.
+# kubelet sets no such variables: they are the test bed's sharing of one machine; the operator reads none.
 SHARED_HOST_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}
 
 
