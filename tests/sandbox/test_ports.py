@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tpujob_sandbox import processes
 
 # Picks a port, says it and the block it came from, and holds the block until its stdin closes.
@@ -27,6 +29,7 @@ def picker(env: dict[str, str]) -> tuple[subprocess.Popen[str], int, range]:
     return process, port, range(start, stop)
 
 
+@pytest.mark.timeout(60)  # each picker answers in a second; a hung one fails here, not at the suite's 600 s
 def test_two_processes_pick_from_blocks_of_their_own_and_a_block_is_free_again_when_its_process_ends(
     tmp_path,
 ):
