@@ -22,8 +22,12 @@ from tpujob.status import worker_numbers as numbers
 from tpujob.status.goodput import MAX_PROGRESS_LINE, parse_progress
 from tpujob.trainer_metrics import MAX_BODY_BYTES, READ_THREADS, ProgressReader, parse
 from tpujob_sandbox.listeners import close_listener
+from tpujob_sandbox.waiting import wait_for
 
 DEADLINE = 0.5
+# The deadline of reads whose outcome is the answer's content, not its time: a loaded 2-core machine let a
+# short page's thread wait past 0.5 s once (CI, 2026-11-30: "no whole answer", not "not a whole number").
+ANSWER_DEADLINE = 30.0
 # What a hostile endpoint says that must never reach the status: a marker in its bodies and headers.
 MARKER = "SECRET-FROM-THE-METADATA-SERVER"
 HONEST_PAGE = b"tpujob_trainer_global_step 42\ntpujob_trainer_target_steps 100\n"
@@ -100,10 +104,21 @@ def endpoint() -> Iterator[Callable[[Callable[[Endpoint, socket.socket], None]],
 
 
 @pytest.fixture
-def reader() -> Iterator[ProgressReader]:
-    made = ProgressReader(timeout=DEADLINE)
-    yield made
-    made.close()
+def readers() -> Iterator[Callable[[float], ProgressReader]]:
+    made: list[ProgressReader] = []
+
+    def make(timeout: float) -> ProgressReader:
+        made.append(ProgressReader(timeout=timeout))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+@pytest.fixture
+def reader(readers) -> ProgressReader:
+    return readers(DEADLINE)
 
 
 def timed_read(reader: ProgressReader, pod: s.PodView) -> tuple[s.ProgressSample | None, str, float]:
@@ -188,46 +203,58 @@ def page_of(text: str) -> Callable[[Endpoint, socket.socket], None]:
     return answer
 
 
+def deadline_bound(behaviour: Callable[[Endpoint, socket.socket], None], why: str) -> object:
+    return pytest.param(behaviour, why, DEADLINE, id=behaviour.__name__)
+
+
+def answer_bound(behaviour: Callable[[Endpoint, socket.socket], None], why: str) -> object:
+    return pytest.param(behaviour, why, ANSWER_DEADLINE, id=f"{behaviour.__name__}-{why}")
+
+
 @pytest.mark.parametrize(
-    ("behaviour", "why"),
+    ("behaviour", "why", "deadline"),
     [
-        (redirect, "answered HTTP 302, a redirect (not followed)"),
-        (gigabyte_streamed, f"its answer is over {MAX_BODY_BYTES} bytes"),
-        (gigabyte_announced, f"its answer is over {MAX_BODY_BYTES} bytes (not read)"),
-        (gigabyte_chunked, f"its answer is over {MAX_BODY_BYTES} bytes"),
-        (slow_body, f"no whole answer within {DEADLINE:g} s"),
-        (slow_headers, f"no whole answer within {DEADLINE:g} s"),
-        (header_flood, "its headers are over 8 KiB"),
-        (silent, f"no whole answer within {DEADLINE:g} s"),
-        (not_http, "not HTTP/1.1"),
-        (error_page, "answered HTTP 500"),
-        (page_of(f"tpujob_trainer_global_step 1e400\n# {MARKER}\n"), "is not finite"),
-        (page_of("tpujob_trainer_global_step NaN\n"), "is not finite"),
-        (page_of("tpujob_trainer_global_step -3\n"), "not a whole number from 0 to 2^53"),
-        (page_of("tpujob_trainer_global_step 1.5\n"), "not a whole number from 0 to 2^53"),
-        (page_of("tpujob_trainer_global_step 1e16\n"), "not a whole number from 0 to 2^53"),
-        (page_of("tpujob_trainer_global_step 5\ntpujob_trainer_target_steps +Inf\n"), "is not finite"),
-        (page_of(f"tpujob_trainer_global_step {{{MARKER}\n"), "not Prometheus text"),
+        answer_bound(redirect, "answered HTTP 302, a redirect (not followed)"),
+        answer_bound(gigabyte_streamed, f"its answer is over {MAX_BODY_BYTES} bytes"),
+        answer_bound(gigabyte_announced, f"its answer is over {MAX_BODY_BYTES} bytes (not read)"),
+        answer_bound(gigabyte_chunked, f"its answer is over {MAX_BODY_BYTES} bytes"),
+        deadline_bound(slow_body, f"no whole answer within {DEADLINE:g} s"),
+        deadline_bound(slow_headers, f"no whole answer within {DEADLINE:g} s"),
+        answer_bound(header_flood, "its headers are over 8 KiB"),
+        deadline_bound(silent, f"no whole answer within {DEADLINE:g} s"),
+        answer_bound(not_http, "not HTTP/1.1"),
+        answer_bound(error_page, "answered HTTP 500"),
+        answer_bound(page_of(f"tpujob_trainer_global_step 1e400\n# {MARKER}\n"), "is not finite"),
+        answer_bound(page_of("tpujob_trainer_global_step NaN\n"), "is not finite"),
+        answer_bound(page_of("tpujob_trainer_global_step -3\n"), "not a whole number from 0 to 2^53"),
+        answer_bound(page_of("tpujob_trainer_global_step 1.5\n"), "not a whole number from 0 to 2^53"),
+        answer_bound(page_of("tpujob_trainer_global_step 1e16\n"), "not a whole number from 0 to 2^53"),
+        answer_bound(
+            page_of("tpujob_trainer_global_step 5\ntpujob_trainer_target_steps +Inf\n"), "is not finite"
+        ),
+        answer_bound(page_of(f"tpujob_trainer_global_step {{{MARKER}\n"), "not Prometheus text"),
     ],
 )
 def test_a_hostile_endpoint_gives_no_sample_within_the_deadline_in_the_readers_own_words(
-    endpoint, reader, behaviour, why
+    endpoint, readers, behaviour, why, deadline
 ) -> None:
+    """The slow endpoints are read with a short deadline (its being kept is the point); the others with one a
+    loaded machine cannot miss, so what is checked is the reader's words on what was answered."""
     served = endpoint(behaviour)
-    sample, error, took = timed_read(reader, served.pod())
+    sample, error, took = timed_read(readers(deadline), served.pod())
     assert sample is None
     assert why in error
     assert MARKER not in error and "169.254" not in error  # nothing of the endpoint's is quoted
     assert len(error) < 200
-    assert took < DEADLINE + 1.0  # the read's one deadline, whatever the endpoint does
+    assert took < deadline + 1.0  # the read's one deadline, whatever the endpoint does
     # The 1 GB bodies were dropped after 64 KiB: the endpoint stopped once the socket buffers between the two
     # (megabytes on loopback) were full and the reader had hung up, far short of 1 GB.
     assert served.sent < 1 << 26
 
 
-def test_an_honest_endpoint_is_read(endpoint, reader) -> None:
+def test_an_honest_endpoint_is_read(endpoint, readers) -> None:
     served = endpoint(page_of(HONEST_PAGE.decode()))
-    sample, error, _ = timed_read(reader, served.pod())
+    sample, error, _ = timed_read(readers(ANSWER_DEADLINE), served.pod())
     assert error == ""
     assert sample == s.ProgressSample(attempt=0, step=42, target_steps=100)
 
@@ -253,13 +280,16 @@ def test_slow_endpoints_hold_at_most_the_readers_own_threads_and_other_reads_go_
         time.sleep(0.01)  # until every reader thread holds a slow read
     sample, error, took = timed_read(reader, honest.pod())
     assert sample is None and "every progress reader is busy" in error
-    assert took < 0.1
+    assert took < DEADLINE / 2  # told at once: waiting behind the slow reads would take their deadline
     for thread in threads:
         thread.join(timeout=DEADLINE + 2)
     assert len(results) == READ_THREADS
     assert all(r[0] is None and r[2] < DEADLINE + 1.0 for r in results)
-    sample, error, _ = timed_read(reader, honest.pod())
-    assert error == "" and sample is not None and sample.step == 42
+    # Read again by the same reader; a read a loaded machine let miss the short deadline is read once more.
+    sample = wait_for(
+        lambda: reader.read(honest.pod())[0], timeout=30, what="an honest read after the slow ones"
+    )
+    assert sample.step == 42
 
 
 # --- fuzzing the parsers ------------------------------------------------------------------------------
