@@ -12,6 +12,7 @@ CRD not installed: 404) the cache is empty and the list is tried again every `re
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ Obj = dict[str, Any]
 # A watch ends after this long and is started again from where it was (client-go's reflector asks for a
 # random 5-10 minutes; shorter here, so a stopped cache's thread ends soon).
 WATCH_SECONDS = 30
+# How long stop() waits for the thread to end once its watch is shut down.
+STOP_SECONDS = 5
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -64,6 +67,13 @@ def json_list(
     return call
 
 
+def _shut_down(response: urllib3.BaseHTTPResponse) -> None:
+    """Wake a read blocked on the response's socket (the watch's stream then closes it); a response already
+    closed has nothing to wake."""
+    with contextlib.suppress(ValueError, OSError):
+        response.shutdown()
+
+
 class ListWatch:
     """`list_call(**kwargs)` (a typed client's list method answering JSON, e.g. CustomObjectsApi's
     list_cluster_custom_object with its group, version and plural bound) listed and watched on a thread."""
@@ -76,13 +86,21 @@ class ListWatch:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watching: urllib3.BaseHTTPResponse | None = None  # the open watch's response, for stop()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"listwatch-{self._name}", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """End the thread and its open watch now. A watch left open holds kube-apiserver's graceful shutdown:
+        a bed's stop waited out its 10 s grace for it (2026-11-30), at the end of every pytest worker."""
         self._stopped.set()
+        with self._lock:
+            if self._watching is not None:
+                _shut_down(self._watching)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=STOP_SECONDS)
 
     def items(self) -> list[Obj]:
         """The objects as the last list and the watch since have them (none while not served)."""
@@ -103,6 +121,15 @@ class ListWatch:
                 log.debug("listwatch %s: %s; listing again", self._name, error)
             self._stopped.wait(self._retry_seconds)
 
+    def _watch_call(self, **kwargs: Any) -> Any:
+        """The list call, its streamed response kept where stop() can shut it down."""
+        response = self._list_call(**kwargs)
+        with self._lock:
+            self._watching = response
+            if self._stopped.is_set():  # stop() came between the check and the call
+                _shut_down(response)
+        return response
+
     def _list_and_watch(self) -> None:
         listed = self._list_call()
         with self._lock:
@@ -110,7 +137,7 @@ class ListWatch:
         version = listed["metadata"]["resourceVersion"]
         while not self._stopped.is_set():
             stream = k8s_watch.Watch().stream(
-                self._list_call, resource_version=version, timeout_seconds=WATCH_SECONDS
+                self._watch_call, resource_version=version, timeout_seconds=WATCH_SECONDS
             )
             for event in stream:
                 obj = event["object"]  # (an ERROR event is raised by the stream as an ApiException)

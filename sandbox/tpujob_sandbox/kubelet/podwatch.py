@@ -71,15 +71,19 @@ class PodWatch:
                     timeout_seconds=300,
                     _preload_content=False,
                 )
-                if self._stopping.is_set():  # stop() came while the watch opened: it could not shut it
-                    self._watch_response.shutdown()
-                    return
-                for line in watch.watch.iter_resp_lines(self._watch_response):
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        break
-                    metadata = event["object"]["metadata"]
-                    self.enqueue(metadata["namespace"], metadata["name"])
+                try:
+                    if self._stopping.is_set():  # stop() came while the watch opened: it could not shut it
+                        return
+                    for line in watch.watch.iter_resp_lines(self._watch_response):
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            break
+                        metadata = event["object"]["metadata"]
+                        self.enqueue(metadata["namespace"], metadata["name"])
+                finally:
+                    # Closed, not only shut for reading: the API server sees the watch end (a watch still
+                    # open held kube-apiserver's graceful shutdown for the bed's whole 10 s grace).
+                    self._watch_response.close()
             except Exception as error:
                 if self._stopping.wait(0.5):
                     return

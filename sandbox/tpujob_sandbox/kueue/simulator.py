@@ -101,13 +101,15 @@ class KueueSimulator:
                     _preload_content=False,
                 )
                 self._responses[plural] = response
-                if self._stopping.is_set():
-                    response.shutdown()
-                    return
-                for line in watch.watch.iter_resp_lines(response):
-                    if json.loads(line).get("type") == "ERROR":
-                        break
-                    self._dirty.set()
+                try:
+                    if self._stopping.is_set():
+                        return
+                    for line in watch.watch.iter_resp_lines(response):
+                        if json.loads(line).get("type") == "ERROR":
+                            break
+                        self._dirty.set()
+                finally:
+                    response.close()  # not only shut for reading: the API server sees the watch end
             except Exception as error:
                 log.debug("kueue-sim: %s watch restarts after %s", plural, error)
                 if self._stopping.wait(RETRY_SECONDS):
