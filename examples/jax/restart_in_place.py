@@ -9,6 +9,13 @@ API file TPUJOB_RESTART_ATTEMPT_FILE names. This wrapper then stops the program 
 30 s) and starts it again with TPUJOB_ATTEMPT set to the new attempt, so it rejoins the recreated slice's
 processes (jax.distributed.initialize again, against the same coordinator address). The program's own exit
 is the container's. Without the file (restartStrategy Recreate) the program simply replaces this process.
+
+JAX catches SIGTERM once jax.distributed is initialized (its preemption service: "SIGTERM caught", and the
+program goes on), so the old program usually ends another way: when a recreated slice's process registers
+at the old coordinator, JAX's coordination service refuses the new incarnation and terminates every old
+process ("tried to connect with a different incarnation"), and the new process retries until the new
+coordinator serves (seen with jax 0.10.2 on the test bed, tests/e2e/test_recovery.py); else SIGKILL after
+the grace.
 """
 
 from __future__ import annotations

@@ -349,8 +349,13 @@ class KubeletSimulator:
     def _check_exit(self, pod: dict[str, Any], run: Run) -> None:
         annotations = pod["metadata"].get("annotations") or {}
         if EXIT_CODE_ANNOTATION in annotations:
+            # The annotation stands for the container's own exit (a crash): its process is gone at once, as a
+            # crashed one is, with no SIGTERM and grace. With them a trainer that catches SIGTERM (JAX's
+            # preemption service does) trained on, its peers with it, while this work thread waited 10 s
+            # (2026-11-30: a "crashed" JAX worker of test_recovery.py trained to the end).
             if run.process:
-                stop_process(run.process)
+                kill_group(run.process)
+                run.process.wait()
             message = annotations.get(EXIT_MESSAGE_ANNOTATION, "")
             self._report_exit(
                 pod, run, int(annotations[EXIT_CODE_ANNOTATION]), message=message, by_annotation=True
