@@ -59,7 +59,13 @@ def main(program: list[str]) -> int:
         while child.poll() is None and (attempt_in(path) or 0) <= attempt:
             time.sleep(POLL_SECONDS)
         if child.poll() is not None:
-            return child.returncode if child.returncode >= 0 else 128 - child.returncode
+            announced = attempt_in(path) or attempt
+            if child.returncode != 0 or announced <= attempt:
+                return child.returncode if child.returncode >= 0 else 128 - child.returncode
+            # It finished as a newer attempt was announced: that success was the old attempt's, and the
+            # recreated slice's processes wait for this one. Run the new attempt too.
+            attempt = announced
+            continue
         attempt = attempt_in(path) or attempt
         print(f"restart_in_place: attempt {attempt}: restarting {program[0]} in place", file=sys.stderr)
         child.terminate()

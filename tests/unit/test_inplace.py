@@ -22,7 +22,12 @@ CHILD = textwrap.dedent(
     log.open("a").write(f"started {attempt}\\n")
     while not Path(os.environ["CHILD_DONE"]).exists():
         time.sleep(0.05)
-    sys.exit(int(Path(os.environ["CHILD_DONE"]).read_text() or 0))
+    outcome = Path(os.environ["CHILD_DONE"]).read_text()
+    Path(os.environ["CHILD_DONE"]).unlink()  # consumed: a child run again waits for its own
+    if ":" in outcome:  # "<attempt>:<code>": the attempt is announced as this child ends
+        announced, outcome = outcome.split(":")
+        Path(os.environ["TPUJOB_RESTART_ATTEMPT_FILE"]).write_text(announced)
+    sys.exit(int(outcome or 0))
     """
 )
 
@@ -71,6 +76,28 @@ def test_a_raised_attempt_restarts_the_child_in_place_and_its_own_exit_is_the_su
         )
         done.write_text("7")
         assert process.wait(timeout=20) == 7
+    finally:
+        process.kill()
+
+
+def test_a_child_that_succeeds_as_a_newer_attempt_is_announced_runs_again_as_that_attempt(tmp_path):
+    """Its run ended as a peer failed at the end: the success was attempt 2's, and attempt 3's recreated
+    workers wait for this one."""
+    process, _attempt_file, log, done = start(tmp_path, "2")
+    try:
+        wait_for(
+            lambda: lines(log) == ["started 2"], timeout=20, what="the child", last_state=lambda: lines(log)
+        )
+        done.write_text("3:0")
+        wait_for(
+            lambda: lines(log)[-1:] == ["started 3"],
+            timeout=20,
+            what="the child run again as attempt 3",
+            last_state=lambda: (lines(log), process.poll()),
+        )
+        assert process.poll() is None
+        done.write_text("0")
+        assert process.wait(timeout=20) == 0
     finally:
         process.kill()
 

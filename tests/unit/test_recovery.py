@@ -94,6 +94,24 @@ def test_other_failures_restart_the_whole_job(spec, failed_slices):
     assert sorted(decision.delete_pods) == sorted(p.name for p in live if p.phase == "Running")
 
 
+def test_a_failure_in_one_slice_restarts_the_whole_job_when_another_slice_already_ended():
+    """Slice 0's workers finished their run (Succeeded) as slice 1's worker failed at the end: they have no
+    training process to restart in place, and slice 1's new processes would wait for them."""
+    job, live = running(make_job(tpu=MULTISLICE, runPolicy=NARROW))
+    ended = tuple(
+        dataclasses.replace(p, phase="Succeeded", exit_code=0) if p.slice == 0 and p.worker == 0 else p
+        for p in live
+    )
+    decision = step(job, pools=ready_pools(job), service_exists=True, pods=fail(ended, 1, 0))
+    status = decision.status
+    assert (status.phase, status.reason, status.attempt) == (Phase.RESTARTING, Reason.WORKER_FAILED, 1)
+    assert status.slice_attempts == []
+    assert decision.restart_in_place == []
+    assert "restarting all workers" in status.message
+    # The workers still running go; the ended ones stay for their logs.
+    assert sorted(decision.delete_pods) == [naming.pod_name(job, 0, 1, 0), naming.pod_name(job, 1, 1, 0)]
+
+
 def test_a_node_lost_in_one_slice_recreates_that_slice_uncounted():
     job, live = running(make_job(tpu=MULTISLICE, runPolicy=NARROW))
     gone = tuple(p for p in live if (p.slice, p.worker) != (1, 1))

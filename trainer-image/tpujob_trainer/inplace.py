@@ -9,9 +9,11 @@ starts it again with TPUJOB_ATTEMPT set to the new attempt, so every worker of t
 runs the same attempt and rejoins its peers from the last checkpoint. The child's own exit (success, a
 failure) is the container's at once: a kept worker whose training fails because a peer died (a collective
 that errors out) fails its pod, and the operator widens the restart to its slice too (waiting here for an
-announcement instead would delay every real crash by the wait). SIGTERM and SIGINT to the supervisor go to
-the child. The kubelet rewrites the file when the pod's annotation changes (a pod update triggers its sync;
-its volume manager loops every 100 ms: kubernetes/kubernetes#29633, #30189).
+announcement instead would delay every real crash by the wait). One exception: a child that succeeds when a
+newer attempt is already announced (its run ended as a peer failed at the end) runs again as that attempt,
+since its success was the old attempt's and the recreated workers wait for this one. SIGTERM and SIGINT to
+the supervisor go to the child. The kubelet rewrites the file when the pod's annotation changes (a pod
+update triggers its sync; its volume manager loops every 100 ms: kubernetes/kubernetes#29633, #30189).
 """
 
 from __future__ import annotations
@@ -76,7 +78,14 @@ def supervise(
             if announced > attempt:
                 break
         if child.poll() is not None:
-            return child.returncode if child.returncode >= 0 else 128 - child.returncode
+            announced = max(announced, read_attempt(path) or 0)
+            if child.returncode != 0 or announced <= attempt:
+                return child.returncode if child.returncode >= 0 else 128 - child.returncode
+            # It finished its attempt's run as a newer one was announced (a peer failed at the end): that
+            # success is not the new attempt's, whose recreated workers wait for this one. Run it too.
+            log.info("attempt %d announced as attempt %d ended: running it in place", announced, attempt)
+            attempt = announced
+            continue
         log.info("attempt %d announced: restarting the training process in place", announced)
         _stop(child, grace)
         attempt = announced

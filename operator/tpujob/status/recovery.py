@@ -16,7 +16,7 @@ from tpujob.api.run_policy import RestartStrategy
 from tpujob.api.status import ConditionStatus, Phase, Reason
 from tpujob.status import bad_nodes
 from tpujob.status.builder import Builder, begin_restart
-from tpujob.status.model import NodeFault, PodView, parse_timestamp
+from tpujob.status.model import NodeFault, PodView, is_current, parse_timestamp
 
 # The device plugin's condition types (metrics.go hangConditionType, sliceErrorConditionType): the job's
 # restart reason is the condition's type.
@@ -33,7 +33,15 @@ def narrow_slice(b: Builder, failed: list[PodView], lost: list[tuple[int, int]])
     if job.spec.run_policy.restart_strategy != RestartStrategy.recreate_slice or job.spec.tpu.slices < 2:
         return None
     hit = {p.slice for p in failed} | {slice_index for slice_index, _ in lost}
-    return hit.pop() if len(hit) == 1 else None
+    if len(hit) != 1:
+        return None
+    only = hit.pop()
+    # A kept slice's trainers restart in place; a worker that already ended (its run finished as a peer
+    # failed at the end) has no training process left to restart, and the recreated slice's processes would
+    # wait for it: the whole job restarts.
+    if any(p.slice != only and p.phase == "Succeeded" for p in b.observed.pods if is_current(b.status, p)):
+        return None
+    return only
 
 
 def restart_in_place(b: Builder, current: list[PodView]) -> None:
