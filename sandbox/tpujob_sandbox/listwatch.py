@@ -33,6 +33,21 @@ WATCH_SECONDS = 30
 STOP_SECONDS = 5
 
 
+# While the resource is not served, the list is tried again later and later, up to this: client-go's reflector
+# backs off likewise (reflector.go: an exponential backoff manager, 800 ms doubling to 30 s), shorter here so
+# a CRD a test installs is seen within seconds. At 4 lists a second, each bed's caches of ProvisioningRequests
+# (GKE's queued provisioning, with no CRD installed in most tests) were most of its idle API requests.
+MAX_NOT_SERVED_RETRY_SECONDS = 2.0
+
+
+def retry_after(retry_seconds: float, not_served: int) -> float:
+    """How long to wait before the next list: `retry_seconds`, doubled for each 404 in a row past the first,
+    up to MAX_NOT_SERVED_RETRY_SECONDS (never below `retry_seconds`)."""
+    if not_served <= 1:
+        return retry_seconds
+    return max(retry_seconds, min(retry_seconds * 2 ** (not_served - 1), MAX_NOT_SERVED_RETRY_SECONDS))
+
+
 def _key(obj: Obj) -> tuple[str, str]:
     meta = obj["metadata"]
     return meta.get("namespace", ""), meta["name"]
@@ -108,18 +123,22 @@ class ListWatch:
             return list(self._items.values())
 
     def _run(self) -> None:
+        not_served = 0  # lists answered 404 in a row
         while not self._stopped.is_set():
             try:
                 self._list_and_watch()
+                not_served = 0
             except ApiException as error:
                 if error.status == 404:  # not served (yet): nothing to scan
+                    not_served += 1
                     with self._lock:
                         self._items.clear()
                 else:  # 410 Gone included: the next round lists again
+                    not_served = 0
                     log.debug("listwatch %s: %s %s; listing again", self._name, error.status, error.reason)
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:  # a cut stream
                 log.debug("listwatch %s: %s; listing again", self._name, error)
-            self._stopped.wait(self._retry_seconds)
+            self._stopped.wait(retry_after(self._retry_seconds, not_served))
 
     def _watch_call(self, **kwargs: Any) -> Any:
         """The list call, its streamed response kept where stop() can shut it down."""

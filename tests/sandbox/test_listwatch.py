@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 
 from tests.sandbox.helpers import namespaced_crd
 from tpujob_sandbox import ensure_crd, wait_for
-from tpujob_sandbox.listwatch import ListWatch, json_list
+from tpujob_sandbox.listwatch import ListWatch, json_list, retry_after
 
 GROUP = "listwatch.test.tpujob.dev"
 CRD = namespaced_crd(GROUP, "Gadget", "gadgets")
@@ -87,3 +87,9 @@ def test_a_cache_of_pending_pods_by_path_drops_a_pod_that_leaves_pending(sandbox
         wait_for(lambda: names() == {"waits"}, timeout=30, what="the running pod dropped", last_state=names)
     finally:
         cache.stop()
+
+
+def test_a_resource_not_served_is_listed_again_later_and_later_up_to_a_bound():
+    waits = [retry_after(0.25, not_served) for not_served in range(6)]
+    assert waits == [0.25, 0.25, 0.5, 1.0, 2.0, 2.0]
+    assert retry_after(5.0, 3) == 5.0  # never below the cache's own retry
