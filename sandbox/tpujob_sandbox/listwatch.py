@@ -45,7 +45,8 @@ def retry_after(retry_seconds: float, not_served: int) -> float:
     up to MAX_NOT_SERVED_RETRY_SECONDS (never below `retry_seconds`)."""
     if not_served <= 1:
         return retry_seconds
-    return max(retry_seconds, min(retry_seconds * 2 ** (not_served - 1), MAX_NOT_SERVED_RETRY_SECONDS))
+    backed_off = retry_seconds * 2.0 ** (not_served - 1)
+    return max(retry_seconds, min(backed_off, MAX_NOT_SERVED_RETRY_SECONDS))
 
 
 def _key(obj: Obj) -> tuple[str, str]:
