@@ -24,19 +24,22 @@ CLOSED_WITHIN_SECONDS = 5
 TCP_ESTABLISHED = "01"  # include/net/tcp_states.h, as /proc/net/tcp writes it
 
 
-def established(local_port: int) -> bool:
-    """Whether this machine has an established IPv4 TCP connection from `local_port` (/proc/net/tcp)."""
+def established(connection: tuple[int, int]) -> bool:
+    """Whether this machine has an established IPv4 TCP connection from local port to remote port
+    (/proc/net/tcp). Both ports: once closed, the local one is soon another connection's, to another server
+    (a busy suite reused one within the 5 s: 2026-11-30)."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if int(fields[1].split(":")[1], 16) == local_port and fields[3] == TCP_ESTABLISHED:
+        ports = (int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16))
+        if ports == connection and fields[3] == TCP_ESTABLISHED:
             return True
     return False
 
 
-def local_port_of(response: object) -> int:
-    """The local port of a streamed urllib3 response's connection."""
+def ports_of(response: object) -> tuple[int, int]:
+    """(local, remote) ports of a streamed urllib3 response's connection."""
     sock: socket.socket = response._connection.sock  # type: ignore[attr-defined]
-    return sock.getsockname()[1]
+    return sock.getsockname()[1], sock.getpeername()[1]
 
 
 class Watcher:
@@ -68,16 +71,19 @@ def test_a_stopped_watcher_closes_its_watch_at_once(sandbox, namespace, start) -
     watcher = start(core)
     try:
         response = wait_for(watcher.response, timeout=30, what="the watch to open")
-        port = local_port_of(response)
-        assert established(port)
+        connection = ports_of(response)
+        assert established(connection)
         # An event through the watch, as the bed's watches have: a pod no node can take (Pending).
         pod = {"containers": [{"name": "c", "image": "i"}], "nodeSelector": {"no-such-node": "x"}}
         core.create_namespaced_pod(namespace, {"metadata": {"name": "p"}, "spec": pod})
     finally:
         watcher.stop()
     wait_for(
-        lambda: not established(port),
+        lambda: not established(connection),
         timeout=CLOSED_WITHIN_SECONDS,
         interval=0.1,
-        what=f"the watch's connection (local port {port}) to be closed",
+        what=f"the watch's connection (ports {connection}) to be closed",
+        last_state=lambda: [
+            line for line in Path("/proc/net/tcp").read_text().splitlines() if f"{connection[0]:04X}" in line
+        ],
     )
