@@ -167,10 +167,7 @@ def test_ratcheting_lets_an_object_stored_before_a_rule_change_its_other_fields(
     extensions = widgets
     name = CRD["metadata"]["name"]
     objects.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", widget("old", 5, 9))
-    stricter = extensions.read_custom_resource_definition(name)
-    limit = stricter.spec.versions[0].schema.open_apiv3_schema.properties["spec"].properties["max"]
-    limit.x_kubernetes_validations = [k8s.V1ValidationRule(rule="self <= 8", message="max is at most 8")]
-    extensions.replace_custom_resource_definition(name, stricter)
+    _set_max_rules(extensions, name, [k8s.V1ValidationRule(rule="self <= 8", message="max is at most 8")])
     try:
         wait_for(
             lambda: _refused(objects, namespace, widget("new", 1, 9)),
@@ -185,10 +182,26 @@ def test_ratcheting_lets_an_object_stored_before_a_rule_change_its_other_fields(
                 GROUP, "v1", namespace, "widgets", "old", {"spec": {"max": 10}}
             )
     finally:
+        _set_max_rules(extensions, name, None)
+
+
+def _set_max_rules(extensions: k8s.ApiextensionsV1Api, name: str, rules: list | None) -> None:
+    """Read, set spec.max's rules, replace; read again on a conflict, as client-go's retry.RetryOnConflict
+    does (CI, 2026-11-30: the CRD changed between the read and the replace, 409)."""
+
+    def replaced() -> bool:
         current = extensions.read_custom_resource_definition(name)
         schema = current.spec.versions[0].schema.open_apiv3_schema
-        schema.properties["spec"].properties["max"].x_kubernetes_validations = None
-        extensions.replace_custom_resource_definition(name, current)
+        schema.properties["spec"].properties["max"].x_kubernetes_validations = rules
+        try:
+            extensions.replace_custom_resource_definition(name, current)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+        return True
+
+    wait_for(replaced, timeout=30, what=f"the CRD {name} replaced without a conflict")
 
 
 def _refused(objects: k8s.CustomObjectsApi, namespace: str, body: dict) -> bool:
