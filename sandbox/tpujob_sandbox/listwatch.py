@@ -83,7 +83,7 @@ def json_list(
     return call
 
 
-def _shut_down(response: urllib3.BaseHTTPResponse) -> None:
+def shut_down(response: urllib3.BaseHTTPResponse) -> None:
     """Wake a read blocked on the response's socket (the watch's stream then closes it); a response already
     closed has nothing to wake."""
     with contextlib.suppress(ValueError, OSError):
@@ -114,7 +114,7 @@ class ListWatch:
         self._stopped.set()
         with self._lock:
             if self._watching is not None:
-                _shut_down(self._watching)
+                shut_down(self._watching)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=STOP_SECONDS)
 
@@ -147,7 +147,7 @@ class ListWatch:
         with self._lock:
             self._watching = response
             if self._stopped.is_set():  # stop() came between the check and the call
-                _shut_down(response)
+                shut_down(response)
         return response
 
     def _list_and_watch(self) -> None:

@@ -3,7 +3,6 @@ of that pod; one work thread runs the queue in order, so syncs (and other queued
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import queue
@@ -13,6 +12,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import watch
+
+from tpujob_sandbox.listwatch import shut_down
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,7 @@ class PodWatch:
         # Shutting the watch's socket ends it now rather than at its timeout, and spares the API server
         # waiting on it when it shuts down.
         if self._watch_response is not None:
-            with contextlib.suppress(Exception):
-                self._watch_response.shutdown()
+            shut_down(self._watch_response)
         for thread in self._threads:
             thread.join(timeout=5)
 

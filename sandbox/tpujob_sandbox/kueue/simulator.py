@@ -8,7 +8,6 @@ Kueue CRDs absent or removed it waits quietly and picks up again when they come 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -23,6 +22,7 @@ from tpujob_sandbox.kueue.config import KueueConfig
 from tpujob_sandbox.kueue.discovery import served_version
 from tpujob_sandbox.kueue.model import Plan, World, reconcile
 from tpujob_sandbox.kueue.objects import GROUP, RESOURCE_IN_USE_FINALIZER, Obj, key
+from tpujob_sandbox.listwatch import shut_down
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,7 @@ class KueueSimulator:
         self._stopping.set()
         self._dirty.set()
         for response in list(self._responses.values()):
-            with contextlib.suppress(Exception):
-                response.shutdown()
+            shut_down(response)
         for thread in self._threads:
             thread.join(timeout=5)
 
